@@ -1,0 +1,27 @@
+# The two commands a new machine needs (see README): `make run` and `make test`.
+# Both create .venv and install what they need on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# A local CPU torch wheel avoids a multi-GB CUDA download where one lies on disk.
+TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
+
+.PHONY: run test install clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,usd,mic,metrics]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/facebridge run --source sample --max-frames 300
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache

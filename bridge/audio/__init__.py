@@ -1,0 +1,1 @@
+"""Audio input and lip-sync."""

@@ -1,0 +1,55 @@
+"""`facebridge` command line. Each subcommand lives in its own module with `add_parser(subparsers)`."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from bridge import __version__
+from bridge.errors import FaceBridgeError
+
+# module path -> registers one or more subcommands. Keep sorted by how often users need them.
+COMMAND_MODULES = (
+    "bridge.commands.run",
+    "bridge.commands.devices",
+    "bridge.commands.models",
+    "bridge.commands.calibrate",
+    "bridge.commands.replay",
+    "bridge.commands.bench",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="facebridge",
+        description="Real-time facial animation from a webcam and microphone, streamed to Unreal Engine "
+                    "(Live Link Face, VMC, gRPC) and Omniverse (USD). Everything runs on this machine.",
+    )
+    parser.add_argument("--version", action="version", version=f"facebridge {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except FaceBridgeError as e:
+        print(f"facebridge: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

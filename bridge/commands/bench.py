@@ -1,0 +1,58 @@
+"""`facebridge bench KIND`: benchmarks that write JSON results, so runs can be compared.
+
+Each kind lives in a module of bridge.bench with `add_arguments(parser)` and `run(args) -> dict`.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import platform
+import time
+
+from bridge.fsutil import atomic_write_json
+
+BENCHES = {
+    "pipeline": ("bridge.bench.pipeline", "per-stage and end-to-end speed of the face pipeline on the sample"),
+    "expression": ("bridge.bench.expression", "blendshape accuracy, jitter and speed of the expression engine"),
+    "engines": ("bridge.bench.engines", "every model and the pipeline on every available inference backend"),
+    "lipsync": ("bridge.bench.lipsync", "lip-sync accuracy and latency on held-out speech"),
+}
+
+
+def machine_info() -> dict:
+    import os
+
+    return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help="run a benchmark and write JSON results",
+                       description="Run a benchmark. Results are printed and, with --json, written to a file.")
+    kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
+    for kind, (module_name, help_text) in BENCHES.items():
+        kp = kinds.add_parser(kind, help=help_text, description=help_text)
+        kp.add_argument("--json", metavar="OUT", help="write the results to this JSON file")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
+            kp.set_defaults(func=lambda args, k=kind: print(f"bench {k}: not built yet") or 2)
+            continue
+        module.add_arguments(kp)
+        kp.set_defaults(func=lambda args, m=module, k=kind: _run(k, m, args))
+    p.set_defaults(func=lambda args: p.print_help() or 2)
+
+
+def _run(kind: str, module, args) -> int:
+    started = time.time()
+    results = module.run(args)
+    doc = {"benchmark": kind, "started": started, "seconds": round(time.time() - started, 2),
+           "machine": machine_info(), "results": results}
+    if args.json:
+        atomic_write_json(args.json, doc)
+        print(f"wrote {args.json}")
+    else:
+        print(json.dumps(doc, indent=2))
+    return 0

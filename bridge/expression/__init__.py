@@ -1,0 +1,1 @@
+"""Expression engine: ICT morphable model on the 468-landmark topology."""

@@ -1,0 +1,1 @@
+"""Sinks: everything that reads FaceFrames and sends or stores them."""

@@ -1,0 +1,38 @@
+"""The sink interface: a sink reads FaceFrames and never reaches back into stages."""
+from __future__ import annotations
+
+import logging
+import time
+
+from bridge.frame import FaceFrame
+
+log = logging.getLogger(__name__)
+
+
+class Sink:
+    """Base class. `send` must not raise for a transient failure (receiver gone, buffer full): count it
+    with `_failed` so the stream goes on; raise only from the constructor for unusable configuration."""
+
+    name = "sink"
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.errors = 0
+        self._last_warning = 0.0
+
+    def send(self, frame: FaceFrame) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        """Count a failed send and warn at most once a second, naming the fix."""
+        self.errors += 1
+        now = time.monotonic()
+        if now - self._last_warning > 1.0:
+            self._last_warning = now
+            log.warning("%s: %s (%s); %d failed so far, the stream goes on", self.name, what, exc, self.errors)
+
+    def stats(self) -> dict:
+        return {"sent": self.sent, "errors": self.errors}

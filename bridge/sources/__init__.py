@@ -1,0 +1,1 @@
+"""Frame sources: camera, video file, image folder, bundled sample."""

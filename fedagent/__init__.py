@@ -1,0 +1,1 @@
+"""fedagent: federated lip-sync personalisation and signed model updates (coming next)."""
