@@ -1,0 +1,91 @@
+"""FaceFrame -> facebridge.v1 messages: the stream header (names, layout) and the per-frame arrays."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, VISEME_NAMES, FaceFrame
+from bridge.grpc.gen import facebridge_pb2 as pb
+
+# Morphable-model blocks in the order they are concatenated in Frame.parameters, with their units.
+PARAMETER_BLOCKS: tuple[tuple[str, str], ...] = (
+    ("identity", "coefficient"),
+    ("expression", "coefficient"),
+    ("jaw_rotation", "rad (axis-angle)"),
+    ("head_rotation", "rad (axis-angle)"),
+    ("head_translation", "cm"),
+    ("eye_rotation_left", "rad (axis-angle)"),
+    ("eye_rotation_right", "rad (axis-angle)"),
+)
+
+
+def _floats(values) -> list[float]:
+    """Finite Python floats (NaN/inf would poison every consumer's interpolation; they become 0)."""
+    arr = np.nan_to_num(np.asarray(values, dtype=np.float32).ravel(), nan=0.0, posinf=0.0, neginf=0.0)
+    return arr.tolist()
+
+
+def layout_key(frame: FaceFrame) -> tuple:
+    """Everything that, when it changes, makes clients need a new header."""
+    sizes = tuple(int(np.size(getattr(frame.morph, name))) for name, _ in PARAMETER_BLOCKS)
+    return (len(frame.blendshapes), len(frame.emotion), frame.visemes is not None, frame.morph.model_id, sizes,
+            tuple(sorted(frame.model_versions.items())), float(frame.frame_rate))
+
+
+def _names(names: tuple[str, ...], count: int, prefix: str) -> list[str]:
+    return list(names) if count == len(names) else [f"{prefix}{i}" for i in range(count)]
+
+
+def build_header(frame: FaceFrame, layout_id: int) -> pb.StreamHeader:
+    header = pb.StreamHeader(
+        subject=frame.subject,
+        layout_id=layout_id,
+        curve_names=_names(ARKIT_NAMES, len(frame.blendshapes), "curve"),
+        emotion_names=_names(EMOTION_NAMES, len(frame.emotion), "emotion"),
+        viseme_names=_names(VISEME_NAMES, len(frame.visemes), "viseme") if frame.visemes is not None
+        else list(VISEME_NAMES),
+        model_versions={str(k): str(v) for k, v in frame.model_versions.items()},
+        frame_rate=float(frame.frame_rate),
+    )
+    header.parameters.model_id = frame.morph.model_id
+    for name, unit in PARAMETER_BLOCKS:
+        size = int(np.size(getattr(frame.morph, name)))
+        if size:
+            header.parameters.blocks.add(name=name, size=size, unit=unit)
+    return header
+
+
+def build_frame(frame: FaceFrame, layout_id: int) -> pb.Frame:
+    tc_frame, tc_sub, tc_num, tc_den = frame.timecode()
+    msg = pb.Frame(
+        subject=frame.subject,
+        layout_id=layout_id,
+        seq=max(int(frame.seq), 0),
+        capture_time=float(frame.t_capture),
+        source_time=float(frame.t_capture_mono),
+        timecode=pb.Timecode(frame=tc_frame, subframe=tc_sub, rate_numerator=tc_num, rate_denominator=tc_den),
+        face_found=bool(frame.face_found),
+        curves=_floats(frame.blendshapes),
+        emotions=_floats(frame.emotion),
+        visemes=_floats(frame.visemes) if frame.visemes is not None else [],
+        confidence=_finite(frame.confidence),
+        region_confidence={str(k): _finite(v) for k, v in frame.region_confidence.items()},
+        latencies_ms={str(k): _finite(v) for k, v in frame.latencies_ms.items()},
+    )
+    yaw, pitch, roll = _floats(frame.head_rotation)[:3]
+    tx, ty, tz = _floats(frame.head_translation)[:3]
+    msg.head.yaw_deg, msg.head.pitch_deg, msg.head.roll_deg = yaw, pitch, roll
+    msg.head.translation_cm.x, msg.head.translation_cm.y, msg.head.translation_cm.z = tx, ty, tz
+    msg.eye_left.yaw_deg, msg.eye_left.pitch_deg = _floats(frame.eye_left)[:2]
+    msg.eye_right.yaw_deg, msg.eye_right.pitch_deg = _floats(frame.eye_right)[:2]
+    for name, _ in PARAMETER_BLOCKS:
+        values = getattr(frame.morph, name)
+        if np.size(values):
+            msg.parameters.extend(_floats(values))
+    return msg
+
+
+def _finite(x) -> float:
+    x = float(x)
+    return x if math.isfinite(x) else 0.0

@@ -1,0 +1,1 @@
+"""Code generated from proto/ by tools/gen_proto.py. Do not edit; regenerate."""
