@@ -1,7 +1,42 @@
-"""`facebridge devices`."""
+"""`facebridge devices`: cameras, audio inputs and inference backends on this machine."""
 from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("devices", help="(not yet implemented)")
-    p.set_defaults(func=lambda args: print("devices: not yet implemented") or 2)
+    p = sub.add_parser("devices", help="list cameras, microphones and inference backends",
+                       description="List the cameras, audio inputs and inference backends FaceBridge can use here.")
+    p.add_argument("--max-camera-index", type=int, default=8, metavar="N", help="probe camera indices 0..N-1")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from bridge.sources.camera import list_cameras
+
+    cameras = list_cameras(args.max_camera_index)
+    print("Cameras:")
+    if not cameras:
+        print("  none found (use `--source sample`, a video file or a folder of images)")
+    for c in cameras:
+        print(f"  camera:{c['index']}  {c['width']}x{c['height']}" + (f" @ {c['fps']:.0f} fps" if c["fps"] else ""))
+    print("Audio inputs:")
+    try:
+        from bridge.audio.sources import list_input_devices
+
+        inputs = list_input_devices()
+    except ImportError:
+        inputs = []
+    if not inputs:
+        print("  none found (use `--audio FILE.wav`; microphones need PortAudio: apt-get install libportaudio2)")
+    for d in inputs:
+        print(f"  mic:{d.get('index')}  {d.get('name')}  {d.get('channels', '')} ch  {d.get('samplerate', '')} Hz")
+    print("Inference backends:")
+    try:
+        from bridge.engines.select import describe_backends
+
+        for line in describe_backends():
+            print(f"  {line}")
+    except ImportError:
+        import onnxruntime as ort
+
+        print(f"  onnxruntime {ort.__version__}: {', '.join(ort.get_available_providers())}")
+    return 0

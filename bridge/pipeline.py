@@ -1,0 +1,173 @@
+"""FacePipeline: one camera frame in, one FaceFrame out.
+
+detect (only when tracking is lost) -> 468 landmarks -> iris (both eyes, one batch) -> head pose (PnP) ->
+gaze -> expression (ARKit-52 + morphable-model parameters) -> emotion -> One-Euro filter -> calibration.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bridge.calibration import CalibrationProfile
+from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, MorphParams
+from bridge.sources.base import Frame
+from bridge.stages.detection import FaceDetector
+from bridge.stages.emotion import EmotionClassifier
+from bridge.stages.filters import OneEuroFilter
+from bridge.stages.gaze import eye_angles, eye_look_shapes
+from bridge.stages.head_pose import HeadPoseEstimator
+from bridge.stages.landmarks import FaceLandmarker, IrisLandmarker, roi_from_detection, roi_from_landmarks
+
+log = logging.getLogger(__name__)
+EYE_LOOK = np.array([i for n, i in ARKIT_INDEX.items() if n.startswith("eyeLook")])
+PRESENCE_THRESHOLD = 0.5
+
+
+@dataclass
+class PipelineOptions:
+    backend: str = "onnxruntime"
+    threads: int = 1  # inference threads per model
+    detector: str = "face_detection_short_range"
+    expression: str = "regressor"  # or "fit"
+    emotion_every: int = 1  # run emotion on every Nth tracked frame (it changes slowly)
+    smoothing: bool = True
+    subject: str = "FaceBridge"
+
+
+class _Timer:
+    """Collects per-stage milliseconds into a dict."""
+
+    def __init__(self) -> None:
+        self.ms: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.ms[stage] = self.ms.get(stage, 0.0) + (now - self._t) * 1000.0
+        self._t = now
+
+
+class FacePipeline:
+    def __init__(self, options: PipelineOptions | None = None, profile: CalibrationProfile | None = None) -> None:
+        from bridge.expression.stage import ExpressionEstimator
+
+        self.options = options = options or PipelineOptions()
+        self.detector = FaceDetector(options.detector, backend=options.backend, threads=options.threads)
+        self.landmarker = FaceLandmarker(backend=options.backend, threads=options.threads)
+        self.iris = IrisLandmarker(backend=options.backend, threads=options.threads)
+        self.head_pose = HeadPoseEstimator()
+        self.expression = ExpressionEstimator(method=options.expression, backend=options.backend)
+        self.emotion = EmotionClassifier(backend=options.backend, threads=options.threads)
+        self.profile = profile
+        if profile is not None and profile.identity:
+            self.expression.set_identity(np.asarray(profile.identity, np.float32))
+        self._roi = None
+        self._tracked = 0
+        self._last: FaceFrame | None = None
+        self._emotion = np.zeros(7, np.float32)
+        self._filters = {k: OneEuroFilter(*p) for k, p in {
+            "blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
+            "eyes": (1.5, 0.05)}.items()}
+        self.detector_runs = 0
+
+    @property
+    def model_versions(self) -> dict[str, str]:
+        from bridge.models import manifest
+
+        versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
+        versions.update(getattr(self.expression, "model_versions", {}) or {})
+        return versions
+
+    def reset(self) -> None:
+        self._roi = None
+        self.head_pose.reset()
+        for f in self._filters.values():
+            f.reset()
+
+    def _find_face(self, image: np.ndarray, timer: _Timer):
+        """Landmarks from the tracked ROI; on loss, detect and try again once."""
+        if self._roi is not None:
+            result = self.landmarker.run(image, self._roi)
+            timer.lap("landmarks")
+            if result.presence >= PRESENCE_THRESHOLD:
+                return result
+        detections = self.detector.detect(image)
+        self.detector_runs += 1
+        timer.lap("detect")
+        if not detections:
+            return None
+        result = self.landmarker.run(image, roi_from_detection(detections[0]))
+        timer.lap("landmarks")
+        return result if result.presence >= PRESENCE_THRESHOLD else None
+
+    def process(self, frame: Frame) -> FaceFrame:
+        timer = _Timer()
+        image = frame.image
+        h, w = image.shape[:2]
+        out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
+                        subject=self.options.subject, image_size=(w, h))
+        found = self._find_face(image, timer)
+        if found is None:
+            self._lost(out)
+            out.latencies_ms = timer.ms
+            return out
+        points = found.points
+        self._roi = roi_from_landmarks(points)
+        self._tracked += 1
+
+        iris = self.iris.run(image, points)
+        timer.lap("iris")
+        ypr, translation, _ = self.head_pose.estimate(points, w, h)
+        timer.lap("head_pose")
+        eyes = eye_angles(points, iris.iris[:, 0])
+        expr = self.expression.estimate(points, (w, h), iris=iris.iris[:, :, :2])
+        timer.lap("expression")
+        if self._tracked % max(1, self.options.emotion_every) == 1 or self.options.emotion_every <= 1:
+            self._emotion = self.emotion.run(image, points)
+            timer.lap("emotion")
+
+        blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
+        t = frame.t_capture_mono
+        if self.options.smoothing:
+            blendshapes = self._filters["blendshapes"](blendshapes, t)
+            ypr = self._filters["head_rotation"](ypr, t)
+            translation = self._filters["head_translation"](translation, t)
+            eyes = self._filters["eyes"](eyes, t).reshape(2, 2)
+        out.face_found = True
+        out.blendshapes = blendshapes
+        out.head_rotation = ypr
+        out.head_translation = translation
+        out.eye_left, out.eye_right = eyes[0].copy(), eyes[1].copy()
+        out.morph = expr.morph if isinstance(expr.morph, MorphParams) else MorphParams()
+        out.emotion = self._emotion
+        out.confidence = float(found.presence)
+        out.region_confidence = dict(expr.region_confidence)
+        out.landmarks = points
+        if self.profile is not None:
+            self.profile.apply(out)
+        # eye-look shapes follow the (calibrated) gaze angles
+        eye_look_shapes(out.blendshapes, np.stack([out.eye_left, out.eye_right]))
+        out.blendshapes = np.clip(out.blendshapes, 0.0, 1.0)
+        timer.lap("filter")
+        out.latencies_ms = timer.ms
+        self._last = out
+        return out
+
+    def _lost(self, out: FaceFrame) -> None:
+        """No face: hold the last pose, relax the expression toward neutral, report zero confidence."""
+        self._roi = None
+        self._tracked = 0
+        self.head_pose.reset()
+        last = self._last
+        if last is not None:
+            out.head_rotation = last.head_rotation.copy()
+            out.head_translation = last.head_translation.copy()
+            out.blendshapes = (last.blendshapes * 0.8).astype(np.float32)
+            last.blendshapes = out.blendshapes
+        else:
+            out.blendshapes = np.zeros(NUM_BLENDSHAPES, np.float32)
+        out.face_found = False
+        out.confidence = 0.0

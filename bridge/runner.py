@@ -1,0 +1,177 @@
+"""The running bridge: capture, inference and sending in three threads joined by latest-wins queues.
+
+A slow stage never makes the camera lag: each queue holds at most two items and drops the oldest, so the
+newest frame is always the next one processed; drops are counted and shown.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bridge.frame import FaceFrame
+from bridge.queues import Closed, LatestQueue
+from bridge.sinks.base import Sink
+from bridge.sources.base import FrameSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunStats:
+    captured: int = 0
+    processed: int = 0
+    sent: int = 0
+    faces: int = 0
+    dropped_capture: int = 0
+    dropped_send: int = 0
+    bad_frames: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=600))  # capture -> sent
+    send_times: deque = field(default_factory=lambda: deque(maxlen=120))
+    stage_ms: dict = field(default_factory=dict)
+
+    def fps(self) -> float:
+        if len(self.send_times) < 2:
+            return 0.0
+        span = self.send_times[-1] - self.send_times[0]
+        return (len(self.send_times) - 1) / span if span > 0 else 0.0
+
+    def latency_percentiles(self) -> tuple[float, float]:
+        if not self.latencies_ms:
+            return 0.0, 0.0
+        p50, p99 = np.percentile(np.asarray(self.latencies_ms), [50, 99])
+        return float(p50), float(p99)
+
+    def face_ratio(self) -> float:
+        return self.faces / self.processed if self.processed else 0.0
+
+    def status_line(self) -> str:
+        p50, p99 = self.latency_percentiles()
+        face = "yes" if self.last_face else "NO"
+        return (f"{self.fps():5.1f} fps | latency p50 {p50:5.1f} ms p99 {p99:5.1f} ms | "
+                f"dropped {self.dropped_capture + self.dropped_send} | face {face} | frames {self.sent}")
+
+    last_face: bool = False
+
+
+class BridgeRunner:
+    def __init__(self, source: FrameSource, process, sinks: list[Sink], max_frames: int | None = None,
+                 status: bool = True, on_frame=None) -> None:
+        """`process(frame) -> FaceFrame` is the pipeline; `on_frame(face_frame)` runs in the send thread."""
+        self.source = source
+        self.process = process
+        self.sinks = sinks
+        self.max_frames = max_frames
+        self.show_status = status
+        self.on_frame = on_frame
+        self.stats = RunStats()
+        self._frames: LatestQueue = LatestQueue(2)
+        self._results: LatestQueue[FaceFrame] = LatestQueue(2)
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _capture(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self.max_frames is not None and self.stats.captured >= self.max_frames:
+                    break
+                frame = self.source.read()
+                if frame is None:
+                    break
+                self.stats.captured += 1
+                self._frames.put(frame)
+        except BaseException as e:  # a dead camera ends the run with its own message
+            self.error = e
+        finally:
+            self.stats.dropped_capture = self._frames.dropped
+            self._frames.close()
+
+    def _infer(self) -> None:
+        try:
+            while True:
+                try:
+                    frame = self._frames.get(timeout=0.5)
+                except Closed:
+                    break
+                if frame is None:
+                    continue
+                try:
+                    result = self.process(frame)
+                except Exception as e:  # one bad frame never takes the stream down
+                    self.stats.bad_frames += 1
+                    log.warning("frame %d could not be processed (%s); skipped", frame.seq, e)
+                    continue
+                self.stats.processed += 1
+                self.stats.faces += int(result.face_found)
+                self.stats.last_face = result.face_found
+                for k, v in result.latencies_ms.items():
+                    self.stats.stage_ms.setdefault(k, deque(maxlen=600)).append(v)
+                self._results.put(result)
+        finally:
+            self.stats.dropped_capture = self._frames.dropped
+            self._results.close()
+
+    def _send(self) -> None:
+        while True:
+            try:
+                result = self._results.get(timeout=0.5)
+            except Closed:
+                break
+            if result is None:
+                continue
+            for sink in self.sinks:
+                try:
+                    sink.send(result)
+                except Exception as e:  # sinks count their own transient failures; this is a bug guard
+                    sink.errors += 1
+                    log.warning("%s failed on frame %d: %s", sink.name, result.seq, e)
+            now = time.perf_counter()
+            result.latencies_ms["capture_to_send"] = (now - result.t_capture_mono) * 1000.0
+            self.stats.latencies_ms.append(result.latencies_ms["capture_to_send"])
+            self.stats.send_times.append(now)
+            self.stats.sent += 1
+            if self.on_frame is not None:
+                self.on_frame(result)
+        self.stats.dropped_send = self._results.dropped
+
+    def run(self) -> RunStats:
+        threads = [threading.Thread(target=t, name=f"facebridge-{t.__name__.strip('_')}", daemon=True)
+                   for t in (self._capture, self._infer, self._send)]
+        for t in threads:
+            t.start()
+        tty = sys.stderr.isatty()
+        last_print = 0.0
+        try:
+            while any(t.is_alive() for t in threads):
+                threads[2].join(0.25)
+                now = time.perf_counter()
+                if self.show_status and (tty or now - last_print > 5.0):
+                    print(("\r" if tty else "") + self.stats.status_line() + ("" if tty else "\n"),
+                          end="", file=sys.stderr, flush=True)
+                    last_print = now
+        except KeyboardInterrupt:
+            self.stop()
+            for t in threads:
+                t.join(2.0)
+        finally:
+            self.stop()
+            for sink in self.sinks:
+                try:
+                    sink.close()
+                except Exception as e:
+                    log.warning("%s did not close cleanly: %s", sink.name, e)
+            self.source.close()
+        if self.show_status:
+            print(("\r" if tty else "") + self.stats.status_line(), file=sys.stderr, flush=True)
+        if self.error is not None:
+            raise self.error
+        return self.stats

@@ -1,0 +1,112 @@
+"""468 face landmarks (MediaPipe face mesh) and iris, with tracking so the detector runs only on loss."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from bridge.engines import create_session
+from bridge.models import model_path
+from bridge.stages.detection import Detection
+from bridge.stages.geometry import Roi, angle_between, apply_affine
+
+LANDMARK_SIZE = 192
+IRIS_SIZE = 64
+# Face-mesh indices (subject's right eye appears on the image left for an unmirrored camera).
+RIGHT_EYE_CORNERS = (33, 133)  # outer, inner
+LEFT_EYE_CORNERS = (362, 263)  # inner, outer
+
+
+@dataclass
+class LandmarkResult:
+    points: np.ndarray  # (468, 3) image pixels; z in the same scale as x
+    presence: float  # face-presence probability for this crop
+    roi: Roi
+
+
+@dataclass
+class IrisResult:
+    """Per eye, index 0 = subject's LEFT eye, 1 = subject's RIGHT eye (ARKit's naming)."""
+
+    iris: np.ndarray  # (2, 5, 3) image px: centre first
+    contour: np.ndarray  # (2, 71, 3) image px: eye contour and brow points
+
+
+def _to_tensor(patches: list[np.ndarray]) -> np.ndarray:
+    rgb = np.stack([cv2.cvtColor(p, cv2.COLOR_BGR2RGB) for p in patches]).astype(np.float32)
+    return (rgb * (1.0 / 255.0)).transpose(0, 3, 1, 2)
+
+
+def roi_from_detection(det: Detection) -> Roi:
+    """MediaPipe's detection-to-ROI: square of 1.5x the box, rotated so the eyes are level."""
+    x0, y0, x1, y1 = det.box
+    angle = angle_between(det.keypoints[0], det.keypoints[1])  # subject's right eye -> left eye
+    return Roi(cx=(x0 + x1) / 2, cy=(y0 + y1) / 2, size=max(x1 - x0, y1 - y0) * 1.5, angle=angle)
+
+
+def roi_from_landmarks(points: np.ndarray) -> Roi:
+    """Next frame's ROI from this frame's landmarks: their extent in the eye-levelled frame, 1.5x."""
+    angle = angle_between(points[33], points[263])
+    c, s = math.cos(angle), math.sin(angle)
+    xy = points[:, :2]
+    centre = (xy.min(0) + xy.max(0)) / 2
+    rotated = (xy - centre) @ np.array([[c, -s], [s, c]])  # into the levelled frame
+    lo, hi = rotated.min(0), rotated.max(0)
+    mid = (lo + hi) / 2
+    centre = centre + mid @ np.array([[c, s], [-s, c]])
+    return Roi(cx=float(centre[0]), cy=float(centre[1]), size=float(max(hi - lo) * 1.5), angle=angle)
+
+
+class FaceLandmarker:
+    def __init__(self, backend: str = "onnxruntime", threads: int = 1) -> None:
+        self.session = create_session(model_path("face_landmark"), backend=backend, threads=threads)
+        self.input_name = self.session.inputs[0].name
+
+    def run(self, image: np.ndarray, roi: Roi) -> LandmarkResult:
+        patch, back = roi.crop(image, LANDMARK_SIZE)
+        out = list(self.session.run({self.input_name: _to_tensor([patch])}).values())
+        raw = next(o for o in out if o.size == 1404).reshape(468, 3)
+        logit = float(next(o for o in out if o.size == 1).reshape(()))
+        points = apply_affine(raw, back)
+        points[:, 2] = raw[:, 2] * (roi.size / LANDMARK_SIZE)
+        return LandmarkResult(points=points, presence=1.0 / (1.0 + math.exp(-logit)), roi=roi)
+
+
+class IrisLandmarker:
+    """Both eyes in one batched call. The model knows one eye side, so the other eye's crop is mirrored."""
+
+    def __init__(self, backend: str = "onnxruntime", threads: int = 1) -> None:
+        self.session = create_session(model_path("iris_landmark"), backend=backend, threads=threads)
+        self.input_name = self.session.inputs[0].name
+
+    @staticmethod
+    def eye_roi(points: np.ndarray, corners: tuple[int, int]) -> Roi:
+        a, b = points[corners[0], :2], points[corners[1], :2]
+        centre = (a + b) / 2
+        return Roi(cx=float(centre[0]), cy=float(centre[1]), size=float(np.linalg.norm(b - a) * 2.3),
+                   angle=angle_between(a, b) if a[0] <= b[0] else angle_between(b, a))
+
+    def run(self, image: np.ndarray, points: np.ndarray) -> IrisResult:
+        rois = [self.eye_roi(points, LEFT_EYE_CORNERS), self.eye_roi(points, RIGHT_EYE_CORNERS)]
+        patches, backs = [], []
+        for i, roi in enumerate(rois):
+            patch, back = roi.crop(image, IRIS_SIZE)
+            if i == 0:  # subject's left eye = image right: mirrored so it looks like the model's eye side
+                patch = patch[:, ::-1]
+            patches.append(np.ascontiguousarray(patch))
+            backs.append(back)
+        out = self.session.run({self.input_name: _to_tensor(patches)})
+        contour = next(v for v in out.values() if v.shape[-1] == 213).reshape(2, 71, 3).copy()
+        iris = next(v for v in out.values() if v.shape[-1] == 15).reshape(2, 5, 3).copy()
+        for i, back in enumerate(backs):
+            if i == 0:
+                contour[i, :, 0] = IRIS_SIZE - contour[i, :, 0]
+                iris[i, :, 0] = IRIS_SIZE - iris[i, :, 0]
+            scale = rois[i].size / IRIS_SIZE
+            contour[i] = apply_affine(contour[i], back)
+            iris[i] = apply_affine(iris[i], back)
+            contour[i, :, 2] *= scale
+            iris[i, :, 2] *= scale
+        return IrisResult(iris=iris, contour=contour)
