@@ -3,6 +3,7 @@
 
     python tools/build_models.py                 # all models
     python tools/build_models.py --only emotion  # one model; other manifest entries are kept
+    python tools/build_models.py --check         # rebuild in memory, compare with the shipped files, write nothing
 
 Each model is converted, its batch axis made dynamic, and checked against its SOURCE before anything is
 written: the TFLite models against LiteRT (ai-edge-litert), the emotion model against an independent numpy
@@ -120,10 +121,23 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--only", nargs="+", choices=sorted(SPECS), help="rebuild only these models")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"wheel cache (default {DEFAULT_CACHE})")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 unless every rebuilt file is byte-identical to the shipped one")
     args = ap.parse_args(argv)
 
     names = args.only or list(SPECS)
     built = {name: build_one(name, args.cache) for name in names}  # all checks pass before any write
+
+    if args.check:
+        import json
+        shipped = json.loads(MANIFEST_PATH.read_text())["models"] if MANIFEST_PATH.exists() else {}
+        differ = [n for n, (_, e) in built.items() if shipped.get(n, {}).get("sha256") != e["sha256"]]
+        for n in differ:
+            print(f"[{n}] rebuilt sha256 {built[n][1]['sha256'][:12]} differs from the manifest's "
+                  f"{shipped.get(n, {}).get('sha256', 'none')[:12]}")
+        print("reproducible: all rebuilt models match the shipped files" if not differ else
+              f"NOT reproducible: {len(differ)} model(s) differ")
+        return 1 if differ else 0
 
     manifest = {"schema": 1, "models": {}}
     if args.only and MANIFEST_PATH.exists():

@@ -63,6 +63,10 @@ def make_batch_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
         dim.Clear()
         dim.dim_param = "batch"
     del graph.value_info[:]  # stale batch-1 shapes; ORT infers them again
+    # tflite2onnx emits initializers in set order (varies with PYTHONHASHSEED); sort for reproducible bytes
+    inits_sorted = sorted(graph.initializer, key=lambda t: t.name)
+    graph.ClearField("initializer")
+    graph.initializer.extend(inits_sorted)
     onnx.checker.check_model(model, full_check=True)
     return model
 
