@@ -1,0 +1,91 @@
+"""The face pipeline on real images: the bundled sample and the astronaut photograph."""
+import cv2
+import numpy as np
+import pytest
+
+from bridge.frame import ARKIT_INDEX, FaceFrame
+from bridge.sources.base import Frame
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    from bridge.pipeline import FacePipeline
+
+    return FacePipeline()
+
+
+@pytest.fixture(scope="module")
+def sample_frames():
+    from bridge.sources.files import SampleSource
+
+    with SampleSource(realtime=False, loop=False) as src:
+        frames = []
+        while (f := src.read()) is not None:
+            frames.append(f)
+    return frames
+
+
+def astronaut_frame(seq=0) -> Frame:
+    from skimage import data
+
+    image = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
+    return Frame(image=image, seq=seq, t_capture=1_700_000_000.0 + seq / 30, t_capture_mono=seq / 30)
+
+
+def test_sample_face_found_in_95_percent_and_tracking_spares_the_detector(pipeline, sample_frames):
+    pipeline.reset()
+    runs_before = pipeline.detector_runs
+    outs = [pipeline.process(f) for f in sample_frames]
+    found = sum(o.face_found for o in outs) / len(outs)
+    assert len(outs) == 300
+    assert found >= 0.95, f"face found in {found:.1%}"
+    # tracking: the detector runs only when the landmark model loses the face
+    assert pipeline.detector_runs - runs_before <= 0.05 * len(outs)
+    last = outs[-1]
+    assert {"landmarks", "iris", "head_pose", "expression", "filter"} <= set(last.latencies_ms)
+    assert [o.seq for o in outs] == list(range(300))
+    yaws = np.array([o.head_rotation[0] for o in outs if o.face_found])
+    assert yaws.max() - yaws.min() > 10, "the sample turns its head; yaw should follow"
+
+
+def test_astronaut_smiles_with_open_eyes(pipeline):
+    pipeline.reset()
+    out = None
+    for i in range(10):  # a still photo as a short live sequence (filter settles, identity adapts)
+        out = pipeline.process(astronaut_frame(i))
+    assert out.face_found and out.confidence > 0.9
+    w = out.blendshapes
+    assert w[ARKIT_INDEX["mouthSmileLeft"]] > 0.3 and w[ARKIT_INDEX["mouthSmileRight"]] > 0.3, w
+    assert w[ARKIT_INDEX["eyeBlinkLeft"]] < 0.3 and w[ARKIT_INDEX["eyeBlinkRight"]] < 0.3, w
+    assert abs(out.head_rotation[0]) < 15 and abs(out.head_rotation[2]) < 15  # near frontal
+    from bridge.frame import EMOTION_NAMES
+
+    assert EMOTION_NAMES[int(np.argmax(out.emotion))] == "happy"
+    assert out.morph.model_id and out.morph.expression.size > 0
+
+
+def test_no_face_frame_is_reported_not_raised(pipeline):
+    pipeline.reset()
+    blank = Frame(image=np.full((360, 480, 3), 127, np.uint8), seq=0, t_capture=0.0, t_capture_mono=0.0)
+    out = pipeline.process(blank)
+    assert isinstance(out, FaceFrame) and not out.face_found and out.confidence == 0.0
+    assert np.all((out.blendshapes >= 0) & (out.blendshapes <= 1))
+
+
+def test_head_pose_follows_a_known_rotation():
+    """Project the canonical mesh with a known pose; PnP must recover it."""
+    from bridge.stages.head_pose import CANONICAL_PATH, HeadPoseEstimator, camera_matrix, rotation_to_ypr
+
+    model = np.load(CANONICAL_PATH).astype(np.float64)
+    k = camera_matrix(640, 480)
+    for yaw, pitch in ((0, 0), (25, 0), (-20, 10), (10, -15)):
+        rot_y = cv2.Rodrigues(np.array([0.0, np.radians(-yaw), 0.0]))[0]
+        rot_x = cv2.Rodrigues(np.array([np.radians(-pitch), 0.0, 0.0]))[0]
+        rot = rot_y @ rot_x
+        rvec = cv2.Rodrigues(rot)[0]
+        expected = rotation_to_ypr(rot)
+        img, _ = cv2.projectPoints(model, rvec, np.array([0.0, 0.0, 60.0]), k, None)
+        pts = np.hstack([img.reshape(-1, 2), np.zeros((468, 1))]).astype(np.float32)
+        ypr, t, _ = HeadPoseEstimator().estimate(pts, 640, 480)
+        assert np.allclose(ypr, expected, atol=0.5) and abs(ypr[0] - yaw) < 0.5 and abs(ypr[1] - pitch) < 0.5
+        assert abs(t[2] - 60.0) < 1.0

@@ -1,0 +1,132 @@
+"""`facebridge run` end to end on the bundled sample, received by real sockets on 127.0.0.1."""
+import math
+import socket
+import struct
+import subprocess
+import threading
+
+import numpy as np
+import pytest
+from pythonosc.dispatcher import Dispatcher
+from pythonosc.osc_server import ThreadingOSCUDPServer
+
+from bridge.frame import ARKIT_NAMES
+from tests.conftest import facebridge_cmd, free_udp_port, subprocess_env
+
+FRAMES = 45
+
+
+def parse_llf(packet: bytes):
+    """Independent decoder of a Live Link Face v6 packet (big-endian, length-prefixed strings)."""
+    assert packet[0] == 6
+    (n,) = struct.unpack_from(">i", packet, 1)
+    device = packet[5:5 + n].decode()
+    (m,) = struct.unpack_from(">i", packet, 5 + n)
+    subject = packet[9 + n:9 + n + m].decode()
+    off = 9 + n + m
+    frame, sub, num, den = struct.unpack_from(">ifii", packet, off)
+    count = packet[off + 16]
+    values = struct.unpack_from(">61f", packet, off + 17)
+    return device, subject, (frame, sub, num, den), count, np.array(values)
+
+
+@pytest.fixture
+def receivers():
+    llf_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    llf_sock.bind(("127.0.0.1", 0))
+    llf_sock.settimeout(0.2)
+    packets = []
+
+    def read_llf():
+        while not stop.is_set():
+            try:
+                packets.append(llf_sock.recv(65536))
+            except socket.timeout:
+                continue
+
+    osc = {"names": [], "apply": 0}
+    dispatcher = Dispatcher()
+    dispatcher.map("/VMC/Ext/Blend/Val", lambda addr, name, value: osc["names"].append((name, value)))
+    dispatcher.map("/VMC/Ext/Blend/Apply", lambda addr: osc.__setitem__("apply", osc["apply"] + 1))
+    server = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
+    stop = threading.Event()
+    threads = [threading.Thread(target=read_llf, daemon=True), threading.Thread(target=server.serve_forever, daemon=True)]
+    for t in threads:
+        t.start()
+    yield {"llf_port": llf_sock.getsockname()[1], "vmc_port": server.server_address[1], "packets": packets, "osc": osc}
+    stop.set()
+    server.shutdown()
+    server.server_close()
+    llf_sock.close()
+
+
+def test_run_streams_sample_to_live_link_face_and_vmc(receivers, isolated_home):
+    cmd = facebridge_cmd("run", "--source", "sample", "--max-frames", str(FRAMES), "--fast", "--subject", "Astro",
+                         "--llf", f"127.0.0.1:{receivers['llf_port']}", "--vmc", f"127.0.0.1:{receivers['vmc_port']}")
+    proc = subprocess.run(cmd, env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{FRAMES} frames sent" in proc.stdout
+    import time
+    time.sleep(0.3)  # let the last datagrams land
+    packets = receivers["packets"]
+    assert len(packets) >= FRAMES * 0.9  # loopback UDP: nothing should be lost, allow a little
+    decoded = [parse_llf(p) for p in packets]
+    prev = None
+    changes = 0
+    for packet, (device, subject, (frame, sub, num, den), count, values) in zip(packets, decoded):
+        assert len(packet) == 270 + len(device.encode()) + len(subject.encode())
+        assert subject == "Astro" and len(device) == 36
+        assert count == 61 and num > 0 and den == 1 and 0 <= sub < 1
+        assert all(math.isfinite(v) for v in values)
+        assert values[:52].min() >= 0.0 and values[:52].max() <= 1.0
+        assert np.abs(values[52:]).max() <= 1.0
+        if prev is not None and not np.array_equal(prev, values):
+            changes += 1
+        prev = values
+    assert changes >= len(decoded) * 0.8, "values should change from frame to frame (the head moves)"
+    # head yaw must actually vary across the clip (the sample turns its head)
+    yaws = np.array([d[4][52] for d in decoded])
+    assert yaws.max() - yaws.min() > 0.02
+
+    osc = receivers["osc"]
+    assert osc["apply"] >= FRAMES * 0.9
+    names = [n for n, _ in osc["names"]]
+    assert set(names) == set(ARKIT_NAMES)
+    assert len(names) == 52 * osc["apply"]
+
+
+def test_receiver_gone_is_counted_and_stream_goes_on(isolated_home):
+    port = free_udp_port()  # nobody listens: every send after the first gets ICMP port unreachable
+    cmd = facebridge_cmd("run", "--source", "sample", "--max-frames", "20", "--fast", "--quiet",
+                         "--llf", f"127.0.0.1:{port}", "--vmc", "off")
+    proc = subprocess.run(cmd, env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "20 frames sent" in proc.stdout
+    assert "sends failed" in proc.stdout
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--source", "camera:7"], "camera 7 cannot be opened"),
+    (["--source", "/nonexistent/clip.mp4"], "is not a camera, a file or a folder"),
+    (["--llf", "localhost:99999"], "99999"),
+    (["--max-frames", "0"], "--max-frames must be at least 1"),
+])
+def test_bad_input_gives_one_line_error(args, expected, isolated_home):
+    cmd = facebridge_cmd("run", "--source", "sample", "--max-frames", "2", "--vmc", "off", *args)
+    proc = subprocess.run(cmd, env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("facebridge: error:")]
+    assert len(lines) == 1 and expected in lines[0], proc.stderr
+
+
+def test_unreadable_video_and_empty_folder(tmp_path, isolated_home):
+    bad = tmp_path / "broken.mp4"
+    bad.write_bytes(b"\x00not a video" * 100)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no images here")
+    for source, expected in ((bad, "cannot decode video"), (empty, "has no images")):
+        proc = subprocess.run(facebridge_cmd("run", "--source", str(source), "--max-frames", "2", "--vmc", "off"),
+                              env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 1
+        assert expected in proc.stderr and "\n" not in proc.stderr.strip(), proc.stderr
