@@ -230,3 +230,40 @@ def test_cli_models_verify_fails_on_a_corrupt_file(tmp_path, monkeypatch, capsys
     assert all("tools/build_models.py" in line for line in errors)
     assert any(str(bad) in line and "corrupt" in line for line in errors)
     assert any(str(tmp_path / "emotion.onnx") in line and "missing" in line for line in errors)
+
+
+def test_landmarks_and_irises_on_the_astronaut(astronaut, sessions):
+    """468 points inside the face, then both eyes as one batch of 2 (image-right eye flipped): iris centers
+    land between the eye corners. Uses the manifest's crop rules, axis-aligned (the face is upright)."""
+    post = manifest()["models"]["face_detection_short_range"]["postprocessing"]
+    _, x0, y0, x1, y1, _ = _detect_faces(sessions["face_detection_short_range"], astronaut, post, 128)[0]
+    side = 1.5 * (x1 - x0)
+    cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+    crop_xy = np.array([cx - side / 2, cy - side / 2])
+    crop = _square_crop(astronaut, crop_xy, side, 192)
+    out = sessions["face_landmark"].run({"input_1": crop.astype(np.float32).transpose(2, 0, 1)[None] / 255.0})
+    assert out["conv2d_30"].item() > 0  # face present
+    pts = out["conv2d_20"].reshape(468, 3)[:, :2] * side / 192 + crop_xy  # image pixels
+    assert (pts.min(0) > [x0 - 15, y0 - 25]).all() and (pts.max(0) < [x1 + 15, y1 + 15]).all()
+    nose, upper_lip, lower_lip = pts[1], pts[13], pts[14]
+    assert nose[1] < upper_lip[1] < lower_lip[1]
+
+    eyes, corners = [], [(pts[33], pts[133]), (pts[362], pts[263])]
+    for k, (a, b) in enumerate(corners):
+        eye_side = 2.3 * np.linalg.norm(b - a)
+        origin = (a + b) / 2 - eye_side / 2
+        eye = _square_crop(astronaut, origin, eye_side, 64)
+        eyes.append(eye[:, ::-1] if k == 1 else eye)
+    batch = np.stack(eyes).astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    iris = sessions["iris_landmark"].run({"input_1": batch})["output_iris"].reshape(2, 5, 3)
+    for k, (a, b) in enumerate(corners):
+        center = iris[k, 0, :2]
+        assert 24 < center[0] < 40 and 24 < center[1] < 40, center  # near the middle of the 64x64 eye crop
+        spread = np.linalg.norm(iris[k, 1:, :2] - center, axis=1)
+        assert (spread > 3).all() and (spread < 10).all()  # 4 iris-contour points around the center
+
+
+def _square_crop(image: np.ndarray, origin_xy, side: float, size: int) -> np.ndarray:
+    scale = size / side
+    m = np.array([[scale, 0, -origin_xy[0] * scale], [0, scale, -origin_xy[1] * scale]], np.float32)
+    return cv2.warpAffine(image, m, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
