@@ -64,7 +64,8 @@ def _blazeface_post(size: int, strides: list[int], anchors_per_cell: list[int], 
 
 
 _DETECTOR_PRE = {"color": "RGB", "layout": "NCHW float32", "value_range": "[-1, 1] = pixel / 127.5 - 1",
-                 "crop": "whole frame, letterboxed (aspect kept, zero/black padding) to a square, resized to {s}x{s}"}
+                 "crop": "whole frame, letterboxed to a square (aspect kept, centered, black padding = -1 after "
+                         "scaling), resized to {s}x{s}"}
 
 SPECS: dict[str, ModelSpec] = {
     "face_detection_short_range": _tflite_spec(
