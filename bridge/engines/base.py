@@ -1,10 +1,12 @@
-"""The backend interface every inference engine implements."""
+"""The backend interface every inference engine implements, and the error engines raise."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+
+from bridge.errors import FaceBridgeError
 
 
 @dataclass(frozen=True)
@@ -20,5 +22,14 @@ class InferenceSession(Protocol):
     outputs: list[TensorSpec]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run on host arrays; returns every output by name."""
+        """Run on host arrays; returns every output by name. The leading axis may be any batch size the
+        model allows."""
         ...
+
+
+class EngineError(FaceBridgeError):
+    """An inference backend cannot be used here (missing library or GPU, bad engine, failed build)."""
+
+
+class EngineUnavailable(EngineError):
+    """The backend's library, GPU or driver is not present: choose another backend."""

@@ -1,0 +1,125 @@
+"""The ONNX models FaceBridge ships, found on disk rather than listed by hand.
+
+Every `*.onnx` under the bridge package counts (bridge/models, bridge/expression, bridge/audio, ...). A model
+listed in a manifest.json beside it is verified against that manifest's sha256 before use, and its manifest
+entry (pre-processing, optional `engine` hints such as refittable weights) travels with it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bridge.models import verify_file
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class ShippedModel:
+    name: str  # file stem, e.g. "face_landmark"
+    path: Path
+    entry: dict = field(default_factory=dict, compare=False)  # its manifest entry, {} when not listed
+
+    def verified_path(self) -> Path:
+        if "sha256" in self.entry:
+            return verify_file(self.path, self.entry["sha256"])
+        return self.path
+
+    @property
+    def engine_hints(self) -> dict:
+        """Optional per-model build hints from the manifest, e.g. {"refittable": ["adapter.*"],
+        "profiles": {"mel": [[1, 80, 16], [1, 80, 64], [1, 80, 256]]}}."""
+        return self.entry.get("engine", {})
+
+
+def _manifest_entries(directory: Path) -> dict[str, dict]:
+    """file name -> manifest entry for every manifest*.json in `directory` that lists models."""
+    entries: dict[str, dict] = {}
+    for manifest_path in sorted(directory.glob("manifest*.json")):
+        try:
+            models = json.loads(manifest_path.read_text()).get("models", {})
+        except (OSError, json.JSONDecodeError, AttributeError):
+            continue  # the owning package reports a broken manifest itself
+        if isinstance(models, dict):
+            for entry in models.values():
+                if isinstance(entry, dict) and "file" in entry:
+                    entries[entry["file"]] = entry
+    return entries
+
+
+def shipped_models(root: Path = PACKAGE_DIR) -> list[ShippedModel]:
+    """All shipped ONNX models, sorted by path."""
+    found = []
+    for directory in sorted({p.parent for p in root.rglob("*.onnx")}):
+        entries = _manifest_entries(directory)
+        for path in sorted(directory.glob("*.onnx")):
+            found.append(ShippedModel(path.stem, path, entries.get(path.name, {})))
+    return found
+
+
+def find_model(name_or_path: str) -> ShippedModel:
+    """A shipped model by name, or any ONNX file by path."""
+    path = Path(name_or_path)
+    if path.suffix == ".onnx" and path.exists():
+        for model in shipped_models():
+            if model.path == path.resolve():
+                return model
+        return ShippedModel(path.stem, path.resolve(), {})
+    for model in shipped_models():
+        if model.name == name_or_path:
+            return model
+    from bridge.engines.base import EngineError
+
+    names = ", ".join(m.name for m in shipped_models())
+    raise EngineError(f"no shipped model or ONNX file named '{name_or_path}'", f"choose one of: {names}")
+
+
+def sample_frames(count: int = 4) -> list[np.ndarray]:
+    """Real RGB frames (uint8 HxWx3) from the bundled sample clip, for parity checks and benchmarks."""
+    import cv2
+
+    clip = PACKAGE_DIR / "data" / "sample.mp4"
+    frames = []
+    capture = cv2.VideoCapture(str(clip))
+    try:
+        step = 0
+        while len(frames) < count:
+            ok, bgr = capture.read()
+            if not ok:
+                break
+            if step % 15 == 0:  # spread over the clip: half a second apart
+                frames.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+            step += 1
+    finally:
+        capture.release()
+    if not frames:  # no clip (stripped install): a deterministic gradient image still exercises every layer
+        y, x = np.mgrid[0:360, 0:480]
+        frames = [np.stack([x % 256, y % 256, (x + y) % 256], axis=-1).astype(np.uint8)]
+    return frames
+
+
+def frames_as_input(shape: tuple[int, ...], value_range: tuple[float, float] = (0.0, 1.0),
+                    count: int = 4) -> np.ndarray:
+    """Real frames resized to an NCHW (or NHWC) item shape, scaled to `value_range`, as a float32 batch."""
+    import cv2
+
+    nchw = shape[0] in (1, 3)
+    channels, height, width = shape if nchw else (shape[2], shape[0], shape[1])
+    batch = []
+    for rgb in sample_frames(count):
+        img = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA).astype(np.float32) / 255.0
+        if channels == 1:
+            img = img.mean(axis=2, keepdims=True)
+        lo, hi = value_range
+        img = lo + img * (hi - lo)
+        batch.append(img.transpose(2, 0, 1) if nchw else img)
+    return np.stack(batch).astype(np.float32)
+
+
+def value_range_of(entry: dict) -> tuple[float, float]:
+    """The input value range a manifest entry describes (defaults to [0, 1])."""
+    text = str(entry.get("preprocessing", {}).get("value_range", ""))
+    return (-1.0, 1.0) if "[-1, 1]" in text or "[-1,1]" in text else (0.0, 1.0)
