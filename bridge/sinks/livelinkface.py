@@ -90,7 +90,7 @@ def frame_values(frame: FaceFrame, mirror: bool = False) -> tuple[np.ndarray, in
     right = np.asarray(frame.eye_right, dtype=np.float64).reshape(-1)
     angles = np.array([head[0], head[1], head[2], left[0], left[1], 0.0, right[0], right[1], 0.0])
     signs = _ANGLE_SIGNS * _MIRROR if mirror else _ANGLE_SIGNS
-    values[NUM_BLENDSHAPES:] = angles * signs / 180.0
+    values[NUM_BLENDSHAPES:] = angles * signs / 180.0 + 0.0  # + 0.0 turns -0.0 (0 * -1) into a clean 0
     bad = ~np.isfinite(values)
     nonfinite = int(bad.sum())
     if nonfinite:
