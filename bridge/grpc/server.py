@@ -119,6 +119,8 @@ class _Servicer(pb_grpc.FaceBridgeServiceServicer):
                     response.frame.send_time = time.time()
                     yield response
                     sub.sent += 1
+            if self.sink._closed and context.is_active():
+                context.abort(grpc.StatusCode.UNAVAILABLE, "the bridge is shutting down; reconnect later")
         finally:
             self.sink._remove_subscriber(sub)
 
@@ -216,6 +218,7 @@ class GrpcSink(Sink):
         self._lock = threading.Lock()
         self._subscribers: list[_Subscriber] = []
         self._layouts: dict[str, tuple[tuple, pb.StreamHeader]] = {}  # subject -> (layout key, header)
+        self._latest: dict[str, tuple[pb.StreamHeader, pb.Frame]] = {}  # what a new subscriber starts with
         self._next_layout_id = 1
         self._dropped_by_gone = 0
         self._frame_times: collections.deque[float] = collections.deque(maxlen=120)
@@ -286,6 +289,8 @@ class GrpcSink(Sink):
             self._model_versions.update(header.model_versions)
             subscribers = list(self._subscribers)
         message = build_frame(frame, header.layout_id)
+        with self._lock:
+            self._latest[frame.subject] = (header, message)
         for sub in subscribers:
             sub.offer(frame.subject, header, message, now)
         self.sent += 1
@@ -308,6 +313,10 @@ class GrpcSink(Sink):
                 return None
             sub = _Subscriber(peer, subjects, max_frame_rate)
             self._subscribers.append(sub)
+            latest = list(self._latest.items())
+        now = time.monotonic()
+        for subject, (header, frame) in latest:  # a client of an idle bridge still gets header and state now
+            sub.offer(subject, header, frame, now)
         log.info("gRPC subscriber %s joined (%d now)", peer, len(self._subscribers))
         return sub
 
