@@ -20,13 +20,17 @@ class LatestQueue(Generic[T]):
         self._closed = False
         self.dropped = 0
 
-    def put(self, item: T) -> None:
+    def put(self, item: T, block: bool = False) -> None:
+        """Queue `item`. When full: drop the oldest (a live camera), or with `block` wait for room (a file
+        processed as fast as possible, where every frame should be kept)."""
         with self._cond:
+            while block and len(self._items) >= self._maxsize and not self._closed:
+                self._cond.wait(0.5)
             if len(self._items) >= self._maxsize:
                 self._items.popleft()
                 self.dropped += 1
             self._items.append(item)
-            self._cond.notify()
+            self._cond.notify_all()
 
     def get(self, timeout: float | None = None) -> T | None:
         """The oldest item still queued; None on timeout; raises Closed once closed and drained."""
@@ -34,7 +38,9 @@ class LatestQueue(Generic[T]):
             if not self._items and not self._closed:
                 self._cond.wait(timeout)
             if self._items:
-                return self._items.popleft()
+                item = self._items.popleft()
+                self._cond.notify_all()  # a blocked producer may go on
+                return item
             if self._closed:
                 raise Closed
             return None

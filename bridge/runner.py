@@ -71,6 +71,8 @@ class BridgeRunner:
         self.show_status = status
         self.on_frame = on_frame
         self.stats = RunStats()
+        # A file read as fast as possible keeps every frame (back-pressure); live and paced sources drop the oldest.
+        self.lossless = not source.live and not getattr(source, "realtime", True)
         self._frames: LatestQueue = LatestQueue(2)
         self._results: LatestQueue[FaceFrame] = LatestQueue(2)
         self._stop = threading.Event()
@@ -88,7 +90,7 @@ class BridgeRunner:
                 if frame is None:
                     break
                 self.stats.captured += 1
-                self._frames.put(frame)
+                self._frames.put(frame, block=self.lossless)
         except BaseException as e:  # a dead camera ends the run with its own message
             self.error = e
         finally:
@@ -115,7 +117,7 @@ class BridgeRunner:
                 self.stats.last_face = result.face_found
                 for k, v in result.latencies_ms.items():
                     self.stats.stage_ms.setdefault(k, deque(maxlen=600)).append(v)
-                self._results.put(result)
+                self._results.put(result, block=self.lossless)
         finally:
             self.stats.dropped_capture = self._frames.dropped
             self._results.close()

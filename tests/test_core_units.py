@@ -25,6 +25,28 @@ def test_latest_queue_drops_oldest_and_counts():
         q.get()
 
 
+def test_latest_queue_blocking_put_keeps_every_item():
+    q = LatestQueue(2)
+    got = []
+
+    def consume():
+        while True:
+            try:
+                item = q.get(timeout=1)
+            except Closed:
+                return
+            if item is not None:
+                got.append(item)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    for i in range(50):
+        q.put(i, block=True)
+    q.close()
+    t.join(5)
+    assert got == list(range(50)) and q.dropped == 0
+
+
 def test_latest_queue_wakes_consumer():
     q = LatestQueue(2)
     got = []
