@@ -1,0 +1,211 @@
+"""Take recorder and reader round trip, crash tolerance, and `facebridge replay` end to end over real UDP."""
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from bridge.errors import SinkError, SourceError
+from bridge.frame import ARKIT_NAMES, FaceFrame
+from bridge.sinks.livelinkface import CURVE_NAMES, decode_llf_packet
+from bridge.sinks.recorder import TakeReader, TakeRecorder
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def make_frames(n: int, rate: float = 30.0, seed: int = 0) -> list[FaceFrame]:
+    rng = np.random.default_rng(seed)
+    t0 = 1_700_000_000.0
+    frames = []
+    for i in range(n):
+        f = FaceFrame(seq=i, t_capture=t0 + i / rate, t_capture_mono=50.0 + i / rate, subject="Actor_1",
+                      face_found=True, image_size=(640, 480), frame_rate=rate)
+        f.blendshapes = rng.uniform(0, 1, 52).astype(np.float32)
+        f.head_rotation = rng.uniform(-30, 30, 3).astype(np.float32)
+        f.head_translation = rng.uniform(-5, 60, 3).astype(np.float32)
+        f.eye_left = rng.uniform(-15, 15, 2).astype(np.float32)
+        f.eye_right = rng.uniform(-15, 15, 2).astype(np.float32)
+        f.emotion = rng.dirichlet(np.ones(7)).astype(np.float32)
+        f.confidence = np.float32(rng.uniform())  # a numpy scalar, as stages leave them
+        f.region_confidence = {"eyes": np.float32(0.9), "mouth": 0.8}
+        f.latencies_ms = {"detect": 1.25, "landmarks": 2.5}
+        frames.append(f)
+    return frames
+
+
+def record(directory, frames, **kw) -> TakeRecorder:
+    rec = TakeRecorder(directory, **kw)
+    for f in frames:
+        rec.send(f)
+    rec.close()
+    return rec
+
+
+def test_round_trip(tmp_path):
+    frames = make_frames(50)
+    rec = record(tmp_path / "take", frames)
+    assert rec.stats()["frames"] == 50 and rec.errors == 0
+    back = list(TakeReader(tmp_path / "take"))
+    assert len(back) == 50
+    for a, b in zip(frames, back):
+        assert (b.seq, b.subject, b.face_found, b.image_size, b.frame_rate) == \
+            (a.seq, a.subject, a.face_found, a.image_size, a.frame_rate)
+        assert b.t_capture == a.t_capture and b.t_capture_mono == a.t_capture_mono
+        for name in ("blendshapes", "head_rotation", "head_translation", "eye_left", "eye_right", "emotion"):
+            assert np.allclose(getattr(b, name), getattr(a, name), atol=1e-6, rtol=0), name
+        assert b.confidence == pytest.approx(float(a.confidence))
+        assert b.region_confidence == pytest.approx({"eyes": 0.9, "mouth": 0.8})
+        assert b.latencies_ms == a.latencies_ms
+
+
+def test_metadata_and_live_link_face_csv(tmp_path):
+    frames = make_frames(12, rate=60.0)
+    record(tmp_path / "t", frames)
+    meta = json.loads((tmp_path / "t" / "take.json").read_text())
+    assert meta["complete"] is True and meta["frames"] == 12 and meta["subject"] == "Actor_1"
+    assert meta["frame_rate"] == 60.0 and meta["started"].startswith("2023-11-14T22:13:20")
+    assert meta["curve_names"] == list(CURVE_NAMES) and meta["blendshape_names"] == list(ARKIT_NAMES)
+    assert meta["facebridge_version"] and meta["duration_s"] == pytest.approx(11 / 60, abs=1e-5)
+    with open(tmp_path / "t" / "frames.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    header, rows = rows[0], rows[1:]
+    assert header[:2] == ["Timecode", "BlendShapeCount"] and sorted(header[2:]) == sorted(CURVE_NAMES)
+    assert header[16:20] == ["JawForward", "JawRight", "JawLeft", "JawOpen"]  # the app's CSV order
+    assert len(rows) == 12 and all(len(r) == 63 and r[1] == "61" for r in rows)
+    for frame, row in zip(frames, rows):
+        fn, sub, num, _ = frame.timecode()
+        h, m, s, ff = (fn // num) // 3600, (fn // num) // 60 % 60, (fn // num) % 60, fn % num
+        assert re.fullmatch(r"\d\d:\d\d:\d\d:\d\d\.\d\d\d", row[0])
+        assert row[0].startswith(f"{h:02d}:{m:02d}:{s:02d}:{ff:02d}.")
+        values = dict(zip(header, row))
+        assert float(values["JawOpen"]) == pytest.approx(frame.weight("jawOpen"), abs=1e-6)
+        assert float(values["JawLeft"]) == pytest.approx(frame.weight("jawLeft"), abs=1e-6)
+        assert float(values["HeadYaw"]) == pytest.approx(frame.head_rotation[0] / 180, abs=1e-6)
+
+
+def test_never_overwrites_a_take(tmp_path):
+    record(tmp_path / "t", make_frames(3))
+    before = (tmp_path / "t" / "frames.jsonl").read_bytes()
+    with pytest.raises(SinkError, match="already has files") as e:
+        TakeRecorder(tmp_path / "t")
+    assert "never overwritten" in str(e.value)
+    assert (tmp_path / "t" / "frames.jsonl").read_bytes() == before
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SinkError, match="is a file"):
+        TakeRecorder(tmp_path / "file")
+    record(tmp_path / "empty_dir_is_fine", make_frames(1))  # directory made by the recorder
+
+
+def test_crash_keeps_synced_frames_and_truncated_last_line_is_skipped(tmp_path, caplog):
+    frames = make_frames(20)
+    rec = TakeRecorder(tmp_path / "t", sync_interval_s=0.0)  # sync after every frame
+    for f in frames:
+        rec.send(f)
+    # No close(): as if the process died now. Everything sent is already on disk.
+    path = tmp_path / "t" / "frames.jsonl"
+    data = path.read_bytes()
+    path.write_bytes(data[:-40])  # and the last line was half written
+    with caplog.at_level(logging.WARNING):
+        reader = TakeReader(tmp_path / "t")
+        back = list(reader)
+    assert len(back) == 19 and reader.skipped == 1
+    assert np.allclose(back[-1].blendshapes, frames[18].blendshapes, atol=1e-6)
+    assert "not closed cleanly" in caplog.text and "cut short" in caplog.text
+    rec.close()
+
+
+def test_bad_line_in_the_middle_is_skipped(tmp_path, caplog):
+    record(tmp_path / "t", make_frames(5))
+    path = tmp_path / "t" / "frames.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[2] = "{not json\n"
+    path.write_text("".join(lines))
+    with caplog.at_level(logging.WARNING):
+        back = list(TakeReader(tmp_path / "t"))
+    assert [f.seq for f in back] == [0, 1, 3, 4] and "line 3" in caplog.text
+
+
+def test_reader_errors(tmp_path):
+    with pytest.raises(SourceError, match="does not exist"):
+        TakeReader(tmp_path / "missing")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(SourceError, match="no frames.jsonl"):
+        TakeReader(tmp_path / "d")
+
+
+def facebridge(*args):
+    return [sys.executable, "-m", "bridge.cli", *args]
+
+
+def udp_receiver():
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(10.0)
+    return sock
+
+
+def test_replay_streams_the_take_at_its_timing(tmp_path):
+    frames = make_frames(30, rate=30.0)  # 29 intervals of 1/30 s = 0.967 s
+    record(tmp_path / "t", frames)
+    llf, vmc = udp_receiver(), udp_receiver()
+    port, vmc_port = llf.getsockname()[1], vmc.getsockname()[1]
+    proc = subprocess.Popen(facebridge("replay", str(tmp_path / "t"), "--llf", f"127.0.0.1:{port}",
+                                       "--vmc", f"127.0.0.1:{vmc_port}", "--speed", "2", "--original-timecode"),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    packets, arrivals = [], []
+    for _ in range(30):
+        packets.append(decode_llf_packet(llf.recv(2048)))
+        arrivals.append(time.perf_counter())
+    out, err = proc.communicate(timeout=20)
+    llf.close()
+    vmc.settimeout(0.5)
+    applies = 0
+    try:
+        while True:
+            applies += b"/VMC/Ext/Blend/Apply" in vmc.recv(65536)
+    except socket.timeout:
+        vmc.close()
+    assert proc.returncode == 0, err
+    assert "replayed 30 frames" in out and "livelinkface: 30 sent, 0 failed, vmc: 30 sent, 0 failed" in out
+    assert applies == 30
+    assert [p["frame_number"] for p in packets] == [f.timecode()[0] for f in frames]  # all, in order
+    assert all(p["subject"] == "Actor_1" for p in packets)
+    assert np.allclose(packets[7]["values"][:52], frames[7].blendshapes, atol=1e-6)
+    duration = arrivals[-1] - arrivals[0]
+    assert 0.3 < duration < 1.5, duration  # 0.483 s at --speed 2; loose for a busy CI machine
+
+
+def test_replay_loops_until_interrupted(tmp_path):
+    record(tmp_path / "t", make_frames(10, rate=60.0))
+    llf = udp_receiver()
+    port = llf.getsockname()[1]
+    proc = subprocess.Popen(facebridge("replay", str(tmp_path / "t"), "--llf", f"127.0.0.1:{port}", "--vmc", "off",
+                                       "--loop", "--speed", "4"),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    packets = [decode_llf_packet(llf.recv(2048)) for _ in range(25)]  # more than two passes
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    llf.close()
+    assert proc.returncode == 130 and "replay stopped" in out, err
+    frame_numbers = [p["frame_number"] for p in packets]
+    assert frame_numbers == sorted(frame_numbers)  # replay time stamps keep counting up across passes
+
+
+def test_replay_rejects_bad_arguments(tmp_path):
+    result = subprocess.run(facebridge("replay", str(tmp_path / "nothing")), cwd=REPO, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 1 and "does not exist" in result.stderr and result.stderr.count("\n") == 1
+    record(tmp_path / "t", make_frames(2))
+    result = subprocess.run(facebridge("replay", str(tmp_path / "t"), "--llf", "off", "--vmc", "off"), cwd=REPO,
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and "nothing to send to" in result.stderr
