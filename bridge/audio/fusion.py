@@ -1,0 +1,55 @@
+"""Audio + video mouth fusion: a continuous weighting, not a hard switch.
+
+For each mouth channel the audio lip-sync drives (LipSyncResult.mouth_mask):
+
+    camera_trust = face_trust(frame) * mouth_visible                 (0 = camera cannot see the mouth)
+    w_audio      = (1 - camera_trust) + camera_trust * speech * AUDIO_SHARE_WHEN_VISIBLE
+    mouth        = w_audio * audio + (1 - w_audio) * camera
+
+where face_trust rises linearly from 0 at confidence CONF_LOW to 1 at CONF_HIGH (0 when no face was found)
+and speech is the voice-activity probability. So:
+  * face lost, turned away or mouth hidden  -> speech drives the mouth fully;
+  * face visible and the person silent      -> the camera wins (w_audio = 0);
+  * face visible and speaking               -> an even blend: audio sharpens lip closures and rounding the
+                                               camera blurs, the camera keeps the person's own style.
+tongueOut always comes from audio (cameras cannot see the tongue), scaled by speech. A result older than
+STALE_S (an audio dropout) is ignored, so the camera or the neutral pose takes over instead of a frozen mouth.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from bridge.frame import ARKIT_INDEX, FaceFrame
+
+CONF_LOW, CONF_HIGH = 0.3, 0.7
+AUDIO_SHARE_WHEN_VISIBLE = 0.5
+STALE_S = 0.25
+TONGUE = ARKIT_INDEX["tongueOut"]
+
+
+def face_trust(frame: FaceFrame) -> float:
+    if not frame.face_found:
+        return 0.0
+    return float(np.clip((frame.confidence - CONF_LOW) / (CONF_HIGH - CONF_LOW), 0.0, 1.0))
+
+
+def audio_weight(frame: FaceFrame, voice_activity: float, mouth_visible: float) -> float:
+    camera_trust = face_trust(frame) * float(np.clip(mouth_visible, 0.0, 1.0))
+    speech = float(np.clip(voice_activity, 0.0, 1.0))
+    return (1.0 - camera_trust) + camera_trust * speech * AUDIO_SHARE_WHEN_VISIBLE
+
+
+def fuse_mouth(frame: FaceFrame, result, mouth_visible: float = 1.0) -> None:
+    """Blend the audio mouth into `frame.blendshapes` in place and set `frame.visemes`. `result` is a
+    LipSyncResult or None; None or a stale result leaves the frame as the camera made it."""
+    if result is None or abs(frame.t_capture_mono - result.t_capture_mono) > STALE_S:
+        return
+    w = audio_weight(frame, result.voice_activity, mouth_visible)
+    mask = result.mouth_mask
+    shapes = frame.blendshapes.astype(np.float32, copy=True)
+    shapes[mask] = w * result.blendshapes[mask] + (1.0 - w) * shapes[mask]
+    shapes[TONGUE] = result.blendshapes[TONGUE]
+    frame.blendshapes[:] = np.clip(shapes, 0.0, 1.0)
+    frame.visemes = np.asarray(result.visemes, dtype=np.float32).copy()
+    frame.latencies_ms["lipsync"] = float(result.latency_ms)
+    frame.model_versions.setdefault("lipsync", "lipsync.onnx")

@@ -1,0 +1,275 @@
+"""Streaming audio lip-sync: log-mel frames -> causal GRU (+ low-rank adapter) -> visemes and ARKit mouth weights.
+
+`LipSyncModel` steps the shipped ONNX model (bridge/audio/lipsync.onnx, explicit recurrent state in and out).
+`LipSyncStream` runs it on a background thread over an AudioSource; the video pipeline only ever calls
+`latest()`, which never blocks, so a stalled microphone or a broken file cannot hold up video frames.
+`analyze()` runs a whole recording offline (tests, benchmarks).
+
+Timing: the model outputs frame t - LOOKAHEAD after seeing frame t, so each result describes the instant
+52.5 ms (4 hops + half a window) before the newest audio it used. Results are stamped with that instant's
+capture time, on the same clocks as video frames.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bridge.audio import features
+from bridge.audio.sources import AudioSource
+from bridge.audio.vad import SileroVad, shipped_model
+from bridge.audio.visemes import MOUTH_ARKIT_INDICES, MOUTH_CHANNELS
+from bridge.engines import create_session
+from bridge.errors import ModelError
+from bridge.frame import NUM_BLENDSHAPES, VISEME_NAMES
+
+log = logging.getLogger(__name__)
+
+MOUTH_MASK = np.zeros(NUM_BLENDSHAPES, dtype=bool)
+MOUTH_MASK[MOUTH_ARKIT_INDICES] = True
+
+
+@dataclass
+class LipSyncResult:
+    visemes: np.ndarray  # (15,) probabilities in VISEME_NAMES order
+    blendshapes: np.ndarray  # (52,) ARKit order; only MOUTH_MASK entries are set, the rest are 0
+    mouth_mask: np.ndarray  # (52,) bool: which blendshapes audio drives
+    voice_activity: float  # 0..1 speech probability (Silero VAD)
+    t_capture: float  # wall-clock seconds of the audio instant described
+    t_capture_mono: float  # time.perf_counter() of that instant
+    latency_ms: float  # from that instant's capture to this result being published
+
+    @property
+    def viseme(self) -> str:
+        return VISEME_NAMES[int(np.argmax(self.visemes))]
+
+
+def load_adapter(path: str | Path) -> dict[str, np.ndarray]:
+    """Adapter weights from an .npz holding the manifest's adapter initializer names."""
+    try:
+        with np.load(path) as z:
+            return {k: z[k].astype(np.float32) for k in z.files}
+    except (OSError, ValueError) as e:
+        raise ModelError(f"cannot read lip-sync adapter {path} ({e})", "pass an .npz written by the trainer "
+                         "or the federated agent") from None
+
+
+class LipSyncModel:
+    """Steps the ONNX model frame by frame, keeping its recurrent state between calls.
+
+    `adapter` replaces the named low-rank adapter initializers (adapter.A / adapter.B) at load time, so a
+    federated update needs no new ONNX file."""
+
+    def __init__(self, backend: str = "onnxruntime", adapter: dict[str, np.ndarray] | str | Path | None = None,
+                 threads: int = 1):
+        path, self.manifest = shipped_model("lipsync")
+        self.lookahead = int(self.manifest["lookahead_frames"])
+        self.state_shape = tuple(self.manifest["inputs"]["state"])
+        if adapter is None:
+            self._session = create_session(path, backend=backend, threads=threads)
+        else:
+            self._session = self._session_with_adapter(path, adapter, threads, backend)
+        self.reset()
+
+    def _session_with_adapter(self, path, adapter, threads, backend):
+        if backend not in ("onnxruntime", "auto"):
+            raise ModelError(f"adapter override is not implemented for backend {backend!r}",
+                             "use the onnxruntime backend or bake the adapter into the ONNX file")
+        weights = load_adapter(adapter) if isinstance(adapter, (str, Path)) else adapter
+        expected = {k: tuple(v) for k, v in self.manifest["adapter_initializers"].items()}
+        for name, shape in expected.items():
+            got = tuple(np.shape(weights[name])) if name in weights else "missing"
+            if got != shape:
+                raise ModelError(f"lip-sync adapter tensor {name} has shape {got}, expected {shape}",
+                                 "use an adapter trained for this model version")
+        return _AdapterSession(path, {n: weights[n] for n in expected}, threads)
+
+    def reset(self) -> None:
+        self._state = np.zeros(self.state_shape, dtype=np.float32)
+
+    def step(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(T, 40) new log-mel frames -> (T, 15) viseme probabilities, (T, 19) mouth weights, each row
+        describing the frame `lookahead` frames before the matching input row."""
+        out = self._session.run({"mel": np.ascontiguousarray(mel[None], np.float32), "state": self._state})
+        self._state = out["state_out"]
+        return out["visemes"][0], out["mouth"][0]
+
+
+class _AdapterSession:
+    """ONNX Runtime session whose adapter initializers are overridden at load (SessionOptions.add_initializer)."""
+
+    backend_name = "onnxruntime"
+
+    def __init__(self, path: Path, weights: dict[str, np.ndarray], threads: int):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # ORT keeps only a pointer to these buffers: they must live as long as the session
+        self._values = {n: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(w, dtype=np.float32))
+                        for n, w in weights.items()}
+        for name, value in self._values.items():
+            opts.add_initializer(name, value)
+        self._session = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        self._output_names = [o.name for o in self._session.get_outputs()]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return dict(zip(self._output_names, self._session.run(self._output_names, feeds)))
+
+
+def analyze(pcm: np.ndarray, model: LipSyncModel | None = None, vad: bool = True) -> dict:
+    """Offline: 16 kHz mono -> per 10 ms frame arrays aligned to frame times (row t describes frame t).
+    Keys: times (s), visemes (T,15), mouth (T,19), voice_activity (T,)."""
+    model = model or LipSyncModel()
+    model.reset()
+    mel = features.log_mel(pcm)
+    pad = np.full((model.lookahead, features.N_MELS), np.log(features.LOG_FLOOR), np.float32)
+    vis, mouth = model.step(np.concatenate([mel, pad]))
+    vis, mouth = vis[model.lookahead:], mouth[model.lookahead:]
+    times = features.frame_center_s(np.arange(len(mel)))
+    activity = np.ones(len(mel), np.float32)
+    if vad:
+        probs = np.array(SileroVad().push(pcm) or [0.0], np.float32)
+        chunk_of_frame = np.minimum((times * features.SAMPLE_RATE // 512).astype(int), len(probs) - 1)
+        activity = probs[chunk_of_frame]
+    return {"times": times, "visemes": vis, "mouth": mouth, "voice_activity": activity}
+
+
+class _Clock:
+    """Maps a sample index of the stream to capture times, one anchor per received chunk (so gaps and
+    dropouts between chunks are handled)."""
+
+    def __init__(self):
+        self._anchors: collections.deque = collections.deque(maxlen=256)  # (first sample, wall, mono)
+
+    def add(self, first_sample: int, wall: float, mono: float) -> None:
+        self._anchors.append((first_sample, wall, mono))
+
+    def at(self, sample: float) -> tuple[float, float]:
+        best = self._anchors[0]
+        for anchor in reversed(self._anchors):
+            if anchor[0] <= sample:
+                best = anchor
+                break
+        dt = (sample - best[0]) / features.SAMPLE_RATE
+        return best[1] + dt, best[2] + dt
+
+
+class VoiceGate:
+    """Turns the VAD probability into a 0..1 gain for the mouth: opens at once, closes after a hold time,
+    so the lip model is not cut mid-word but background noise cannot flap the jaw."""
+
+    def __init__(self, low: float = 0.2, high: float = 0.5, hold_s: float = 0.25):
+        self.low, self.high, self.hold_s = low, high, hold_s
+        self._last_speech = -1e9
+
+    def __call__(self, prob: float, now: float) -> float:
+        if prob >= self.high:
+            self._last_speech = now
+        raw = float(np.clip((prob - self.low) / (self.high - self.low), 0.0, 1.0))
+        held = now - self._last_speech <= self.hold_s
+        return 1.0 if held else raw
+
+
+class LipSyncStream:
+    """Background lip-sync over an AudioSource. `start(source)`, then poll `latest()`; `stop()` ends it."""
+
+    def __init__(self, backend: str = "onnxruntime", adapter=None, use_vad: bool = True, history: int = 0):
+        self.model = LipSyncModel(backend=backend, adapter=adapter)
+        self.vad = SileroVad(backend=backend) if use_vad else None
+        self.gate = VoiceGate()
+        self._latest: LipSyncResult | None = None
+        self.history: collections.deque | None = collections.deque(maxlen=history) if history else None
+        self.error: str | None = None
+        self.hops = 0
+        self.compute_s = 0.0
+        self._thread: threading.Thread | None = None
+        self._source: AudioSource | None = None
+        self._stop = threading.Event()
+
+    # -- caller side (never blocks) --------------------------------------------------------------------
+    def latest(self) -> LipSyncResult | None:
+        return self._latest
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, source: AudioSource) -> "LipSyncStream":
+        if self.running:
+            raise RuntimeError("LipSyncStream already started")
+        self._source = source
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="lipsync", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        if self._source is not None:
+            self._source.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- worker thread -------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._consume(self._source)
+        except Exception as e:  # a broken source or model must not take the caller down
+            self.error = f"{type(e).__name__}: {e}"
+            log.error("audio lip-sync stopped: %s", self.error)
+
+    def _consume(self, source: AudioSource) -> None:
+        front = features.StreamingLogMel()
+        clock = _Clock()
+        self.model.reset()
+        if self.vad is not None:
+            self.vad.reset()
+        samples = 0
+        activity = 1.0 if self.vad is None else 0.0
+        for chunk in source:
+            if self._stop.is_set():
+                return
+            clock.add(samples, chunk.t_capture, chunk.t_capture_mono)
+            samples += len(chunk.pcm)
+            t0 = time.perf_counter()
+            if self.vad is not None:
+                probs = self.vad.push(chunk.pcm)
+                if probs:
+                    activity = probs[-1]
+            mel = front.push(chunk.pcm)
+            if len(mel) == 0:
+                continue
+            vis, mouth = self.model.step(mel)
+            self.compute_s += time.perf_counter() - t0
+            self.hops += len(mel)
+            for k in range(len(mel)):
+                frame = front.frames_emitted - len(mel) + k - self.model.lookahead
+                if frame < 0:
+                    continue
+                wall, mono = clock.at(float(features.frame_center_s(frame)) * features.SAMPLE_RATE)
+                self._publish(vis[k], mouth[k], activity, wall, mono)
+
+    def _publish(self, vis, mouth, activity, wall, mono) -> None:
+        now = time.perf_counter()
+        gain = self.gate(activity, mono) if self.vad is not None else 1.0
+        shapes = np.zeros(NUM_BLENDSHAPES, dtype=np.float32)
+        shapes[MOUTH_ARKIT_INDICES] = np.asarray(mouth, np.float32) * gain
+        visemes = np.asarray(vis, np.float32)
+        if gain < 1.0:  # silence probability grows as the gate closes
+            visemes = visemes * gain
+            visemes[0] += 1.0 - gain
+        result = LipSyncResult(visemes, shapes, MOUTH_MASK, float(activity), wall, mono, (now - mono) * 1000.0)
+        self._latest = result
+        if self.history is not None:
+            self.history.append(result)
+
+
+__all__ = ["LipSyncModel", "LipSyncResult", "LipSyncStream", "MOUTH_MASK", "MOUTH_CHANNELS", "analyze"]

@@ -1,0 +1,170 @@
+"""`facebridge bench lipsync`: accuracy on held-out speech, compute per 10 ms hop, audio-in to weights-out latency.
+
+Held-out data comes from `tools/gen_lipsync_data.py` (espeak-ng, offline): languages, voice variants and
+speaking rates never used in training. It is generated into --data when missing (needs espeak-ng).
+Accuracy runs the shipped ONNX model exactly as the live stream does (same front end, same state stepping).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bridge.errors import FaceBridgeError
+
+EVAL_SETS = ("eval_lang", "eval_voice", "eval_rate", "eval_all")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--data", default="build/lipsync", help="folder with held-out sets (generated if missing)")
+    p.add_argument("--count", type=int, default=100, help="utterances per held-out set when generating")
+    p.add_argument("--hops", type=int, default=3000, help="hops timed for the compute figure")
+    p.add_argument("--latency-seconds", type=float, default=8.0, help="seconds of speech streamed at real time")
+    p.add_argument("--backend", default="onnxruntime")
+
+
+def lipsync_metrics(pred_vis: np.ndarray, pred_mouth: np.ndarray, tgt_vis: np.ndarray, tgt_mouth: np.ndarray) -> dict:
+    """Viseme frame accuracy, mouth-weight MAE and correlation per channel, and mouth opening in silence
+    (frames whose target is the rest pose)."""
+    from bridge.audio.visemes import MOUTH_CHANNELS
+
+    jaw = MOUTH_CHANNELS.index("jawOpen")
+    corr = {}
+    for c, name in enumerate(MOUTH_CHANNELS):
+        if tgt_mouth[:, c].std() > 1e-4 and pred_mouth[:, c].std() > 1e-6:
+            corr[name] = round(float(np.corrcoef(pred_mouth[:, c], tgt_mouth[:, c])[0, 1]), 3)
+    rest = tgt_mouth.max(axis=1) < 0.02
+    return {
+        "frames": int(len(tgt_vis)),
+        "viseme_accuracy": round(float((pred_vis == tgt_vis).mean()), 3),
+        "mouth_mae": round(float(np.abs(pred_mouth - tgt_mouth).mean()), 4),
+        "jawOpen_mae": round(float(np.abs(pred_mouth[:, jaw] - tgt_mouth[:, jaw]).mean()), 4),
+        "jawOpen_correlation": corr.get("jawOpen"),
+        "mean_channel_correlation": round(float(np.mean(list(corr.values()))), 3) if corr else None,
+        "channel_correlation": corr,
+        "silence_frames": int(rest.sum()),
+        "silence_jawOpen_mean": round(float(pred_mouth[rest, jaw].mean()), 4) if rest.any() else None,
+        "silence_jawOpen_p95": round(float(np.percentile(pred_mouth[rest, jaw], 95)), 4) if rest.any() else None,
+    }
+
+
+def _ensure_data(data: Path, count: int) -> None:
+    missing = [s for s in EVAL_SETS if not (data / f"{s}.npz").exists()]
+    if not missing:
+        return
+    tool = REPO / "tools" / "gen_lipsync_data.py"
+    if not tool.exists():
+        raise FaceBridgeError(f"held-out lip-sync data is missing in {data}",
+                              "run from a source checkout (tools/gen_lipsync_data.py generates it)")
+    print(f"generating held-out sets {', '.join(missing)} into {data} ...", flush=True)
+    proc = subprocess.run([sys.executable, str(tool), "--out", str(data), "--sets", ",".join(missing),
+                           "--count", str(count)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FaceBridgeError(f"generating held-out speech failed ({proc.stderr.strip().splitlines()[-1:]})",
+                              "install espeak-ng: apt-get install espeak-ng libespeak-ng1")
+
+
+def _utterances(path: Path):
+    with np.load(path) as z:
+        mel, vis, mouth, lengths = z["mel"].astype(np.float32), z["visemes"], z["mouth"].astype(np.float32), z["lengths"]
+        audio = [z[k] for k in sorted(z.files) if k.startswith("pcm_")]
+    start = 0
+    utts = []
+    for n in lengths:
+        utts.append((mel[start:start + n], vis[start:start + n].astype(np.int64), mouth[start:start + n]))
+        start += n
+    return utts, audio
+
+
+def accuracy(model, path: Path) -> dict:
+    from bridge.audio import features
+
+    pv, pm, tv, tm = [], [], [], []
+    pad = np.full((model.lookahead, features.N_MELS), np.log(features.LOG_FLOOR), np.float32)
+    utts, _ = _utterances(path)
+    for mel, vis, mouth in utts:
+        model.reset()
+        p_vis, p_mouth = model.step(np.concatenate([mel, pad]))
+        pv.append(p_vis[model.lookahead:].argmax(-1)), pm.append(p_mouth[model.lookahead:])
+        tv.append(vis), tm.append(mouth)
+    return lipsync_metrics(*(np.concatenate(x) for x in (pv, pm, tv, tm)))
+
+
+def compute_per_hop(model, vad, pcm: np.ndarray, hops: int) -> dict:
+    from bridge.audio import features
+
+    front = features.StreamingLogMel()
+    model.reset()
+    vad.reset()
+    pcm = np.resize(pcm, (hops + 3) * features.HOP)
+    model_us, total_us = [], []
+    for i in range(hops + 3):
+        block = pcm[i * features.HOP:(i + 1) * features.HOP]
+        t0 = time.perf_counter()
+        vad.push(block)
+        t1 = time.perf_counter()
+        mel = front.push(block)
+        if len(mel):
+            model.step(mel)
+        t2 = time.perf_counter()
+        if len(mel):
+            model_us.append((t2 - t1) * 1e6)
+            total_us.append((t2 - t0) * 1e6)
+    m, t = np.array(model_us), np.array(total_us)
+    return {"hops": int(len(m)), "threads": 1,
+            "lipsync_us_mean": round(float(m.mean()), 1), "lipsync_us_p99": round(float(np.percentile(m, 99)), 1),
+            "with_vad_us_mean": round(float(t.mean()), 1), "with_vad_us_p99": round(float(np.percentile(t, 99)), 1)}
+
+
+def streaming_latency(pcm: np.ndarray, seconds: float, backend: str) -> dict:
+    import soundfile as sf
+
+    from bridge.audio.features import SAMPLE_RATE
+    from bridge.audio.lipsync import LipSyncStream
+    from bridge.audio.sources import FileSource
+
+    pcm = pcm[: int(seconds * SAMPLE_RATE)]
+    with tempfile.TemporaryDirectory() as tmp:
+        wav = Path(tmp) / "speech.wav"
+        sf.write(wav, pcm, SAMPLE_RATE, subtype="FLOAT")
+        stream = LipSyncStream(backend=backend, history=100000)
+        source = FileSource(wav, realtime=True)
+        stream.start(source)
+        stream._thread.join(seconds + 10)
+        stream.stop()
+    lat = np.array([r.latency_ms for r in stream.history])
+    if stream.error or not len(lat):
+        raise FaceBridgeError(f"lip-sync stream failed ({stream.error or 'no results'})", "see the log above")
+    return {"source": "file at real time, 10 ms chunks", "results": int(len(lat)),
+            "latency_ms_p50": round(float(np.percentile(lat, 50)), 1),
+            "latency_ms_p99": round(float(np.percentile(lat, 99)), 1), "latency_ms_max": round(float(lat.max()), 1),
+            "includes": "lookahead 52.5 ms (4 hops + half window) + chunk buffering + VAD + model compute"}
+
+
+def run(args) -> dict:
+    from bridge.audio.lipsync import LipSyncModel
+    from bridge.audio.vad import SileroVad
+
+    data = Path(args.data)
+    _ensure_data(data, args.count)
+    model = LipSyncModel(backend=args.backend)
+    results = {"model": {k: model.manifest[k] for k in ("file", "sha256", "lookahead_ms")}}
+    for name in EVAL_SETS:
+        results[name] = accuracy(model, data / f"{name}.npz")
+        r = results[name]
+        print(f"{name}: viseme acc {r['viseme_accuracy']}  mouth MAE {r['mouth_mae']}  "
+              f"jawOpen r {r['jawOpen_correlation']}  silence jawOpen {r['silence_jawOpen_mean']}", flush=True)
+    _, audio = _utterances(data / "eval_all.npz")
+    if not audio:
+        raise FaceBridgeError(f"{data / 'eval_all.npz'} holds no audio", "regenerate it with --keep-audio 4")
+    pcm = np.concatenate(audio)
+    results["compute_per_hop"] = compute_per_hop(model, SileroVad(args.backend), pcm, args.hops)
+    print(f"compute per 10 ms hop: {results['compute_per_hop']}", flush=True)
+    results["latency"] = streaming_latency(pcm, args.latency_seconds, args.backend)
+    print(f"audio-in to weights-out: {results['latency']}", flush=True)
+    return results

@@ -1,0 +1,267 @@
+"""Train the streaming lip-sync model and export it to ONNX (CPU, one thread, seeded, a few minutes).
+
+    python tools/gen_lipsync_data.py --out build/lipsync      # data first (espeak-ng, offline)
+    python tools/train_lipsync.py --data build/lipsync          # -> bridge/audio/lipsync.onnx + manifest
+
+Model: per-channel normalised log-mel (40 bands, 10 ms hop) -> Linear+ReLU -> 2-layer GRU (causal, explicit
+state in/out) -> Linear+ReLU -> output layer. The output layer is the frozen base head plus a low-rank adapter,
+logits = head(h) + (h @ adapter.A) @ adapter.B, whose two matrices are separate named ONNX initializers so a
+federated update can replace them (ORT add_initializer, TensorRT refit) without touching the base.
+The network outputs frame t - LOOKAHEAD when it has seen frame t: that delay is its lookahead.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bridge.audio import features  # noqa: E402
+from bridge.audio.visemes import MOUTH_CHANNELS  # noqa: E402
+from bridge.bench.lipsync import lipsync_metrics  # noqa: E402
+from bridge.frame import VISEME_NAMES  # noqa: E402
+from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
+from bridge.models import sha256_file  # noqa: E402
+
+LOOKAHEAD = 4  # frames (40 ms) + half a 25 ms window = 52.5 ms of audio after the instant described
+HIDDEN = 128
+LAYERS = 2
+RANK = 8
+N_VIS, N_MOUTH = len(VISEME_NAMES), len(MOUTH_CHANNELS)
+ADAPTER_NAMES = ("adapter.A", "adapter.B")
+OUT_DIR = ROOT / "bridge" / "audio"
+
+
+class Adapter(nn.Module):
+    def __init__(self, hidden: int, rank: int, outputs: int):
+        super().__init__()
+        self.A = nn.Parameter(torch.randn(hidden, rank) / hidden ** 0.5)
+        self.B = nn.Parameter(torch.zeros(rank, outputs))  # starts as a no-op, as in LoRA
+
+    def forward(self, h):
+        return (h @ self.A) @ self.B
+
+
+class LipSyncNet(nn.Module):
+    def __init__(self, mean: np.ndarray, std: np.ndarray):
+        super().__init__()
+        self.register_buffer("mel_mean", torch.tensor(mean, dtype=torch.float32))
+        self.register_buffer("mel_scale", torch.tensor(1.0 / std, dtype=torch.float32))
+        self.inp = nn.Linear(features.N_MELS, HIDDEN)
+        self.gru = nn.GRU(HIDDEN, HIDDEN, num_layers=LAYERS, batch_first=True)
+        self.mid = nn.Linear(HIDDEN, HIDDEN)
+        self.head = nn.Linear(HIDDEN, N_VIS + N_MOUTH)
+        self.adapter = Adapter(HIDDEN, RANK, N_VIS + N_MOUTH)
+
+    def forward(self, mel, state):
+        x = torch.relu(self.inp((mel - self.mel_mean) * self.mel_scale))
+        y, state_out = self.gru(x, state)
+        h = torch.relu(self.mid(y))
+        out = self.head(h) + self.adapter(h)
+        return out[..., :N_VIS], out[..., N_VIS:], state_out
+
+
+class ExportWrapper(nn.Module):
+    """ONNX interface: probabilities and 0..1 weights instead of logits."""
+
+    def __init__(self, net: LipSyncNet):
+        super().__init__()
+        self.net = net
+
+    def forward(self, mel, state):
+        vis, mouth, state_out = self.net(mel, state)
+        return torch.softmax(vis, dim=-1), torch.clamp(mouth, 0.0, 1.0), state_out
+
+
+def load_set(data_dir: Path, name: str) -> list[dict]:
+    z = np.load(data_dir / f"{name}.npz")
+    mel, vis, mouth = z["mel"].astype(np.float32), z["visemes"].astype(np.int64), z["mouth"].astype(np.float32)
+    out, start = [], 0
+    for n in z["lengths"]:
+        out.append({"mel": mel[start:start + n], "visemes": vis[start:start + n], "mouth": mouth[start:start + n]})
+        start += n
+    return out
+
+
+def batches(utts: list[dict], rng: np.random.Generator, batch: int, length: int):
+    """Random crops; targets lag the input by LOOKAHEAD frames."""
+    while True:
+        mel = np.zeros((batch, length, features.N_MELS), np.float32)
+        vis = np.zeros((batch, length), np.int64)
+        mouth = np.zeros((batch, length, N_MOUTH), np.float32)
+        for b in range(batch):
+            u = utts[rng.integers(len(utts))]
+            n = len(u["mel"])
+            start = int(rng.integers(LOOKAHEAD, max(LOOKAHEAD + 1, n - length)))
+            seg = slice(start, min(n, start + length))
+            tgt = slice(seg.start - LOOKAHEAD, seg.stop - LOOKAHEAD)
+            k = seg.stop - seg.start
+            mel[b, :k] = u["mel"][seg] + rng.normal(0, 0.5)  # random level offset (log domain)
+            mel[b, k:] = np.log(features.LOG_FLOOR)
+            vis[b, :k] = u["visemes"][tgt]
+            mouth[b, :k] = u["mouth"][tgt]
+        yield torch.from_numpy(mel), torch.from_numpy(vis), torch.from_numpy(mouth)
+
+
+def predict(net: LipSyncNet, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Streaming-equivalent prediction for a whole utterance, re-aligned: row t describes frame t."""
+    with torch.no_grad():
+        padded = np.concatenate([mel, np.full((LOOKAHEAD, mel.shape[1]), np.log(features.LOG_FLOOR), np.float32)])
+        vis, mouth, _ = net(torch.from_numpy(padded)[None], torch.zeros(LAYERS, 1, HIDDEN))
+    return (torch.softmax(vis[0, LOOKAHEAD:], -1).numpy(), mouth[0, LOOKAHEAD:].clamp(0, 1).numpy())
+
+
+def evaluate(net: LipSyncNet, utts: list[dict]) -> dict:
+    """Viseme frame accuracy, mouth MAE, per-channel correlation, and what the mouth does in silence."""
+    pv, pm, tv, tm = [], [], [], []
+    for u in utts:
+        vis, mouth = predict(net, u["mel"])
+        pv.append(vis.argmax(-1)), pm.append(mouth), tv.append(u["visemes"]), tm.append(u["mouth"])
+    return lipsync_metrics(*(np.concatenate(x) for x in (pv, pm, tv, tm)))
+
+
+def export(net: LipSyncNet, path: Path) -> None:
+    import onnx
+
+    wrapper = ExportWrapper(net).eval()
+    mel = torch.zeros(1, 7, features.N_MELS)
+    state = torch.zeros(LAYERS, 1, HIDDEN)
+    buf = io.BytesIO()
+    torch.onnx.export(wrapper, (mel, state), buf, dynamo=False, opset_version=17,
+                      input_names=["mel", "state"], output_names=["visemes", "mouth", "state_out"],
+                      dynamic_axes={"mel": {1: "frames"}, "visemes": {1: "frames"}, "mouth": {1: "frames"}})
+    model = onnx.load_from_string(buf.getvalue())
+    names = {init.name for init in model.graph.initializer}
+    # the legacy exporter names parameter initializers after the module path
+    for want in ADAPTER_NAMES:
+        src = "net." + want
+        for init in model.graph.initializer:
+            if init.name == src:
+                init.name = want
+        for node in model.graph.node:
+            node.input[:] = [want if i == src else i for i in node.input]
+    names = {init.name for init in model.graph.initializer}
+    missing = [n for n in ADAPTER_NAMES if n not in names]
+    if missing:
+        raise SystemExit(f"export lost the adapter initializers {missing}; found {sorted(names)}")
+    model.producer_name = "facebridge tools/train_lipsync.py"
+    onnx.checker.check_model(model)
+    atomic_write_bytes(path, model.SerializeToString())
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="build/lipsync")
+    p.add_argument("--out", default=str(OUT_DIR), help="where lipsync.onnx and its manifest go")
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--length", type=int, default=300, help="frames per training crop")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    data = Path(args.data)
+    out = Path(args.out)
+
+    train = load_set(data, "train")
+    all_mel = np.concatenate([u["mel"] for u in train])
+    mean, std = all_mel.mean(0), all_mel.std(0) + 1e-3
+    print(f"train: {len(train)} utterances, {len(all_mel) / 6000:.1f} min", flush=True)
+    net = LipSyncNet(mean, std)
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=args.steps, pct_start=0.1)
+    ce = nn.CrossEntropyLoss()
+    channel_weight = torch.ones(N_MOUTH)
+    channel_weight[MOUTH_CHANNELS.index("jawOpen")] = 3.0
+    started = time.time()
+    stream = batches(train, rng, args.batch, args.length)
+    for step in range(1, args.steps + 1):
+        mel, vis, mouth = next(stream)
+        logits, pred, _ = net(mel, torch.zeros(LAYERS, args.batch, HIDDEN))
+        loss_vis = ce(logits.reshape(-1, N_VIS), vis.reshape(-1))
+        loss_mouth = ((pred - mouth) ** 2 * channel_weight).mean() * 20
+        loss = loss_vis + loss_mouth
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 50 == 0 or step == args.steps:
+            print(f"step {step}/{args.steps}  viseme CE {loss_vis.item():.3f}  mouth {loss_mouth.item():.4f}  "
+                  f"({time.time() - started:.0f} s)", flush=True)
+    net.eval()
+    train_seconds = round(time.time() - started, 1)
+
+    results = {}
+    for name in ("eval_lang", "eval_voice", "eval_rate", "eval_all"):
+        if (data / f"{name}.npz").exists():
+            results[name] = evaluate(net, load_set(data, name))
+            r = results[name]
+            print(f"{name}: viseme acc {r['viseme_accuracy']}  mouth MAE {r['mouth_mae']}  jawOpen r "
+                  f"{r['jawOpen_correlation']}  silence jawOpen {r['silence_jawOpen_mean']}", flush=True)
+
+    model_path = out / "lipsync.onnx"
+    export(net, model_path)
+    adapter = {n: getattr(net.adapter, n.split(".")[1]).detach().numpy().astype(np.float32) for n in ADAPTER_NAMES}
+    buf = io.BytesIO()
+    np.savez(buf, **adapter)
+    adapter_path = atomic_write_bytes(out / "lipsync_adapter_default.npz", buf.getvalue())
+    check_onnx(model_path, net)
+    manifest = {
+        "name": "lipsync",
+        "file": model_path.name,
+        "sha256": sha256_file(model_path),
+        "default_adapter": {"file": adapter_path.name, "sha256": sha256_file(adapter_path)},
+        "license": "Apache-2.0 (trained by FaceBridge on speech synthesized offline with espeak-ng; no espeak-ng "
+                   "code or data is shipped)",
+        "source": "tools/gen_lipsync_data.py + tools/train_lipsync.py",
+        "inputs": {"mel": ["1", "frames", features.N_MELS], "state": [LAYERS, 1, HIDDEN]},
+        "outputs": {"visemes": ["1", "frames", N_VIS], "mouth": ["1", "frames", N_MOUTH],
+                    "state_out": [LAYERS, 1, HIDDEN]},
+        "adapter_initializers": {n: list(adapter[n].shape) for n in ADAPTER_NAMES},
+        "adapter_formula": "logits = head(h) + (h @ adapter.A) @ adapter.B",
+        "visemes": list(VISEME_NAMES),
+        "mouth_channels": list(MOUTH_CHANNELS),
+        "front_end": {"sample_rate": features.SAMPLE_RATE, "hop": features.HOP, "window": features.WINDOW,
+                      "n_fft": features.N_FFT, "n_mels": features.N_MELS, "fmin": features.FMIN,
+                      "fmax": features.FMAX, "log_floor": features.LOG_FLOOR},
+        "lookahead_frames": LOOKAHEAD,
+        "lookahead_ms": LOOKAHEAD * 10 + features.WINDOW / features.SAMPLE_RATE * 1000 / 2,
+        "training": {"seed": args.seed, "steps": args.steps, "batch": args.batch, "crop_frames": args.length,
+                     "threads": 1, "seconds": train_seconds, "train_utterances": len(train)},
+        "evaluation": results,
+    }
+    atomic_write_json(out / "lipsync.json", manifest)
+    print(f"wrote {model_path} ({model_path.stat().st_size // 1024} KiB) and {out / 'lipsync.json'}")
+    return 0
+
+
+def check_onnx(path: Path, net: LipSyncNet) -> None:
+    """The ONNX file must match torch, and stepping it one frame at a time must match a whole-utterance run."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    mel = rng.normal(-8, 3, (1, 50, features.N_MELS)).astype(np.float32)
+    state = np.zeros((LAYERS, 1, HIDDEN), np.float32)
+    vis, mouth, _ = sess.run(None, {"mel": mel, "state": state})
+    with torch.no_grad():
+        tv, tm, _ = ExportWrapper(net)(torch.from_numpy(mel), torch.from_numpy(state))
+    assert np.abs(vis - tv.numpy()).max() < 1e-4 and np.abs(mouth - tm.numpy()).max() < 1e-4
+    steps = []
+    for t in range(mel.shape[1]):
+        v, m, state = sess.run(None, {"mel": mel[:, t:t + 1], "state": state})
+        steps.append(m)
+    assert np.abs(np.concatenate(steps, axis=1) - mouth).max() < 1e-4
+
+
+if __name__ == "__main__":
+    sys.exit(main())
