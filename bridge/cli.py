@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "bridge.commands.models",
     "bridge.commands.calibrate",
     "bridge.commands.replay",
+    "bridge.commands.export_usd",
     "bridge.commands.bench",
 )
 
