@@ -1,0 +1,59 @@
+"""The regressor's input: 468 landmarks (+ iris centres) normalised for position and size ("landmarks-2d-v1").
+
+Layout of the 944 features (documented in bridge/expression/regressor.json and docs/ARCHITECTURE.md):
+  [0:936]    (x, y) of the 468 points, minus their mean, divided by their RMS radius s, point-major
+  [936:940]  iris centres (subject's left, subject's right), same normalisation; the eye-contour centre when absent
+  [940]      1 when iris centres were given, else 0
+  [941:943]  (mean - principal point) / focal: where the face sits in the field of view (perspective cue)
+  [943]      s / focal: apparent size (distance cue)
+z is not used: the landmark model's depth is its least reliable output.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+NUM_FEATURES = 944
+FEATURE_LAYOUT = "landmarks-2d-v1"
+# MediaPipe eye contours, used as the iris stand-in when no iris points are given: [subject's left, right].
+EYE_CONTOURS = (
+    [263, 249, 390, 373, 374, 380, 381, 382, 362, 398, 384, 385, 386, 387, 388, 466],
+    [33, 7, 163, 144, 145, 153, 154, 155, 133, 173, 157, 158, 159, 160, 161, 246],
+)
+
+
+def camera_for(image_size: tuple[int, int], focal: float | None = None) -> tuple[float, tuple[float, float]]:
+    """Focal length (px) and principal point; the focal defaults to the image width (intrinsics unknown)."""
+    w, h = image_size
+    return float(focal or w), (w / 2.0, h / 2.0)
+
+
+def landmark_features(xy: np.ndarray, iris_xy: np.ndarray | None, image_size: tuple[int, int],
+                      focal: float | None = None) -> np.ndarray:
+    """xy: (..., 468, 2) pixels; iris_xy: (..., 2, 2) pixels or None -> (..., 944) float32."""
+    xy = np.asarray(xy, dtype=np.float64)
+    f, centre = camera_for(image_size, focal)
+    lead = xy.shape[:-2]
+    present = np.full(lead, iris_xy is not None)
+    iris = np.zeros(lead + (2, 2)) if iris_xy is None else np.asarray(iris_xy, dtype=np.float64)
+    return features_batch(xy, iris, present, np.full(lead, f), np.broadcast_to(np.asarray(centre), lead + (2,)))
+
+
+def features_batch(xy: np.ndarray, iris: np.ndarray, iris_present: np.ndarray, focal: np.ndarray,
+                   centre: np.ndarray) -> np.ndarray:
+    """Vectorised form: xy (..., 468, 2), iris (..., 2, 2), iris_present (...,) bool, focal (...,), centre (..., 2)."""
+    mean = xy.mean(axis=-2, keepdims=True)
+    centred = xy - mean
+    s = np.sqrt((centred ** 2).sum(-1).mean(-1))[..., None, None]
+    contour = np.stack([xy[..., idx, :].mean(-2) for idx in EYE_CONTOURS], -2)
+    present = np.asarray(iris_present, bool)[..., None, None]
+    eyes = np.where(present, iris, contour)
+    lead = xy.shape[:-2]
+    f = np.asarray(focal, dtype=np.float64)[..., None]
+    parts = [
+        (centred / s).reshape(*lead, -1),
+        ((eyes - mean) / s).reshape(*lead, -1),
+        present.reshape(*lead, 1).astype(np.float64),
+        (mean[..., 0, :] - centre) / f,
+        s[..., 0, :] / f,
+    ]
+    return np.concatenate(parts, axis=-1).astype(np.float32)

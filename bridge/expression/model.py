@@ -1,0 +1,177 @@
+"""The landmark-space morphable model: ICT-FaceKit Light sampled at MediaPipe's 468 points (+ 2 iris centres),
+with the head-pose and camera conventions every estimator and the synthetic-data generator share.
+
+Model space: centimetres, +x = the subject's left, +y up, +z out of the face (ICT's axes).
+Camera space: OpenCV (x right, y down, z forward), centimetres.
+    X_cam = FLIP @ head_matrix(yaw, pitch, roll) @ X_model + t
+with (yaw, pitch, roll) in degrees as in bridge.frame.FaceFrame: +yaw turns to the subject's own left, +pitch
+looks up, +roll tilts toward the subject's own left shoulder.
+Points 0..467 follow MediaPipe's face_landmark order; 468 and 469 are the iris centres of the subject's left and
+right eye.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from bridge.errors import ModelError
+from bridge.frame import ARKIT_INDEX, ARKIT_NAMES
+
+BASIS_PATH = Path(__file__).resolve().parent / "basis.npz"
+MODEL_ID = "ict-face-light"
+NUM_POINTS = 470
+IRIS_LEFT, IRIS_RIGHT = 468, 469
+FLIP = np.diag([1.0, -1.0, -1.0])
+# Shapes seen in the landmarks (all but tongueOut, which comes from lip-sync).
+VISUAL = np.array([i for i, n in enumerate(ARKIT_NAMES) if n != "tongueOut"])
+GAZE_SHAPES = [ARKIT_INDEX[f"eyeLook{d}{s}"] for s in ("Left", "Right") for d in ("Down", "In", "Out", "Up")]
+
+
+def head_matrix(yaw: float, pitch: float, roll: float) -> np.ndarray:
+    """Rotation (model space) for FaceFrame angles in degrees: R = Ry(yaw) Rx(-pitch) Rz(-roll)."""
+    y, p, r = np.radians([yaw, pitch, roll])
+    ry = np.array([[np.cos(y), 0, np.sin(y)], [0, 1, 0], [-np.sin(y), 0, np.cos(y)]])
+    rx = np.array([[1, 0, 0], [0, np.cos(-p), -np.sin(-p)], [0, np.sin(-p), np.cos(-p)]])
+    rz = np.array([[np.cos(-r), -np.sin(-r), 0], [np.sin(-r), np.cos(-r), 0], [0, 0, 1]])
+    return ry @ rx @ rz
+
+
+def head_angles(matrix: np.ndarray) -> np.ndarray:
+    """Inverse of head_matrix: (yaw, pitch, roll) degrees."""
+    m = np.asarray(matrix, dtype=np.float64)
+    # R = Ry(a) Rx(b) Rz(c): m[1,2] = -sin(b), m[0,2] = cos(b) sin(a), m[2,2] = cos(b) cos(a),
+    # m[1,0] = cos(b) sin(c), m[1,1] = cos(b) cos(c)
+    b = np.arcsin(np.clip(-m[1, 2], -1.0, 1.0))
+    a = np.arctan2(m[0, 2], m[2, 2])
+    c = np.arctan2(m[1, 0], m[1, 1])
+    return np.degrees(np.array([a, -b, -c]))
+
+
+def batch_head_matrices(angles: np.ndarray) -> np.ndarray:
+    """(B, 3) degrees -> (B, 3, 3), vectorised head_matrix."""
+    y, p, r = np.radians(np.asarray(angles, dtype=np.float64)).T
+    one, zero = np.ones_like(y), np.zeros_like(y)
+    ry = np.stack([np.cos(y), zero, np.sin(y), zero, one, zero, -np.sin(y), zero, np.cos(y)], -1).reshape(-1, 3, 3)
+    rx = np.stack([one, zero, zero, zero, np.cos(p), np.sin(p), zero, -np.sin(p), np.cos(p)], -1).reshape(-1, 3, 3)
+    rz = np.stack([np.cos(r), np.sin(r), zero, -np.sin(r), np.cos(r), zero, zero, zero, one], -1).reshape(-1, 3, 3)
+    return ry @ rx @ rz
+
+
+def rotvec_from_matrix(m: np.ndarray) -> np.ndarray:
+    from scipy.spatial.transform import Rotation
+
+    return Rotation.from_matrix(m).as_rotvec()
+
+
+def project(points_cam: np.ndarray, focal, centre) -> np.ndarray:
+    """Pinhole projection to MediaPipe-style landmarks: (..., P, 3) camera cm -> (..., P, 3) with x, y in
+    image pixels and z the depth relative to the face's mean depth, in the same pixel scale as x.
+    focal: scalar or (...,); centre: (2,) or (..., 2)."""
+    f = np.asarray(focal, dtype=np.float64)[..., None, None]
+    c = np.asarray(centre, dtype=np.float64)[..., None, :]
+    z = points_cam[..., 2:3]
+    xy = f * points_cam[..., :2] / z + c
+    zmean = z.mean(axis=-2, keepdims=True)
+    return np.concatenate([xy, f * (z - zmean) / zmean], axis=-1)
+
+
+class MorphableModel:
+    """Linear model X = neutral + identity . B_id + weights . B_exp, plus eye rotation for the iris points.
+
+    identity vectors have 101 entries: ICT's 100 PCA coefficients, then the MediaPipe-mean share."""
+
+    def __init__(self, path: str | Path = BASIS_PATH):
+        try:
+            b = np.load(path)
+        except FileNotFoundError:
+            raise ModelError(f"expression basis {path} is missing",
+                             "rebuild it with `python tools/derive_expression_basis.py`") from None
+        self.neutral = b["neutral"].astype(np.float64)  # (470, 3)
+        self.identity_basis = b["identity"].astype(np.float64)  # (100, 470, 3)
+        self.expression_basis = b["expression"].astype(np.float64)  # (52, 470, 3)
+        self.ict_expression_names = [str(n) for n in b["ict_expression_names"]]
+        self.ict_to_arkit = b["ict_to_arkit"].astype(np.float64)  # (52, 53)
+        self.eye_pivot = b["eye_pivot"].astype(np.float64)  # (2, 3)
+        self.eye_pivot_identity = b["eye_pivot_identity"].astype(np.float64)  # (100, 2, 3)
+        self.eye_yaw_pitch_deg = b["eye_yaw_pitch_deg"].astype(np.float64)  # (52, 2, 2)
+        self.jaw_rotvec = b["jaw_rotvec"].astype(np.float64)  # (52, 3)
+        self.region_names = [str(n) for n in b["region_names"]]
+        self.region_points = b["region_points"]  # (regions, 468) bool
+        self.canonical = b["canonical_rigid"].astype(np.float64)  # (468, 3): MediaPipe's own mean face, aligned
+        self.num_ict_identity = self.identity_basis.shape[0]
+        # The per-subject shape is ICT's 100 identity modes plus one more: the offset from ICT's neutral to
+        # MediaPipe's own mean face, a systematic difference of the real landmark model that identity alone
+        # cannot express. Its coefficient (the "MediaPipe-mean share") is the last entry of every identity vector.
+        self.mediapipe_offset = self.canonical - self.neutral[:468]
+        offset_mode = np.zeros((1, NUM_POINTS, 3))
+        offset_mode[0, :468] = self.mediapipe_offset
+        self.identity_basis = np.concatenate([self.identity_basis, offset_mode])
+        self.num_identity = self.identity_basis.shape[0]  # 101
+        self._id_flat = self.identity_basis.reshape(self.num_identity, -1)
+        self._exp_flat = self.expression_basis.reshape(52, -1)
+
+    # -- shape ------------------------------------------------------------------------------------------
+    def eye_angles(self, weights: np.ndarray) -> np.ndarray:
+        """(..., 52) weights -> (..., 2, 2) per-eye (yaw, pitch) degrees in head space, [left, right]."""
+        return np.einsum("...k,kes->...es", weights, self.eye_yaw_pitch_deg)
+
+    def shape(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """(..., 101) identity and (..., 52) weights -> (..., 470, 3) model-space points, gaze applied."""
+        identity, weights = np.asarray(identity, np.float64), np.asarray(weights, np.float64)
+        flat = self.neutral.reshape(-1) + identity @ self._id_flat + weights @ self._exp_flat
+        pts = flat.reshape(*flat.shape[:-1], NUM_POINTS, 3)
+        pivots = self.eye_pivot + np.einsum("...k,kes->...es", identity[..., :self.num_ict_identity],
+                                            self.eye_pivot_identity)  # (..., 2, 3)
+        ang = np.radians(self.eye_angles(weights))  # (..., 2, 2)
+        yaw, pitch = ang[..., 0], ang[..., 1]
+        # gaze rotation Ry(yaw) Rx(-pitch) applied to the iris offset from the eyeball centre
+        iris = pts[..., IRIS_LEFT:, :] - pivots
+        y1 = iris[..., 1] * np.cos(pitch) + iris[..., 2] * np.sin(pitch)
+        z1 = -iris[..., 1] * np.sin(pitch) + iris[..., 2] * np.cos(pitch)
+        x2 = iris[..., 0] * np.cos(yaw) + z1 * np.sin(yaw)
+        z2 = -iris[..., 0] * np.sin(yaw) + z1 * np.cos(yaw)
+        pts[..., IRIS_LEFT:, :] = np.stack([x2, y1, z2], -1) + pivots
+        return pts
+
+    def to_camera(self, points: np.ndarray, rotation: np.ndarray, translation: np.ndarray) -> np.ndarray:
+        """Model points (..., P, 3), head rotation matrices (..., 3, 3), translation (..., 3) -> camera space."""
+        m = FLIP @ rotation
+        return points @ np.swapaxes(m, -1, -2) + np.asarray(translation)[..., None, :]
+
+    # -- FLAME-style parameter block ---------------------------------------------------------------------
+    def ict_expression(self, weights: np.ndarray) -> np.ndarray:
+        """ARKit weights (52,) -> the model's own 53 expression coefficients (split shapes get the merged weight)."""
+        return (self.ict_to_arkit.T @ np.asarray(weights, np.float64)).astype(np.float32)
+
+    def jaw_rotation(self, weights: np.ndarray) -> np.ndarray:
+        """Axis-angle (radians, model space) of the lower jaw implied by the jaw shapes."""
+        return (np.asarray(weights, np.float64) @ self.jaw_rotvec).astype(np.float32)
+
+    def eye_rotations(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Axis-angle (radians, head space) of the left and right eyeball for the eyeLook weights."""
+        out = []
+        for yaw, pitch in self.eye_angles(np.asarray(weights, np.float64)):
+            out.append(rotvec_from_matrix(head_matrix(yaw, pitch, 0.0)).astype(np.float32))
+        return out[0], out[1]
+
+
+@lru_cache(maxsize=4)
+def load_model(path: str | Path = BASIS_PATH) -> MorphableModel:
+    return MorphableModel(path)
+
+
+def solve_translation(points_model_rotated: np.ndarray, xy: np.ndarray, focal: float,
+                      centre: tuple[float, float]) -> np.ndarray:
+    """Camera translation t that best projects the (already rotated, camera-axis) points onto xy pixels.
+
+    From u = f (X + tx) / (Z + tz) + cx: f tx - (u - cx) tz = (u - cx) Z - f X, linear in t (same for v)."""
+    p = points_model_rotated
+    du, dv = xy[:, 0] - centre[0], xy[:, 1] - centre[1]
+    n = len(p)
+    a = np.zeros((2 * n, 3))
+    a[:n, 0], a[:n, 2] = focal, -du
+    a[n:, 1], a[n:, 2] = focal, -dv
+    b = np.concatenate([du * p[:, 2] - focal * p[:, 0], dv * p[:, 2] - focal * p[:, 1]])
+    return np.linalg.lstsq(a, b, rcond=None)[0]

@@ -1,0 +1,147 @@
+"""Train the expression regressor (landmarks -> ARKit-52, head rotation, identity) on synthetic samples from
+bridge/expression/basis.npz, export it to bridge/expression/regressor.onnx and write its model contract
+bridge/expression/regressor.json.
+
+Deterministic: a fixed seed, one CPU thread, deterministic torch kernels; about 5 minutes on one core.
+
+    python tools/train_expression_regressor.py [--steps 4000] [--batch 256] [--seed 0] [--out-dir DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bridge.expression.features import FEATURE_LAYOUT, NUM_FEATURES, features_batch  # noqa: E402
+from bridge.expression.model import MODEL_ID, VISUAL, load_model  # noqa: E402
+from bridge.expression.synth import synthetic_batch  # noqa: E402
+from bridge.frame import ARKIT_NAMES  # noqa: E402
+from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
+
+OUT_DIR = ROOT / "bridge" / "expression"
+ROT_SCALE = 45.0  # degrees -> network units
+ID_DIMS = 101  # ICT's 100 identity coefficients + the MediaPipe-mean share (bridge/expression/model.py)
+
+
+class Regressor(nn.Module):
+    """Standardise -> MLP -> (blendshapes in [0,1] with tongueOut = 0, head rotation degrees, identity)."""
+
+    def __init__(self, mean: np.ndarray, std: np.ndarray, hidden: int = 256):
+        super().__init__()
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
+        self.register_buffer("inv_std", torch.tensor(1.0 / std, dtype=torch.float32))
+        self.body = nn.Sequential(
+            nn.Linear(NUM_FEATURES, hidden), nn.GELU(),
+            nn.Linear(hidden, hidden), nn.GELU(),
+            nn.Linear(hidden, hidden), nn.GELU(),
+        )
+        self.weights = nn.Linear(hidden, len(VISUAL))
+        self.rotation = nn.Linear(hidden, 3)
+        self.identity = nn.Linear(hidden, ID_DIMS)
+        self.register_buffer("scatter", torch.eye(52)[VISUAL])  # 51 visual -> 52 (tongueOut stays 0)
+
+    def forward(self, features: torch.Tensor):
+        h = self.body((features - self.mean) * self.inv_std)
+        blendshapes = torch.sigmoid(self.weights(h)) @ self.scatter
+        return blendshapes, self.rotation(h) * ROT_SCALE, self.identity(h)
+
+
+def make_batch(model, rng, n):
+    b = synthetic_batch(model, rng, n)
+    x = features_batch(b.landmarks[..., :2].astype(np.float64), b.iris.astype(np.float64), b.iris_present,
+                       b.image_size[:, 0].astype(np.float64), b.image_size / 2.0)  # focal assumed = width
+    return (torch.from_numpy(x), torch.from_numpy(b.weights), torch.from_numpy(b.head_rotation),
+            torch.from_numpy(b.identity[:, :ID_DIMS]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=4000)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
+    args = ap.parse_args()
+
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    torch.use_deterministic_algorithms(True)
+    rng = np.random.default_rng(args.seed)
+    model = load_model()
+
+    stats_x = make_batch(model, rng, 4096)[0].numpy()
+    net = Regressor(stats_x.mean(0), stats_x.std(0) + 1e-3, args.hidden)
+    opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=1e-5)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
+    val = make_batch(model, np.random.default_rng(10_000 + args.seed), 2048)
+    started = time.time()
+    for step in range(1, args.steps + 1):
+        x, w, rot, ident = make_batch(model, rng, args.batch)
+        pw, prot, pid = net(x)
+        loss = ((pw - w).abs().mean() + 0.5 * ((pw - w) ** 2).mean() * 10
+                + (((prot - rot) / ROT_SCALE) ** 2).mean() + 0.01 * ((pid - ident) ** 2).mean())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 250 == 0 or step == args.steps:
+            with torch.no_grad():
+                vw, vrot, _ = net(val[0])
+                mae = (vw - val[1]).abs()[:, VISUAL].mean().item()
+                yaw = (vrot[:, 0] - val[2][:, 0]).abs().median().item()
+                pitch = (vrot[:, 1] - val[2][:, 1]).abs().median().item()
+            print(f"step {step}/{args.steps}  loss {loss.item():.4f}  val MAE {mae:.4f}  yaw {yaw:.2f} deg  "
+                  f"pitch {pitch:.2f} deg  ({time.time() - started:.0f} s)", flush=True)
+
+    export(net, args)
+
+
+def export(net: Regressor, args) -> None:
+    net.eval()
+    onnx_path = args.out_dir / "regressor.onnx"
+    tmp = onnx_path.with_suffix(".tmp.onnx")
+    dummy = torch.zeros(1, NUM_FEATURES)
+    torch.onnx.export(net, (dummy,), str(tmp), input_names=["features"],
+                      output_names=["blendshapes", "head_rotation", "identity"],
+                      dynamic_axes={"features": {0: "n"}, "blendshapes": {0: "n"}, "head_rotation": {0: "n"},
+                                    "identity": {0: "n"}}, opset_version=17, dynamo=False)
+    data = tmp.read_bytes()
+    tmp.unlink()
+    atomic_write_bytes(onnx_path, data)
+    manifest = {
+        "format": "facebridge-expression-model/1",
+        "file": onnx_path.name,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "model_id": MODEL_ID,
+        "source": "trained by tools/train_expression_regressor.py on synthetic samples of bridge/expression/"
+                  "basis.npz (ICT-FaceKit Light, MIT, (c) 2020 USC ICT; MediaPipe canonical mesh, Apache-2.0)",
+        "training": {"seed": args.seed, "steps": args.steps, "batch": args.batch, "hidden": args.hidden,
+                     "lr": args.lr},
+        "license": "Apache-2.0 (this project); derived from MIT and Apache-2.0 sources, see NOTICE",
+        "input": {"name": "features", "layout": FEATURE_LAYOUT, "shape": ["n", NUM_FEATURES], "dtype": "float32",
+                  "focal": "image width unless known"},
+        "outputs": {
+            "blendshapes": {"name": "blendshapes", "shape": ["n", 52], "names": list(ARKIT_NAMES),
+                            "range": [0, 1]},
+            "head_rotation": {"name": "head_rotation", "shape": ["n", 3], "units": "yaw, pitch, roll degrees"},
+            "shape": {"name": "identity", "shape": ["n", ID_DIMS], "units": "ICT identity PCA coefficients (100), then the MediaPipe-mean share"},
+        },
+    }
+    atomic_write_json(args.out_dir / "regressor.json", manifest)
+    print(f"wrote {onnx_path} ({len(data) / 1e6:.2f} MB) and regressor.json")
+
+
+if __name__ == "__main__":
+    main()
