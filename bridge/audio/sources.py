@@ -147,7 +147,7 @@ def _sounddevice():
 
 
 def list_input_devices(with_reason: bool = False):
-    """Audio input devices as dicts (index, name, channels, default_samplerate, hostapi, default).
+    """Audio input devices as dicts (index, name, channels, samplerate (default), hostapi, default).
     Never raises: without PortAudio it returns [] (and, with with_reason=True, the reason as a second value)."""
     reason = None
     devices: list[dict] = []
@@ -161,7 +161,7 @@ def list_input_devices(with_reason: bool = False):
         for i, d in enumerate(sd.query_devices()):
             if d.get("max_input_channels", 0) > 0:
                 devices.append({"index": i, "name": d["name"], "channels": int(d["max_input_channels"]),
-                                "default_samplerate": float(d["default_samplerate"]),
+                                "samplerate": float(d["default_samplerate"]),
                                 "hostapi": hostapis[d["hostapi"]]["name"], "default": i == default_in})
         if not devices:
             reason = "PortAudio found no audio input device"

@@ -59,7 +59,7 @@ assert set(VISEME_POSES) == set(VISEME_NAMES)
 
 # How strongly each viseme holds the mouth against its neighbours (lip closure must be reached; alveolars are
 # hidden behind the lips and give way), and how fast that pull decays outside the phoneme (seconds).
-DOMINANCE = {"sil": 1.0, "PP": 3.0, "FF": 2.0, "TH": 1.2, "DD": 0.5, "kk": 0.4, "CH": 1.5, "SS": 0.8, "nn": 0.5,
+DOMINANCE = {"sil": 1.0, "PP": 4.0, "FF": 2.0, "TH": 1.2, "DD": 0.5, "kk": 0.4, "CH": 1.5, "SS": 0.8, "nn": 0.5,
              "RR": 0.8, "aa": 1.5, "E": 1.2, "ih": 1.0, "oh": 1.5, "ou": 1.8}
 DECAY_S = {"sil": 0.05, "PP": 0.04, "FF": 0.04, "TH": 0.035, "DD": 0.03, "kk": 0.03, "CH": 0.045, "SS": 0.035,
            "nn": 0.03, "RR": 0.04, "aa": 0.06, "E": 0.055, "ih": 0.05, "oh": 0.06, "ou": 0.06}
@@ -145,6 +145,7 @@ def frame_targets(segments: list[tuple[float, float, str]], frame_times: np.ndar
     labels = np.zeros(len(t), dtype=np.int64)
     weight_sum = np.full(len(t), 1e-6)
     pose_sum = np.zeros((len(t), len(MOUTH_CHANNELS)))
+    closure = np.zeros(len(t))  # dominance of lip-closing phonemes (p, b, m)
     for start, stop, vis in segments:
         inside = (t >= start) & (t < stop)
         labels[inside] = VISEME_INDEX[vis]
@@ -160,4 +161,12 @@ def frame_targets(segments: list[tuple[float, float, str]], frame_times: np.ndar
         dominance = strength * np.exp(-outside / DECAY_S[vis])
         weight_sum += dominance
         pose_sum += dominance[:, None] * pose[None, :]
-    return labels, (pose_sum / weight_sum[:, None]).astype(np.float32)
+        if vis == "PP":
+            closure += dominance
+    pose = pose_sum / weight_sum[:, None]
+    # Lips must meet for p/b/m even when the vowels around them keep the jaw open: in ARKit terms mouthClose
+    # cancels the lip gap that jawOpen makes, so it follows jawOpen by the closers' share of the dominance.
+    share = np.clip((closure / weight_sum - 0.3) / 0.4, 0.0, 1.0)  # full closure once the closer dominates
+    close = MOUTH_CHANNELS.index("mouthClose")
+    pose[:, close] = np.maximum(pose[:, close], share * pose[:, MOUTH_CHANNELS.index("jawOpen")])
+    return labels, pose.astype(np.float32)

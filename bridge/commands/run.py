@@ -61,6 +61,10 @@ def add_parser(sub) -> None:
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate for the gRPC server")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key for the gRPC server")
     p.add_argument("--no-calibration", action="store_true", help="ignore the subject's stored calibration")
+    p.add_argument("--audio", metavar="mic|mic:N|FILE", help="also drive the mouth from speech: a microphone "
+                   "(`facebridge devices` lists them) or an audio file, played at real time")
+    p.add_argument("--audio-only", action="store_true",
+                   help="no camera: the audio (--audio) drives the mouth, everything else stays neutral")
     p.add_argument("--quiet", action="store_true", help="no live status line")
     p.set_defaults(func=run)
 
@@ -149,23 +153,47 @@ def run(args) -> int:
 
     if args.max_frames is not None and args.max_frames < 1:
         raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
-    profile = None if args.no_calibration else CalibrationProfile.load(args.subject)
-    pipeline = FacePipeline(pipeline_options(args), profile=profile)
-    source = open_source(args.source, realtime=not args.fast)
+    if args.audio_only and not args.audio:
+        raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
+    audio = None
+    if args.audio:  # lip-sync runs on its own thread; the video side only polls it
+        from bridge.audio.run_audio import AudioFrameClock, AudioFusion, AudioOnlyPipeline, start_lipsync
+
+        audio = start_lipsync(args.audio, backend=args.backend)
+    try:
+        if args.audio_only:
+            profile = None
+            pipeline = AudioOnlyPipeline(audio, subject=args.subject)
+            source = AudioFrameClock(audio)
+        else:
+            profile = None if args.no_calibration else CalibrationProfile.load(args.subject)
+            pipeline = FacePipeline(pipeline_options(args), profile=profile)
+            source = open_source(args.source, realtime=not args.fast)
+    except BaseException:
+        if audio is not None:
+            audio.stop()
+        raise
+    process = AudioFusion(pipeline.process, audio) if audio is not None and not args.audio_only else pipeline.process
     control = RunControl(args, source, pipeline)
     try:
         sinks = open_sinks(args, control)
     except BaseException:
         source.close()
+        if audio is not None:
+            audio.stop()
         raise
     if not args.quiet:
         outs = ", ".join(f"{s.name}" for s in sinks) or "no outputs"
         cal = f"calibration '{args.subject}'" if profile else "no calibration (run `facebridge calibrate`)"
         print(f"facebridge: {source.name} -> {outs}; {cal}", flush=True)
-    runner = BridgeRunner(source, pipeline.process, sinks, max_frames=args.max_frames,
+    runner = BridgeRunner(source, process, sinks, max_frames=args.max_frames,
                           status=not args.quiet, on_frame=control.on_frame)
     control.runner = runner
-    stats = runner.run()
+    try:
+        stats = runner.run()
+    finally:
+        if audio is not None:
+            audio.stop()
     for sink in sinks:
         s = sink.stats()
         if s.get("errors"):

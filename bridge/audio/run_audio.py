@@ -1,0 +1,99 @@
+"""What `facebridge run --audio ...` adds to the video runner.
+
+* `--audio SRC` with a camera: `AudioFusion` wraps the face pipeline and blends the speech mouth into every
+  frame (bridge.audio.fusion); the lip-sync stream runs on its own thread and is only polled.
+* `--audio-only`: no camera. `AudioFrameClock` stands in for the camera, ticking at 60 Hz until the audio
+  ends, and `AudioOnlyPipeline` turns each tick into a neutral face whose mouth the audio drives.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from bridge.audio.fusion import fuse_mouth
+from bridge.audio.lipsync import LipSyncStream
+from bridge.audio.sources import open_audio
+from bridge.errors import FaceBridgeError
+from bridge.frame import FaceFrame
+from bridge.sources.base import Frame, FrameSource
+
+AUDIO_ONLY_FPS = 60.0
+
+
+def start_lipsync(spec: str, backend: str = "onnxruntime", realtime: bool = True) -> LipSyncStream:
+    """Open the audio source and start lip-sync on it (raises SourceError / ModelError with the fix)."""
+    source = open_audio(spec, realtime=realtime)
+    try:
+        return LipSyncStream(backend=backend if backend in ("onnxruntime", "auto") else "onnxruntime").start(source)
+    except BaseException:
+        source.close()
+        raise
+
+
+class AudioFusion:
+    """`process(frame) -> FaceFrame` of the face pipeline, with the audio mouth fused in."""
+
+    def __init__(self, process, stream: LipSyncStream):
+        self._process, self.stream = process, stream
+
+    def __call__(self, frame: Frame) -> FaceFrame:
+        out = self._process(frame)
+        fuse_mouth(out, self.stream.latest(), mouth_visible=float(out.region_confidence.get("mouth", 1.0)))
+        return out
+
+
+class AudioFrameClock(FrameSource):
+    """A 'camera' for audio-only runs: a tiny blank frame every 1/60 s until the audio stream ends."""
+
+    name = "audio-only"
+    fps = AUDIO_ONLY_FPS
+    live = True
+
+    def __init__(self, stream: LipSyncStream, fps: float = AUDIO_ONLY_FPS):
+        super().__init__()
+        self.stream, self.fps = stream, fps
+        self.name = f"audio-only ({stream._source.name if stream._source else 'audio'})"
+        self._image = np.zeros((2, 2, 3), np.uint8)
+        self._next = time.perf_counter()
+        self._closed = threading.Event()
+
+    def read(self) -> Frame | None:
+        if self._closed.is_set() or not self.stream.running:
+            if self.stream.error:
+                raise FaceBridgeError(f"audio input failed ({self.stream.error})",
+                                      "check the microphone or file given to --audio")
+            return None
+        self._next += 1.0 / self.fps
+        wait = self._next - time.perf_counter()
+        if wait > 0:
+            self._closed.wait(wait)
+        else:
+            self._next = time.perf_counter()  # fell behind: do not burst
+        return self._stamp(self._image)
+
+    def close(self) -> None:
+        self._closed.set()
+
+
+class AudioOnlyPipeline:
+    """Neutral face, mouth from audio. The frame is stamped with the instant the mouth shape describes."""
+
+    profile = None
+
+    def __init__(self, stream: LipSyncStream, subject: str = "FaceBridge"):
+        self.stream, self.subject = stream, subject
+
+    @property
+    def model_versions(self) -> dict[str, str]:
+        return {"lipsync": self.stream.model.manifest["sha256"][:12]}
+
+    def process(self, frame: Frame) -> FaceFrame:
+        result = self.stream.latest()
+        out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
+                        subject=self.subject, face_found=False, frame_rate=AUDIO_ONLY_FPS)
+        fuse_mouth(out, result, mouth_visible=0.0)  # a stale result (audio dropout) leaves the neutral pose
+        if out.visemes is not None:
+            out.t_capture, out.t_capture_mono = result.t_capture, result.t_capture_mono
+        return out

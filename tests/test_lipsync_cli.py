@@ -1,0 +1,128 @@
+"""`facebridge run --audio-only --audio speech.wav --llf ...` end to end: a real subprocess, a real UDP socket
+on 127.0.0.1, Live Link Face packets decoded independently. JawOpen must move with the words and rest in
+the silences."""
+from __future__ import annotations
+
+import importlib
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from tests.conftest import facebridge_cmd, subprocess_env
+
+ROOT = Path(__file__).resolve().parents[1]
+JAW_WIRE_INDEX = 17
+SILENCE_S = (1.0, 1.5, 1.0)  # before, between and after the two phrases
+
+
+def _gen_module():
+    """tools/gen_lipsync_data.py (espeak-ng through ctypes; used offline and in tests only)."""
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools"))
+    return importlib.import_module("gen_lipsync_data")
+
+
+def _jaw(packet: bytes) -> float:
+    assert packet[0] == 6
+    (n,) = struct.unpack_from(">i", packet, 1)
+    (m,) = struct.unpack_from(">i", packet, 5 + n)
+    off = 9 + n + m + 16
+    assert packet[off] == 61
+    return struct.unpack_from(">61f", packet, off + 1)[JAW_WIRE_INDEX]
+
+
+@pytest.fixture(scope="module")
+def speech_wav(tmp_path_factory):
+    gen = _gen_module()
+    try:
+        espeak = gen.Espeak()
+    except gen.EspeakError as e:
+        pytest.skip(str(e))
+    phrases = []
+    for text in ("Good morning, how are you?", "Please open the window."):
+        pcm, _ = gen.render(espeak, gen.UtteranceSpec(text, "en-us", "f3", 170, 50, 50, 0), None, (0.0, 0.0))
+        phrases.append(pcm)
+    silence = [np.zeros(int(s * 16000), np.float32) for s in SILENCE_S]
+    pcm = np.concatenate([silence[0], phrases[0], silence[1], phrases[1], silence[2]])
+    path = tmp_path_factory.mktemp("speech") / "speech.wav"
+    sf.write(path, pcm * 0.5, 16000, subtype="PCM_16")
+    return path, [len(p) / 16000 for p in phrases]
+
+
+def _runs(active: np.ndarray) -> list[tuple[bool, int]]:
+    out = []
+    for value in active:
+        if out and out[-1][0] == value:
+            out[-1] = (value, out[-1][1] + 1)
+        else:
+            out.append((bool(value), 1))
+    return out
+
+
+def test_audio_only_run_sends_llf_jaw_that_follows_the_words(speech_wav, tmp_path):
+    path, phrase_s = speech_wav
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    packets, stop = [], threading.Event()
+
+    def receive():
+        while not stop.is_set():
+            try:
+                packets.append(sock.recv(65536))
+            except socket.timeout:
+                continue
+
+    reader = threading.Thread(target=receive, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run(facebridge_cmd("run", "--audio-only", "--audio", str(path), "--llf",
+                                             f"127.0.0.1:{sock.getsockname()[1]}", "--vmc", "off", "--quiet"),
+                              env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=60)
+    finally:
+        stop.set()
+        reader.join(2)
+        sock.close()
+    assert proc.returncode == 0, proc.stderr
+    jaw = np.array([_jaw(p) for p in packets])
+    total_s = sum(SILENCE_S) + sum(phrase_s)
+    assert 0.8 * total_s * 60 < len(jaw) < 1.2 * total_s * 60  # 60 Hz for the length of the file
+    # smooth over 100 ms, then the jaw must show exactly two speaking stretches separated by a long rest
+    smooth = np.convolve(jaw, np.ones(6) / 6, mode="same")
+    active = smooth > 0.08
+    runs = _runs(active)
+    start = 0
+    for is_active, n in runs:  # pauses shorter than 0.3 s (commas, stops) belong to the phrase
+        if not is_active and n < 18 and 0 < start and start + n < len(active):
+            active[start:start + n] = True
+        start += n
+    runs = _runs(active)
+    speaking = [n for is_active, n in runs if is_active and n >= 12]
+    assert len(speaking) == 2, runs
+    assert jaw.max() > 0.3
+    first_on = int(np.argmax(active))
+    assert jaw[:first_on - 6].max() < 0.05 and first_on > 0.7 * 60  # closed in the leading second
+    rests = [n for is_active, n in runs[1:-1] if not is_active]
+    assert max(rests) >= 1.0 * 60  # the 1.5 s pause between phrases
+    assert jaw[-30:].max() < 0.05  # closed at the end
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--audio-only"], "--audio-only needs an audio input"),
+    (["--audio-only", "--audio", "missing.wav"], "does not exist"),
+    (["--audio-only", "--audio", "mic:twelve"], "is not a number"),
+])
+def test_bad_audio_options_give_one_line_errors(args, message, tmp_path):
+    proc = subprocess.run(facebridge_cmd("run", *args, "--llf", "off", "--vmc", "off", "--quiet"),
+                          env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path)
+    assert proc.returncode == 1
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0], proc.stderr
