@@ -5,6 +5,7 @@ import logging
 import math
 import socket
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -223,3 +224,28 @@ def test_curve_names_are_unreal_names():
     assert CURVE_NAMES[0] == "EyeBlinkLeft" and CURVE_NAMES[17] == "JawOpen" and CURVE_NAMES[51] == "TongueOut"
     assert CURVE_NAMES[52:] == ("HeadYaw", "HeadPitch", "HeadRoll", "LeftEyeYaw", "LeftEyePitch", "LeftEyeRoll",
                                 "RightEyeYaw", "RightEyePitch", "RightEyeRoll")
+
+
+def test_listen_tool_prints_what_arrives(capsys):
+    import threading
+
+    from bridge.sinks.livelinkface import listen
+
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    result = {}
+    thread = threading.Thread(target=lambda: result.setdefault("rc", listen(port, seconds=0.6)))
+    thread.start()
+    time.sleep(0.2)
+    sink = LiveLinkFaceSink(f"127.0.0.1:{port}", subject="Probe")
+    frame = FaceFrame(seq=0, t_capture=MIDNIGHT, t_capture_mono=0.0)
+    frame.blendshapes[ARKIT_INDEX["jawOpen"]] = 0.5
+    sink.send(frame)
+    sink._sock.send(b"\x06garbage")
+    thread.join(5)
+    sink.close()
+    out = capsys.readouterr().out
+    assert result["rc"] == 0 and "subject 'Probe'" in out and "JawOpen 0.50" in out
+    assert "1 packets, 1 malformed" in out

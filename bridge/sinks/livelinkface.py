@@ -204,3 +204,48 @@ class LiveLinkFaceSink(Sink):
     def stats(self) -> dict:
         return {**super().stats(), "nonfinite_values": self.nonfinite}
 
+
+
+def listen(port: int = DEFAULT_PORT, host: str = "127.0.0.1", seconds: float | None = None) -> int:
+    """Print what arrives on a Live Link Face port, about once a second: a check that runs without Unreal.
+
+    `python -m bridge.sinks.livelinkface [PORT]` (stop Unreal first: only one program can hold the port)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind((host, port))
+    sock.settimeout(1.0)
+    print(f"listening for Live Link Face packets on {host}:{port} (Ctrl-C stops)", flush=True)
+    received = bad = 0
+    last_print = 0.0
+    end = None if seconds is None else time.monotonic() + seconds
+    try:
+        while end is None or time.monotonic() < end:
+            try:
+                data = sock.recv(4096)
+            except socket.timeout:
+                continue
+            try:
+                p = decode_llf_packet(data)
+            except ValueError as e:
+                bad += 1
+                print(f"bad packet ({len(data)} bytes): {e}", flush=True)
+                continue
+            received += 1
+            if time.monotonic() - last_print >= 1.0:
+                last_print = time.monotonic()
+                c = p["curves"]
+                print(f"{received} packets  subject {p['subject']!r}  frame {p['frame_number']} @ "
+                      f"{p['rate'][0]}/{p['rate'][1]}  JawOpen {c['JawOpen']:.2f}  EyeBlinkLeft "
+                      f"{c['EyeBlinkLeft']:.2f}  HeadYaw {c['HeadYaw']:+.3f}  HeadPitch {c['HeadPitch']:+.3f}",
+                      flush=True)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    print(f"{received} packets, {bad} malformed", flush=True)
+    return 0 if received else 1
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(listen(int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PORT))
