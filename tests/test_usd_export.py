@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest

@@ -16,6 +16,7 @@ BENCHES = {
     "expression": ("bridge.bench.expression", "blendshape accuracy, jitter and speed of the expression engine"),
     "engines": ("bridge.bench.engines", "every model and the pipeline on every available inference backend"),
     "lipsync": ("bridge.bench.lipsync", "lip-sync accuracy and latency on held-out speech"),
+    "grpc": ("bridge.bench.grpc_stream", "gRPC stream: send cost and capture-to-client latency, slow subscribers"),
 }
 
 

@@ -20,12 +20,6 @@ PARAMETER_BLOCKS: tuple[tuple[str, str], ...] = (
 )
 
 
-def _floats(values) -> list[float]:
-    """Finite Python floats (NaN/inf would poison every consumer's interpolation; they become 0)."""
-    arr = np.nan_to_num(np.asarray(values, dtype=np.float32).ravel(), nan=0.0, posinf=0.0, neginf=0.0)
-    return arr.tolist()
-
-
 def layout_key(frame: FaceFrame) -> tuple:
     """Everything that, when it changes, makes clients need a new header."""
     sizes = tuple(int(np.size(getattr(frame.morph, name))) for name, _ in PARAMETER_BLOCKS)
@@ -57,6 +51,21 @@ def build_header(frame: FaceFrame, layout_id: int) -> pb.StreamHeader:
 
 
 def build_frame(frame: FaceFrame, layout_id: int) -> pb.Frame:
+    # All float fields go through one array: one finiteness check (NaN/inf would poison every consumer's
+    # interpolation; they become 0) and one tolist, instead of one per field.
+    parts = [frame.blendshapes, frame.emotion, frame.visemes if frame.visemes is not None else (),
+             frame.head_rotation[:3], frame.head_translation[:3], frame.eye_left[:2], frame.eye_right[:2]]
+    parts += [getattr(frame.morph, name) for name, _ in PARAMETER_BLOCKS]
+    arrays = [np.asarray(p, dtype=np.float32).ravel() for p in parts]
+    values = np.concatenate(arrays)
+    if not np.isfinite(values).all():
+        values = np.where(np.isfinite(values), values, np.float32(0.0))
+    flat = values.tolist()
+    chunks, at = [], 0
+    for a in arrays:
+        chunks.append(flat[at:at + a.size])
+        at += a.size
+    curves, emotions, visemes, (yaw, pitch, roll), (tx, ty, tz), eye_l, eye_r = chunks[:7]
     tc_frame, tc_sub, tc_num, tc_den = frame.timecode()
     msg = pb.Frame(
         subject=frame.subject,
@@ -66,23 +75,18 @@ def build_frame(frame: FaceFrame, layout_id: int) -> pb.Frame:
         source_time=float(frame.t_capture_mono),
         timecode=pb.Timecode(frame=tc_frame, subframe=tc_sub, rate_numerator=tc_num, rate_denominator=tc_den),
         face_found=bool(frame.face_found),
-        curves=_floats(frame.blendshapes),
-        emotions=_floats(frame.emotion),
-        visemes=_floats(frame.visemes) if frame.visemes is not None else [],
+        curves=curves,
+        emotions=emotions,
+        visemes=visemes,
+        parameters=[x for chunk in chunks[7:] for x in chunk],
         confidence=_finite(frame.confidence),
         region_confidence={str(k): _finite(v) for k, v in frame.region_confidence.items()},
         latencies_ms={str(k): _finite(v) for k, v in frame.latencies_ms.items()},
     )
-    yaw, pitch, roll = _floats(frame.head_rotation)[:3]
-    tx, ty, tz = _floats(frame.head_translation)[:3]
     msg.head.yaw_deg, msg.head.pitch_deg, msg.head.roll_deg = yaw, pitch, roll
     msg.head.translation_cm.x, msg.head.translation_cm.y, msg.head.translation_cm.z = tx, ty, tz
-    msg.eye_left.yaw_deg, msg.eye_left.pitch_deg = _floats(frame.eye_left)[:2]
-    msg.eye_right.yaw_deg, msg.eye_right.pitch_deg = _floats(frame.eye_right)[:2]
-    for name, _ in PARAMETER_BLOCKS:
-        values = getattr(frame.morph, name)
-        if np.size(values):
-            msg.parameters.extend(_floats(values))
+    msg.eye_left.yaw_deg, msg.eye_left.pitch_deg = eye_l
+    msg.eye_right.yaw_deg, msg.eye_right.pitch_deg = eye_r
     return msg
 
 

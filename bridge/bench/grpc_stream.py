@@ -1,0 +1,91 @@
+"""`facebridge bench grpc`: cost of GrpcSink.send in the pipeline thread and capture-to-client latency over real
+gRPC on 127.0.0.1, with several subscribers and optionally one that has stopped reading.
+
+Subscribers run as threads of this process (they share its interpreter), so the latency includes their Python
+decode; a C++ or separate-process client sees less."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--fps", type=float, default=60.0, help="frames per second to publish (default 60)")
+    p.add_argument("--seconds", type=float, default=5.0, help="how long to publish (default 5)")
+    p.add_argument("--subscribers", type=int, default=2, help="subscribers that keep up (default 2)")
+    p.add_argument("--stalled", type=int, default=1, help="subscribers that stop reading after the header (default 1)")
+
+
+def _percentiles(values: list[float]) -> dict:
+    if not values:
+        return {"p50": None, "p99": None, "max": None}
+    a = np.asarray(values)
+    return {"p50": round(float(np.percentile(a, 50)), 4), "p99": round(float(np.percentile(a, 99)), 4),
+            "max": round(float(a.max()), 4)}
+
+
+def run(args) -> dict:
+    import grpc
+
+    from bridge.frame import FaceFrame
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+    from bridge.grpc.server import GrpcSink
+
+    sink = GrpcSink("127.0.0.1:0")
+    latencies: list[list[float]] = [[] for _ in range(args.subscribers)]
+    counts = [0] * args.subscribers
+    streams, channels = [], []
+
+    def reader(i: int, stream) -> None:
+        try:
+            for response in stream:
+                if response.WhichOneof("part") == "frame":
+                    latencies[i].append((time.perf_counter() - response.frame.source_time) * 1000.0)
+                    counts[i] += 1
+        except grpc.RpcError:
+            pass
+
+    threads = []
+    for i in range(args.subscribers + args.stalled):
+        channel = grpc.insecure_channel(sink.address)
+        stream = pb_grpc.FaceBridgeServiceStub(channel).Subscribe(pb.SubscribeRequest())
+        channels.append(channel)
+        streams.append(stream)
+        if i < args.subscribers:
+            threads.append(threading.Thread(target=reader, args=(i, stream), daemon=True))
+            threads[-1].start()
+    time.sleep(0.5)
+    rng = np.random.default_rng(0)
+    send_us: list[float] = []
+    period = 1.0 / args.fps
+    total = int(args.seconds * args.fps)
+    next_t = time.perf_counter()
+    for seq in range(total):
+        frame = FaceFrame(seq=seq, t_capture=time.time(), t_capture_mono=time.perf_counter(), face_found=True)
+        frame.blendshapes = rng.uniform(0, 1, 52).astype(np.float32)
+        frame.morph.expression = rng.normal(size=53).astype(np.float32)
+        frame.morph.identity = rng.normal(size=100).astype(np.float32)
+        t0 = time.perf_counter()
+        sink.send(frame)
+        send_us.append((time.perf_counter() - t0) * 1e6)
+        next_t += period
+        time.sleep(max(0.0, next_t - time.perf_counter()))
+    time.sleep(0.3)
+    stats = sink.stats()
+    for stream in streams:
+        stream.cancel()
+    for t in threads:
+        t.join(timeout=5)
+    for channel in channels:
+        channel.close()
+    sink.close()
+    return {
+        "frames_published": total, "fps": args.fps, "subscribers": args.subscribers, "stalled": args.stalled,
+        "send_us": _percentiles(send_us),
+        "capture_to_client_ms": _percentiles([x for lat in latencies for x in lat]),
+        "received_fraction_per_subscriber": [round(c / total, 4) for c in counts],
+        "dropped_total": stats["dropped"],
+    }
