@@ -71,6 +71,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--loss", choices=("mse", "mixed"), default="mse")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
     args = ap.parse_args()
@@ -90,8 +91,11 @@ def main() -> None:
     for step in range(1, args.steps + 1):
         x, w, rot, ident = make_batch(model, rng, args.batch)
         pw, prot, pid = net(x)
-        loss = ((pw - w).abs().mean() + 0.5 * ((pw - w) ** 2).mean() * 10
-                + (((prot - rot) / ROT_SCALE) ** 2).mean() + 0.01 * ((pid - ident) ** 2).mean())
+        # squared error: the posterior mean (an L1 term would pull the many near-zero weights to exactly zero)
+        err_w = ((pw - w) ** 2).mean() * 10
+        if args.loss == "mixed":
+            err_w = err_w + (pw - w).abs().mean()
+        loss = err_w + (((prot - rot) / ROT_SCALE) ** 2).mean() + 0.01 * ((pid - ident) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -128,7 +132,7 @@ def export(net: Regressor, args) -> None:
         "source": "trained by tools/train_expression_regressor.py on synthetic samples of bridge/expression/"
                   "basis.npz (ICT-FaceKit Light, MIT, (c) 2020 USC ICT; MediaPipe canonical mesh, Apache-2.0)",
         "training": {"seed": args.seed, "steps": args.steps, "batch": args.batch, "hidden": args.hidden,
-                     "lr": args.lr},
+                     "lr": args.lr, "loss": args.loss},
         "license": "Apache-2.0 (this project); derived from MIT and Apache-2.0 sources, see NOTICE",
         "input": {"name": "features", "layout": FEATURE_LAYOUT, "shape": ["n", NUM_FEATURES], "dtype": "float32",
                   "focal": "image width unless known"},
@@ -136,7 +140,8 @@ def export(net: Regressor, args) -> None:
             "blendshapes": {"name": "blendshapes", "shape": ["n", 52], "names": list(ARKIT_NAMES),
                             "range": [0, 1]},
             "head_rotation": {"name": "head_rotation", "shape": ["n", 3], "units": "yaw, pitch, roll degrees"},
-            "shape": {"name": "identity", "shape": ["n", ID_DIMS], "units": "ICT identity PCA coefficients (100), then the MediaPipe-mean share"},
+            "shape": {"name": "identity", "shape": ["n", ID_DIMS],
+                      "units": "ICT identity PCA coefficients (100), then the MediaPipe-mean share"},
         },
     }
     atomic_write_json(args.out_dir / "regressor.json", manifest)

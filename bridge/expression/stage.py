@@ -1,0 +1,211 @@
+"""ExpressionEstimator: 468 landmarks (+ iris) -> ARKit-52 weights, FLAME-style parameters, head pose and
+per-region confidence, for one face per call.
+
+method="regressor" (default): the shipped ONNX regressor (or a user model following the contract in
+contract.py), about 0.1 ms per face. method="fit": the analysis-by-synthesis reference fit (fit.py), tens of ms.
+Both keep a per-subject identity that converges over the first ~3 s and can be restored from a calibration
+profile with set_identity(). tongueOut has no visual basis: it stays 0 here and comes from lip-sync.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from bridge.errors import FaceBridgeError
+from bridge.expression.contract import ModelContract, check_session, face_crop, load_contract
+from bridge.expression.features import camera_for, landmark_features
+from bridge.expression.fit import IDENTITY_FRAMES, NOISE_FRACTION, ExpressionFit
+from bridge.expression.model import (FLIP, MODEL_ID, head_angles, head_matrix, load_model, project,
+                                     rotvec_from_matrix, solve_translation)
+from bridge.frame import MorphParams
+
+SHIPPED_DIR = Path(__file__).resolve().parent
+REGIONS = ("eyes", "brows", "jaw", "mouth", "cheeks_nose")
+
+
+class ExpressionInputError(FaceBridgeError):
+    """Landmarks, iris points or image size handed to the expression engine are unusable."""
+
+
+@dataclass
+class ExpressionResult:
+    blendshapes: np.ndarray  # (52,) float32 in bridge.frame.ARKIT_NAMES order, each in [0, 1]
+    morph: MorphParams
+    head_rotation: np.ndarray  # (yaw, pitch, roll) deg, conventions of bridge.frame.FaceFrame
+    head_translation: np.ndarray  # cm, camera space
+    region_confidence: dict[str, float] = field(default_factory=dict)
+
+
+class ExpressionEstimator:
+    def __init__(self, method: str = "regressor", backend: str = "onnxruntime", model_dir: str | None = None):
+        if method not in ("regressor", "fit"):
+            raise FaceBridgeError(f"unknown expression method '{method}'", "use 'regressor' or 'fit'")
+        self.method = method
+        self.model = load_model()
+        self.contract: ModelContract | None = None
+        self.session = None
+        if method == "regressor":
+            from bridge.engines import create_session
+
+            self.contract = load_contract(model_dir or SHIPPED_DIR)
+            self.session = create_session(self.contract.path, backend=backend, threads=1)
+            check_session(self.contract, self.session)
+        self._fit = ExpressionFit(self.model) if method == "fit" else None
+        self.reset()
+
+    @property
+    def model_versions(self) -> dict[str, str]:
+        if self.contract is None:
+            return {"expression": f"fit:{MODEL_ID}"}
+        sha = self.contract.manifest.get("sha256", "")[:12]
+        return {"expression": f"{self.contract.model_id}:{sha}" if sha else self.contract.model_id}
+
+    # -- per-subject identity ---------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget the subject: identity back to the prior, no pose history."""
+        self.identity = np.zeros(self.model.num_identity, np.float32)
+        self.identity[-1] = 0.5  # the MediaPipe-mean share's prior mean (model.py)
+        self._frames = 0
+        self._last_points: np.ndarray | None = None
+        if self._fit is not None:
+            self._fit.reset()
+
+    def set_identity(self, identity: np.ndarray) -> None:
+        """Restore a subject's identity (from the calibration profile): ICT's 100 coefficients, optionally
+        followed by the MediaPipe-mean share."""
+        v = np.asarray(identity, dtype=np.float32).reshape(-1)
+        n = self.model.num_identity
+        if len(v) == n - 1:
+            v = np.concatenate([v, [0.5]]).astype(np.float32)
+        if len(v) != n or not np.isfinite(v).all():
+            raise ExpressionInputError(f"identity has {len(v)} values (or non-finite ones); expected {n - 1} or {n}",
+                                       "recalibrate with `facebridge calibrate` to store a fresh identity")
+        self.identity = v
+        self._frames = IDENTITY_FRAMES
+        if self._fit is not None:
+            self._fit.set_identity(v)
+
+    # -- one face -----------------------------------------------------------------------------------
+    def estimate(self, landmarks: np.ndarray, image_size: tuple[int, int], iris: np.ndarray | None = None,
+                 image: np.ndarray | None = None) -> ExpressionResult:
+        """landmarks: (468, 3) image px (MediaPipe convention); iris: (2, 5, 2) px, [subject's left, right],
+        centre first; image: the frame (BGR), only needed by user models with a face-image input."""
+        xy, iris_xy, size = self._check(landmarks, image_size, iris)
+        focal, centre = camera_for(size)
+        if self.method == "fit":
+            return self._estimate_fit(xy, iris_xy, focal, centre)
+        return self._estimate_model(xy, iris_xy, size, focal, centre, image)
+
+    def _check(self, landmarks, image_size, iris):
+        lm = np.asarray(landmarks, dtype=np.float64)
+        if lm.ndim != 2 or lm.shape[0] != 468 or lm.shape[1] not in (2, 3):
+            raise ExpressionInputError(f"landmarks have shape {lm.shape}, expected (468, 3)",
+                                       "pass the face_landmark model's 468 points in image pixels")
+        try:
+            w, h = (int(v) for v in image_size)
+        except (TypeError, ValueError):
+            raise ExpressionInputError(f"image_size {image_size!r} is not (width, height)",
+                                       "pass the frame's (width, height) in pixels") from None
+        if w <= 0 or h <= 0:
+            raise ExpressionInputError(f"image_size {image_size!r} is not positive", "pass the frame's size")
+        xy = lm[:, :2].copy()
+        bad = ~np.isfinite(xy).all(1)
+        if bad.any():
+            # a few lost points: take them from the last frame's model reprojection
+            if self._last_points is None or bad.mean() > 0.25:
+                raise ExpressionInputError(f"{int(bad.sum())} of 468 landmarks are not finite",
+                                           "skip this frame; it has no usable face")
+            xy[bad] = self._last_points[bad]
+        iris_xy = None
+        if iris is not None:
+            ir = np.asarray(iris, dtype=np.float64)
+            if ir.shape[:2] != (2, 5) or ir.shape[-1] < 2:
+                raise ExpressionInputError(f"iris points have shape {ir.shape}, expected (2, 5, 2)",
+                                           "pass [subject's left eye, right eye] x 5 points, centre first")
+            iris_xy = ir[:, 0, :2]
+            if not np.isfinite(iris_xy).all():
+                iris_xy = None
+        return xy, iris_xy, (w, h)
+
+    def _estimate_fit(self, xy, iris_xy, focal, centre) -> ExpressionResult:
+        r = self._fit.fit(xy, iris_xy, focal, centre)
+        self.identity = self._fit.identity.astype(np.float32)
+        self._frames = self._fit.frames
+        return self._result(r.weights, r.rotation, r.translation, xy, focal, centre, point_error=r.point_error)
+
+    def _estimate_model(self, xy, iris_xy, size, focal, centre, image) -> ExpressionResult:
+        c = self.contract
+        if c.layout == "landmarks-2d-v1":
+            x = landmark_features(xy, iris_xy, size)[None]
+        else:
+            if image is None:
+                raise ExpressionInputError(f"the expression model {c.path.name} needs the camera image",
+                                           "pass image= to ExpressionEstimator.estimate (the pipeline does)")
+            x = face_crop(image, xy, c.image)
+        out = self.session.run({c.input_name: x})
+        weights = c.pick("blendshapes", out)
+        weights = np.zeros(52, np.float32) if weights is None else np.clip(np.nan_to_num(weights), 0.0, 1.0)
+        shape = c.pick("shape", out)
+        if c.model_id == MODEL_ID and shape is not None and len(shape) == self.model.num_identity:
+            # our own model: the per-subject identity converges over the first seconds
+            self._frames += 1
+            self.identity = (self.identity + (shape - self.identity) / min(self._frames, IDENTITY_FRAMES)).astype(
+                np.float32)
+        rot = self._rotation(c, out, xy, focal, centre, weights)
+        own = c.model_id == MODEL_ID
+        result = self._result(weights, rot, None, xy, focal, centre, with_confidence=own or "blendshapes" in c.outputs)
+        if not own:
+            # a user model: its parameter block is streamed unchanged
+            m = MorphParams(model_id=c.model_id)
+            for role, attr in (("shape", "identity"), ("expression", "expression"), ("jaw_rotation", "jaw_rotation"),
+                               ("head_rotation_axis_angle", "head_rotation"), ("eye_rotation_left", "eye_rotation_left"),
+                               ("eye_rotation_right", "eye_rotation_right")):
+                v = c.pick(role, out)
+                if v is not None:
+                    setattr(m, attr, v)
+            if "head_rotation_axis_angle" not in c.outputs:
+                m.head_rotation = rotvec_from_matrix(rot).astype(np.float32)
+            m.head_translation = result.head_translation.copy()
+            result.morph = m
+        return result
+
+    def _rotation(self, c: ModelContract, out, xy, focal, centre, weights) -> np.ndarray:
+        ypr = c.pick("head_rotation", out)
+        if ypr is not None:
+            return head_matrix(*ypr[:3])
+        aa = c.pick("head_rotation_axis_angle", out)
+        if aa is not None:
+            return cv2.Rodrigues(np.asarray(aa[:3], np.float64).reshape(3, 1))[0]
+        # the model gives no head pose: PnP of our model's shape
+        shape = self.model.shape(self.identity, weights)[:468]
+        cam_k = np.array([[focal, 0, centre[0]], [0, focal, centre[1]], [0, 0, 1.0]])
+        _, rvec, _ = cv2.solvePnP(shape, xy, cam_k, None, flags=cv2.SOLVEPNP_SQPNP)
+        return FLIP @ cv2.Rodrigues(rvec)[0]
+
+    def _result(self, weights, rot, t, xy, focal, centre, point_error=None, with_confidence=True) -> ExpressionResult:
+        weights = np.clip(np.asarray(weights, np.float32), 0.0, 1.0)
+        shape = self.model.shape(self.identity, weights)[:468]
+        if t is None:
+            t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
+        proj = project(self.model.to_camera(shape, rot, t), focal, centre)[:, :2]
+        self._last_points = proj
+        if point_error is None:
+            sigma = NOISE_FRACTION * (np.ptp(xy[:, 0]) + 1e-6)
+            point_error = np.linalg.norm(proj - xy, axis=1) / sigma
+        confidence = {}
+        for name, mask in zip(self.model.region_names, self.model.region_points):
+            e = float(np.sqrt(np.mean(point_error[mask] ** 2)))
+            confidence[name] = round(1.0 / (1.0 + (e / 4.0) ** 2), 4) if with_confidence else 0.0
+        confidence["tongue"] = 0.0  # no visual basis: lip-sync owns tongueOut
+        left, right = self.model.eye_rotations(weights)
+        morph = MorphParams(model_id=MODEL_ID, identity=self.identity[:self.model.num_ict_identity].copy(),
+                            expression=self.model.ict_expression(weights),
+                            jaw_rotation=self.model.jaw_rotation(weights),
+                            head_rotation=rotvec_from_matrix(rot).astype(np.float32),
+                            head_translation=np.asarray(t, np.float32), eye_rotation_left=left,
+                            eye_rotation_right=right)
+        return ExpressionResult(blendshapes=weights, morph=morph, head_rotation=head_angles(rot).astype(np.float32),
+                                head_translation=np.asarray(t, np.float32), region_confidence=confidence)
