@@ -23,7 +23,7 @@ def free_tcp_port() -> int:
 
 @contextlib.contextmanager
 def running_bridge(home: Path, token: str | None = None, timeout: float = 90.0):
-    """Yields the address of a `facebridge run --source sample` serving gRPC; stops it afterwards."""
+    """Yields (address, process) of a `facebridge run --source sample` serving gRPC; stops it afterwards."""
     address = f"127.0.0.1:{free_tcp_port()}"
     cmd = [sys.executable, "-m", "bridge.cli", "run", "--source", "sample", "--grpc", address,
            "--llf", "off", "--vmc", "off", "--quiet"]
@@ -52,7 +52,7 @@ def running_bridge(home: Path, token: str | None = None, timeout: float = 90.0):
                 raise AssertionError(f"facebridge run did not serve gRPC on {address} within {timeout:.0f} s")
             time.sleep(0.2)
         channel.close()
-        yield address
+        yield address, proc
     finally:
         proc.terminate()
         try:

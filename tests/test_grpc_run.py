@@ -6,16 +6,31 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
+
 from bridge.frame import ARKIT_NAMES
+from bridge.grpc.gen import facebridge_pb2 as pb
+from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from tests.grpc_bridge import running_bridge
 
 CLIENT = Path(__file__).resolve().parent / "grpc_standalone_client.py"
 
 
 def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):
-    with running_bridge(tmp_path / "home", token="run-token") as address:
+    with running_bridge(tmp_path / "home", token="run-token") as (address, bridge):
         out = subprocess.run([sys.executable, str(CLIENT), address, "--frames", "15", "--token", "run-token"],
                              capture_output=True, text=True, timeout=120)
+        # The pipeline answers status questions through the same server, and refuses a wrong token.
+        channel = grpc.insecure_channel(address)
+        stub = pb_grpc.FaceBridgeServiceStub(channel)
+        status = stub.GetStatus(pb.GetStatusRequest(), metadata=[("authorization", "Bearer run-token")], timeout=10)
+        try:
+            stub.GetStatus(pb.GetStatusRequest(), metadata=[("authorization", "Bearer nope")], timeout=10)
+            refused = None
+        except grpc.RpcError as e:
+            refused = e.code()
+        channel.close()
+        assert bridge.poll() is None
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert not result["bridge_imported"]
@@ -26,3 +41,5 @@ def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):
     assert result["frame_count"] == 15
     assert all(f["curves"] == 52 and f["layout_id"] == result["header"]["layout_id"] for f in result["frames"])
     assert any(f["face_found"] for f in result["frames"]), "the sample clip shows a face"
+    assert list(status.sources) and list(status.backends) and status.fps > 0
+    assert refused == grpc.StatusCode.UNAUTHENTICATED

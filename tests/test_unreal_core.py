@@ -58,9 +58,10 @@ def _ctest(build: Path, tmp_path: Path, env: dict) -> dict[str, str]:
 
 
 def test_core_unit_and_live_tests_pass_against_the_bridge(core_build, tmp_path):
-    with running_bridge(tmp_path / "home", token="ctest-token") as address:
+    with running_bridge(tmp_path / "home", token="ctest-token") as (address, bridge):
         results = _ctest(core_build, tmp_path, {"FACEBRIDGE_TEST_ADDRESS": address,
                                                 "FACEBRIDGE_TEST_TOKEN": "ctest-token"})
+        assert bridge.poll() is None, "the bridge must survive every client the C++ tests threw at it"
     live = {k: v for k, v in results.items() if k.startswith("StreamClientLive.")}
     assert len(live) >= 4, results
     assert set(live.values()) == {"passed"}, live  # none skipped: they really talked to the bridge
