@@ -209,3 +209,13 @@ def test_replay_rejects_bad_arguments(tmp_path):
     result = subprocess.run(facebridge("replay", str(tmp_path / "t"), "--llf", "off", "--vmc", "off"), cwd=REPO,
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1 and "nothing to send to" in result.stderr
+
+
+def test_malformed_frame_is_skipped_and_files_stay_in_step(tmp_path):
+    frames = make_frames(4)
+    frames[1].blendshapes = np.zeros(7, dtype=np.float32)
+    rec = record(tmp_path / "t", frames)
+    assert (rec.frames, rec.errors) == (3, 1)
+    assert [f.seq for f in TakeReader(tmp_path / "t")] == [0, 2, 3]
+    assert len((tmp_path / "t" / "frames.csv").read_text().splitlines()) == 1 + 3
+    assert json.loads((tmp_path / "t" / "take.json").read_text())["frames"] == 3

@@ -249,3 +249,14 @@ def test_listen_tool_prints_what_arrives(capsys):
     out = capsys.readouterr().out
     assert result["rc"] == 0 and "subject 'Probe'" in out and "JawOpen 0.50" in out
     assert "1 packets, 1 malformed" in out
+
+
+def test_malformed_frame_is_counted_not_raised(receiver):
+    sink = LiveLinkFaceSink(address(receiver))
+    broken = FaceFrame(seq=0, t_capture=MIDNIGHT, t_capture_mono=0.0)
+    broken.blendshapes = np.zeros(10, dtype=np.float32)
+    sink.send(broken)
+    sink.send(FaceFrame(seq=1, t_capture=MIDNIGHT, t_capture_mono=0.0))
+    assert decode_llf_packet(receiver.recv(2048))["count"] == 61
+    assert (sink.sent, sink.errors) == (1, 1)
+    sink.close()

@@ -198,3 +198,14 @@ def test_unusable_address_raises():
     sink = VmcSink("localhost")
     assert sink.address[1] == 39539
     sink.close()
+
+
+def test_malformed_frame_is_counted_not_raised(osc_receiver):
+    sink = VmcSink(osc_receiver.address)
+    broken = random_frame(np.random.default_rng(0), 0)
+    broken.head_rotation = np.zeros(1, dtype=np.float32)
+    sink.send(broken)
+    sink.send(random_frame(np.random.default_rng(1), 1))
+    assert len(split_frames(osc_receiver.wait_for(1))) == 1
+    assert (sink.sent, sink.errors) == (1, 1)
+    sink.close()

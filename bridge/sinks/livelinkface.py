@@ -176,7 +176,7 @@ class LiveLinkFaceSink(Sink):
     def send(self, frame: FaceFrame) -> None:
         try:
             data = self.packet(frame)
-        except SinkError as e:
+        except (SinkError, ValueError, TypeError, IndexError) as e:  # a malformed frame: skip it, keep going
             self._failed(f"frame {frame.seq} not sent", e)
             return
         try:

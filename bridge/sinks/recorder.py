@@ -3,7 +3,8 @@
 A take directory holds
     frames.jsonl  one FaceFrame.to_dict() per line (landmarks left out), the lossless record
     frames.csv    Live Link Face's CSV export layout (Timecode, BlendShapeCount, 61 PascalCase curves), for
-                  tools that import Live Link Face takes (Unreal's LiveLinkFaceImporter, Blender add-ons)
+                  tools that import Live Link Face takes (Unreal's LiveLinkFaceImporter, Blender add-ons);
+                  values as on the Live Link Face wire (shapes clipped to [0, 1], angles / 180)
     take.json     metadata: subject, frame rate, start time, curve names, facebridge version, frame count
 
 Crash safety: both frame files are flushed and fsynced at least once a second and on close, so a crash loses
@@ -96,16 +97,21 @@ class TakeRecorder(Sink):
     def send(self, frame: FaceFrame) -> None:
         if self._closed:
             return
+        try:  # both lines are built before either is written, so the two files never disagree
+            line = json.dumps(frame.to_dict(), separators=(",", ":"), default=_json_default)
+            values, _ = frame_values(frame)
+            row = [csv_timecode(frame.timecode()), str(len(CSV_CURVES))]
+            row += [f"{values[i]:.7g}" for i in _CSV_INDEX]
+        except (TypeError, ValueError, IndexError) as e:  # a malformed frame: skip it, keep recording
+            self._failed(f"frame {frame.seq} not recorded", e)
+            return
         try:
             if self._first is None:
                 self._first = frame
                 self._write_metadata(complete=False)
-            self._jsonl.write(json.dumps(frame.to_dict(), separators=(",", ":"), default=_json_default) + "\n")
-            values, _ = frame_values(frame)
-            row = [csv_timecode(frame.timecode()), str(len(CSV_CURVES))]
-            row += [f"{values[i]:.7g}" for i in _CSV_INDEX]
+            self._jsonl.write(line + "\n")
             self._csv.write(",".join(row) + "\n")
-        except (OSError, TypeError, ValueError) as e:  # disk full, unserialisable field: this frame only
+        except OSError as e:  # disk full, disk gone
             self._failed(f"frame {frame.seq} not recorded in {self.directory}", e)
             return
         self.frames += 1

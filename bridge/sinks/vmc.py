@@ -248,7 +248,12 @@ class VmcSink(Sink):
 
     def send(self, frame: FaceFrame) -> None:
         try:
-            for dgram in self.datagrams(frame):
+            datagrams = self.datagrams(frame)
+        except (ValueError, TypeError, IndexError) as e:  # a malformed frame: skip it, keep going
+            self._failed(f"frame {frame.seq} not sent", e)
+            return
+        try:
+            for dgram in datagrams:
                 self._sock.send(dgram)
         except ConnectionRefusedError as e:
             self._failed(f"nothing listens on {self.address[0]}:{self.address[1]} (start the VMC receiver, "
