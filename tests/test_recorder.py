@@ -201,14 +201,19 @@ def test_replay_loops_until_interrupted(tmp_path):
     assert frame_numbers == sorted(frame_numbers)  # replay time stamps keep counting up across passes
 
 
-def test_replay_rejects_bad_arguments(tmp_path):
-    result = subprocess.run(facebridge("replay", str(tmp_path / "nothing")), cwd=REPO, capture_output=True,
-                            text=True, timeout=30)
-    assert result.returncode == 1 and "does not exist" in result.stderr and result.stderr.count("\n") == 1
+def test_replay_rejects_bad_arguments(tmp_path, capsys):
+    from bridge.cli import main
+
+    assert main(["replay", str(tmp_path / "nothing")]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist" in err and err.count("\n") == 1
     record(tmp_path / "t", make_frames(2))
-    result = subprocess.run(facebridge("replay", str(tmp_path / "t"), "--llf", "off", "--vmc", "off"), cwd=REPO,
-                            capture_output=True, text=True, timeout=30)
-    assert result.returncode == 1 and "nothing to send to" in result.stderr
+    assert main(["replay", str(tmp_path / "t"), "--llf", "off", "--vmc", "off"]) == 1
+    assert "nothing to send to" in capsys.readouterr().err
+    assert main(["replay", str(tmp_path / "t"), "--speed", "0"]) == 1
+    assert "--speed 0.0 is not a positive number" in capsys.readouterr().err
+    assert main(["replay", str(tmp_path / "t"), "--llf", "127.0.0.1:70000"]) == 1
+    assert "port 70000 is out of range" in capsys.readouterr().err
 
 
 def test_malformed_frame_is_skipped_and_files_stay_in_step(tmp_path):
