@@ -32,11 +32,11 @@ def compile_proto(out_dir: str):
             importlib.import_module("facebridge.v1.facebridge_pb2_grpc"))
 
 
-def reflected_services(channel) -> list[str]:
+def reflected_services(channel, metadata) -> list[str]:
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
     stub = reflection_pb2_grpc.ServerReflectionStub(channel)
     request = reflection_pb2.ServerReflectionRequest(list_services="")
-    for response in stub.ServerReflectionInfo(iter([request]), timeout=10):
+    for response in stub.ServerReflectionInfo(iter([request]), metadata=metadata, timeout=10):
         return sorted(s.name for s in response.list_services_response.service)
     return []
 
@@ -54,7 +54,7 @@ def main() -> int:
         metadata = [("authorization", f"Bearer {args.token}")] if args.token else None
         channel = grpc.insecure_channel(args.address)
         grpc.channel_ready_future(channel).result(timeout=args.timeout)
-        out = {"services": reflected_services(channel), "header": None, "frames": [], "headers_total": 0}
+        out = {"services": reflected_services(channel, metadata), "header": None, "frames": [], "headers_total": 0}
         stub = pb_grpc.FaceBridgeServiceStub(channel)
         status = stub.GetStatus(pb.GetStatusRequest(), metadata=metadata, timeout=10)
         out["status_fps"] = status.fps

@@ -280,7 +280,14 @@ def test_token_required_and_checked():
             with pytest.raises(grpc.RpcError) as err:
                 next(stub.Subscribe(pb.SubscribeRequest(), metadata=metadata, timeout=5))
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+        reflect = reflection_pb2_grpc.ServerReflectionStub(channel)
+        ask = reflection_pb2.ServerReflectionRequest(list_services="")
+        with pytest.raises(grpc.RpcError) as err:
+            next(reflect.ServerReflectionInfo(iter([ask]), timeout=5))
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
         good = [("authorization", "Bearer s3cret")]
+        assert next(reflect.ServerReflectionInfo(iter([ask]), metadata=good, timeout=5)).list_services_response
         assert stub.GetStatus(pb.GetStatusRequest(), metadata=good, timeout=5).server_version
         health = health_pb2_grpc.HealthStub(channel)  # probes need no token
         reply = health.Check(health_pb2.HealthCheckRequest(service="facebridge.v1.FaceBridgeService"), timeout=5)

@@ -163,20 +163,26 @@ class _BearerTokenInterceptor(grpc.ServerInterceptor):
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
-        def deny(request, context):
+        def deny(request_or_iterator, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED,
                           "missing or wrong bearer token; send metadata 'authorization: Bearer <token>'")
 
-        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
-        self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
+        # A refusal must have the same streaming shape as the method it stands in for.
+        self._deny = {
+            (False, False): grpc.unary_unary_rpc_method_handler(deny),
+            (False, True): grpc.unary_stream_rpc_method_handler(deny),
+            (True, False): grpc.stream_unary_rpc_method_handler(deny),
+            (True, True): grpc.stream_stream_rpc_method_handler(deny),
+        }
 
     def intercept_service(self, continuation, details):
-        if details.method.startswith("/grpc.health.v1.Health/"):
-            return continuation(details)
+        handler = continuation(details)
+        if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
+            return handler
         got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
         if isinstance(got, str) and hmac.compare_digest(got.encode(), self._expected):
-            return continuation(details)
-        return self._deny_stream if details.method.endswith("/Subscribe") else self._deny_unary
+            return handler
+        return self._deny[(handler.request_streaming, handler.response_streaming)]
 
 
 def _is_loopback(host: str) -> bool:
