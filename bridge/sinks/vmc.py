@@ -99,8 +99,8 @@ def message_plan(eye_bones: bool) -> list[tuple[str, list]]:
         ("/VMC/Ext/Bone/Pos", [("s", "Head")] + const(HEAD_POSITION) + [f(F_HEAD + k) for k in range(4)]),
     ]
     if eye_bones:
-        for bone, pos, start in (("LeftEye", LEFT_EYE_POSITION, F_LEFT_EYE), ("RightEye", RIGHT_EYE_POSITION,
-                                                                              F_RIGHT_EYE)):
+        eyes = (("LeftEye", LEFT_EYE_POSITION, F_LEFT_EYE), ("RightEye", RIGHT_EYE_POSITION, F_RIGHT_EYE))
+        for bone, pos, start in eyes:
             plan.append(("/VMC/Ext/Bone/Pos", [("s", bone)] + const(pos) + [f(start + k) for k in range(4)]))
     for i, name in enumerate(ARKIT_NAMES):
         plan.append(("/VMC/Ext/Blend/Val", [("s", name), f(F_BLEND + i)]))
@@ -207,7 +207,10 @@ class VmcFrameEncoder:
 
 
 class VmcSink(Sink):
-    """Streams FaceFrames as VMC over UDP (default 127.0.0.1:39539, the Marionette port)."""
+    """Streams FaceFrames as VMC over UDP (default 127.0.0.1:39539, the Marionette port).
+
+    eye_bones is off by default: PerfectSync avatars move their eyes with the eyeLook* blendshapes, and eye bone
+    positions that do not match the avatar displace its eyes in receivers that apply bone positions."""
 
     name = "vmc"
 
