@@ -1,9 +1,11 @@
 """Build the bundled sample clip (bridge/data/sample.mp4) from scikit-image's public-domain astronaut photograph.
 
-The photo (NASA, Eileen Collins; public domain, shipped in scikit-image as skimage/data/astronaut.png) is warped
-frame by frame with smooth, natural-looking head motion: drift, nodding (vertical perspective), turning
-(horizontal perspective), tilt and a little zoom, so the default `facebridge run` has something real to track on a
-machine with no camera. Deterministic: same inputs give the same frames.
+The photo (NASA, Eileen Collins; public domain, shipped in scikit-image as skimage/data/astronaut.png) is turned into
+a short "2.5-D" performance: FaceBridge's own landmark model finds the 468 face points with their depth, the face is
+rotated in 3D about a pivot inside the head (so the nose really moves against the cheeks when the head turns), and
+the photo is warped piecewise-affinely onto the moved mesh, nearer triangles drawn over farther ones. The background
+stays put. The motion (`motion(t)`) is smooth and known, so tests can compare the tracked head pose with it.
+Deterministic: the same inputs give the same frames.
 
     python tools/make_sample.py            # writes bridge/data/sample.mp4 and prints its sha256
 """
@@ -16,46 +18,95 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from scipy.spatial import Delaunay
 
 OUT = Path(__file__).resolve().parents[1] / "bridge" / "data" / "sample.mp4"
 WIDTH, HEIGHT, FPS, SECONDS = 480, 360, 30, 10
-FACE_CENTER = (225.0, 128.0)  # astronaut.png face centre (x, y), from BlazeFace's box on the photo
+CROP_ORIGIN = (0, 0)  # the frame's top-left corner in photo pixels (a 480x360 window on the face)
 
 
 def motion(t: float) -> dict:
-    """Smooth head motion at time t (seconds): sums of incommensurate sines, like an idle performer."""
+    """Head motion at time t (seconds), FaceFrame conventions (degrees; +yaw = the subject's own left, +pitch =
+    up, +roll = toward the left shoulder): sums of incommensurate sines, like an idle performer."""
     return {
-        "yaw": 16 * math.sin(2 * math.pi * 0.13 * t) + 4 * math.sin(2 * math.pi * 0.41 * t + 1.0),
-        "pitch": 8 * math.sin(2 * math.pi * 0.21 * t + 0.5) + 2 * math.sin(2 * math.pi * 0.67 * t),
-        "roll": 6 * math.sin(2 * math.pi * 0.17 * t + 2.0),
-        "dx": 18 * math.sin(2 * math.pi * 0.09 * t + 0.3),
-        "dy": 10 * math.sin(2 * math.pi * 0.11 * t + 1.7),
-        "scale": 1.0 + 0.08 * math.sin(2 * math.pi * 0.07 * t + 0.9),
+        "yaw": 17 * math.sin(2 * math.pi * 0.13 * t) + 4 * math.sin(2 * math.pi * 0.41 * t + 1.0),
+        "pitch": 9 * math.sin(2 * math.pi * 0.21 * t + 0.5) + 2 * math.sin(2 * math.pi * 0.67 * t),
+        "roll": 7 * math.sin(2 * math.pi * 0.17 * t + 2.0),
+        "dx": 12 * math.sin(2 * math.pi * 0.09 * t + 0.3),
+        "dy": 6 * math.sin(2 * math.pi * 0.11 * t + 1.7),
     }
 
 
-def frame_transform(m: dict) -> np.ndarray:
-    """3x3 homography: the photo as a plane through the face centre, rotated by yaw/pitch/roll about that
-    centre and seen by a pinhole camera at the original distance (so the face keeps its size at rest)."""
-    cx, cy = FACE_CENTER
-    f = 700.0
-    yaw, pitch, roll = (math.radians(m[k]) for k in ("yaw", "pitch", "roll"))
-    ry = np.array([[math.cos(yaw), 0, math.sin(yaw)], [0, 1, 0], [-math.sin(yaw), 0, math.cos(yaw)]])
-    rx = np.array([[1, 0, 0], [0, math.cos(pitch), -math.sin(pitch)], [0, math.sin(pitch), math.cos(pitch)]])
-    rz = np.array([[math.cos(roll), -math.sin(roll), 0], [math.sin(roll), math.cos(roll), 0], [0, 0, 1]])
-    rot = rz @ rx @ ry
-    to_plane = np.array([[1, 0, -cx], [0, 1, -cy], [0, 0, 1.0]])  # pixel -> plane coords about the face
-    plane_to_camera = np.column_stack([rot[:, 0], rot[:, 1], [0.0, 0.0, f]])
-    k_dst = np.array([[f * m["scale"], 0, WIDTH / 2 + m["dx"]], [0, f * m["scale"], HEIGHT / 2 + m["dy"]],
-                      [0, 0, 1.0]])
-    return k_dst @ plane_to_camera @ to_plane
+def rotation(yaw: float, pitch: float, roll: float) -> np.ndarray:
+    """Rotation in image axes (x right, y down, z away from the camera) for FaceFrame angles in degrees."""
+    a, b, c = np.radians([yaw, pitch, roll])
+    ry = np.array([[math.cos(a), 0, -math.sin(a)], [0, 1, 0], [math.sin(a), 0, math.cos(a)]])  # nose -> +x
+    rx = np.array([[1, 0, 0], [0, math.cos(b), math.sin(b)], [0, -math.sin(b), math.cos(b)]])  # nose -> up
+    rz = np.array([[math.cos(c), -math.sin(c), 0], [math.sin(c), math.cos(c), 0], [0, 0, 1]])  # +x -> down
+    return rz @ rx @ ry
+
+
+class HeadRig:
+    """The photo's face as a depth mesh, plus fixed background points, triangulated together."""
+
+    def __init__(self, photo: np.ndarray) -> None:
+        from bridge.stages.detection import FaceDetector
+        from bridge.stages.landmarks import FaceLandmarker, roi_from_detection, roi_from_landmarks
+
+        det = FaceDetector().detect(photo)[0]
+        lm = FaceLandmarker()
+        points = lm.run(photo, roi_from_detection(det)).points
+        points = lm.run(photo, roi_from_landmarks(points)).points  # refine once from its own ROI
+        face = points.astype(np.float64)
+        width = np.ptp(face[:, 0])
+        centre = face[:, :2].mean(0)
+        # hair and the head's outline: the face hull pushed out, moving with the head a little behind the face
+        hull = face[cv2.convexHull(face[:, :2].astype(np.float32), returnPoints=False).reshape(-1)][:, :2]
+        ring = centre + (hull - centre) * 1.45
+        ring_z = np.full((len(ring), 1), face[:, 2].max() + 0.15 * width)
+        self.moving = np.vstack([face, np.hstack([ring, ring_z])])
+        # background: a fixed frame of points around the head, and the photo's border
+        outer = centre + (hull - centre) * 2.3
+        xs, ys = np.linspace(0, photo.shape[1] - 1, 9), np.linspace(0, photo.shape[0] - 1, 9)
+        border = np.array([(x, y) for x in xs for y in ys if x in (xs[0], xs[-1]) or y in (ys[0], ys[-1])])
+        self.fixed = np.vstack([outer, border])
+        self.source_xy = np.vstack([self.moving[:, :2], self.fixed]).astype(np.float32)
+        self.triangles = Delaunay(self.source_xy).simplices
+        self.pivot = np.array([centre[0], centre[1] + 0.15 * width, face[:, 2].mean() + 0.75 * width])
+
+    def pose(self, m: dict) -> np.ndarray:
+        """Destination (x, y, z) of every vertex for motion `m`."""
+        moved = (self.moving - self.pivot) @ rotation(m["yaw"], m["pitch"], m["roll"]).T + self.pivot
+        moved[:, :2] += (m["dx"], m["dy"])
+        fixed = np.hstack([self.fixed, np.full((len(self.fixed), 1), 1e6)])  # farthest: drawn first
+        return np.vstack([moved, fixed])
+
+
+def render(photo: np.ndarray, rig: HeadRig, dest: np.ndarray, origin=CROP_ORIGIN) -> np.ndarray:
+    """Piecewise-affine warp: rasterise triangle ids far-to-near, then sample the photo backward per pixel."""
+    dst_xy = dest[:, :2] - np.array(origin, np.float64)
+    tri_depth = dest[rig.triangles, 2].mean(1)
+    ids = np.full((HEIGHT, WIDTH), -1, np.int32)
+    for t in np.argsort(-tri_depth):
+        cv2.fillConvexPoly(ids, np.round(dst_xy[rig.triangles[t]] * 16).astype(np.int32), int(t),
+                           lineType=cv2.LINE_8, shift=4)
+    inverse = np.zeros((len(rig.triangles), 2, 3), np.float32)
+    for t, tri in enumerate(rig.triangles):
+        inverse[t] = cv2.getAffineTransform(dst_xy[tri].astype(np.float32), rig.source_xy[tri])
+    ys, xs = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
+    a = inverse[np.maximum(ids, 0)]
+    map_x = a[..., 0, 0] * xs + a[..., 0, 1] * ys + a[..., 0, 2]
+    map_y = a[..., 1, 0] * xs + a[..., 1, 1] * ys + a[..., 1, 2]
+    uncovered = ids < 0
+    map_x[uncovered] = xs[uncovered] + origin[0]
+    map_y[uncovered] = ys[uncovered] + origin[1]
+    return cv2.remap(photo, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT101)
 
 
 def render_frames(photo_bgr: np.ndarray):
+    rig = HeadRig(photo_bgr)
     for i in range(FPS * SECONDS):
-        h = frame_transform(motion(i / FPS))
-        yield cv2.warpPerspective(photo_bgr, h, (WIDTH, HEIGHT), flags=cv2.INTER_LINEAR,
-                                  borderMode=cv2.BORDER_REFLECT101)
+        yield render(photo_bgr, rig, rig.pose(motion(i / FPS)))
 
 
 def main() -> None:
@@ -73,10 +124,12 @@ def main() -> None:
     for frame in render_frames(photo):
         writer.write(frame)
         n += 1
+        print(f"\rrendering {n}/{FPS * SECONDS}", end="", flush=True)
     writer.release()
     tmp.replace(args.out)
     digest = hashlib.sha256(args.out.read_bytes()).hexdigest()
-    print(f"wrote {args.out}: {n} frames {WIDTH}x{HEIGHT} @ {FPS} fps, {args.out.stat().st_size} bytes, sha256 {digest}")
+    print(f"\nwrote {args.out}: {n} frames {WIDTH}x{HEIGHT} @ {FPS} fps, {args.out.stat().st_size} bytes, "
+          f"sha256 {digest}")
 
 
 if __name__ == "__main__":
