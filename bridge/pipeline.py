@@ -130,7 +130,7 @@ class FacePipeline:
             timer.lap("emotion")
 
         blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
-        t = frame.t_capture_mono
+        t = frame.t_media
         if self.options.smoothing:
             blendshapes = self._filters["blendshapes"](blendshapes, t)
             ypr = self._filters["head_rotation"](ypr, t)

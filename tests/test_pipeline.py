@@ -30,7 +30,7 @@ def astronaut_frame(seq=0) -> Frame:
     from skimage import data
 
     image = cv2.cvtColor(data.astronaut(), cv2.COLOR_RGB2BGR)
-    return Frame(image=image, seq=seq, t_capture=1_700_000_000.0 + seq / 30, t_capture_mono=seq / 30)
+    return Frame(image=image, seq=seq, t_capture=1_700_000_000.0 + seq / 30, t_capture_mono=seq / 30, t_media=seq / 30)
 
 
 def test_sample_face_found_in_95_percent_and_tracking_spares_the_detector(pipeline, sample_frames):

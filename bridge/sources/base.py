@@ -12,7 +12,9 @@ class Frame:
     image: np.ndarray  # HxWx3 uint8, BGR (OpenCV order)
     seq: int
     t_capture: float  # wall clock, seconds since the Unix epoch
-    t_capture_mono: float  # time.perf_counter() when the frame was captured
+    t_capture_mono: float  # time.perf_counter() when the frame was captured (for latency)
+    t_media: float = 0.0  # seconds on the source's own timeline (for filters): capture time for a camera,
+    # position in the file for a video or image folder, however fast it is read
 
 
 class FrameSource:
@@ -32,7 +34,8 @@ class FrameSource:
         pass
 
     def _stamp(self, image: np.ndarray) -> Frame:
-        frame = Frame(image=image, seq=self._seq, t_capture=time.time(), t_capture_mono=time.perf_counter())
+        now = time.perf_counter()
+        frame = Frame(image=image, seq=self._seq, t_capture=time.time(), t_capture_mono=now, t_media=now)
         self._seq += 1
         return frame
 

@@ -22,6 +22,7 @@ class _Paced(FrameSource):
         self.realtime = realtime
         self.loop = loop
         self._t0: float | None = None
+        self._t_wall0: float | None = None
 
     def _pace(self) -> None:
         if not self.realtime:
@@ -47,7 +48,14 @@ class _Paced(FrameSource):
         if image is None:
             return None
         self._pace()
-        return self._stamp(image)
+        frame = self._stamp(image)
+        # a file's frames keep the file's timing, however fast they are read: the filters and the recorded
+        # take see 1/fps between frames
+        if self._t_wall0 is None:
+            self._t_wall0 = frame.t_capture
+        frame.t_media = frame.seq / self.fps
+        frame.t_capture = self._t_wall0 + frame.t_media
+        return frame
 
 
 class VideoFileSource(_Paced):
