@@ -108,7 +108,8 @@ class FacePipeline:
         image = frame.image
         h, w = image.shape[:2]
         out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
-                        subject=self.options.subject, image_size=(w, h))
+                        subject=self.options.subject, image_size=(w, h),
+                        model_versions=self.model_versions)  # sinks (gRPC header) announce them
         found = self._find_face(image, timer)
         if found is None:
             self._lost(out)
