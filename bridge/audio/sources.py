@@ -29,6 +29,11 @@ CHUNK_MS = 10
 PORTAUDIO_FIX = "install PortAudio (Debian/Ubuntu: `apt-get install libportaudio2`) or pass an audio file instead"
 
 
+def _why(e: BaseException) -> str:
+    """An exception as a short clause for inside parentheses."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0].rstrip(". ") or type(e).__name__
+
+
 @dataclass
 class AudioChunk:
     pcm: np.ndarray  # float32, 16 kHz mono, in [-1, 1]
@@ -88,7 +93,7 @@ def load_audio_file(path: str | Path) -> np.ndarray:
     try:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
-        raise SourceError(f"cannot read audio file {path} ({str(e).strip() or type(e).__name__})",
+        raise SourceError(f"cannot read audio file {path} ({_why(e)})",
                           "use a WAV, FLAC or OGG file (convert others with `sox IN out.wav` or ffmpeg)") from None
     if len(data) == 0:
         raise SourceError(f"audio file {path} contains no samples", "record or choose a file with sound in it")
@@ -139,7 +144,7 @@ def _sounddevice():
     try:
         import sounddevice as sd
     except OSError as e:  # raised at import when libportaudio is missing
-        raise SourceError(f"PortAudio is not available ({e})", PORTAUDIO_FIX) from None
+        raise SourceError(f"PortAudio is not available ({_why(e)})", PORTAUDIO_FIX) from None
     except ImportError:
         raise SourceError("the sounddevice package is not installed",
                           "install the microphone extra: pip install 'facebridge[mic]'") from None
@@ -168,7 +173,7 @@ def list_input_devices(with_reason: bool = False):
     except SourceError as e:
         reason = str(e)
     except Exception as e:  # PortAudioError and friends: report, never raise
-        reason = f"PortAudio could not list devices ({e})"
+        reason = f"PortAudio could not list devices ({_why(e)})"
     if reason:
         log.info("no audio inputs: %s", reason)
     return (devices, reason) if with_reason else devices
@@ -187,9 +192,9 @@ class MicrophoneSource(AudioSource):
         except (ValueError, sd.PortAudioError) as e:
             names = [f"{d['index']}: {d['name']}" for d in list_input_devices()]
             if device is None:
-                raise SourceError(f"no microphone found ({e})", "plug one in, check `facebridge devices`, or pass "
+                raise SourceError(f"no microphone found ({_why(e)})", "plug one in, check `facebridge devices`, or pass "
                                   "an audio file with --audio FILE") from None
-            raise SourceError(f"audio input device {device} is not available ({e})",
+            raise SourceError(f"audio input device {device} is not available ({_why(e)})",
                               "choose one of: " + ("; ".join(names) if names else "none found") +
                               " (see `facebridge devices`)") from None
         self._queue: queue.Queue = queue.Queue(maxsize=max(2, max_queue_ms // block_ms))
@@ -211,7 +216,7 @@ class MicrophoneSource(AudioSource):
                                           callback=self._on_audio)
             self._stream.start()
         except Exception as e:
-            raise SourceError(f"cannot open microphone {info.get('name', device)!r} ({e})",
+            raise SourceError(f"cannot open microphone {info.get('name', device)!r} ({_why(e)})",
                               "close other programs using it, or choose another with --audio mic:INDEX") from None
 
     def _on_audio(self, indata, frames, time_info, status):
