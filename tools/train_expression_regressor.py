@@ -1,4 +1,4 @@
-"""Train the expression regressor (landmarks -> ARKit-52, head rotation, identity) on synthetic samples from
+"""Train the expression regressor (landmarks -> ARKit-52 weights, head rotation) on synthetic samples from
 bridge/expression/basis.npz, export it to bridge/expression/regressor.onnx and write its model contract
 bridge/expression/regressor.json.
 
@@ -31,11 +31,13 @@ from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
 
 OUT_DIR = ROOT / "bridge" / "expression"
 ROT_SCALE = 45.0  # degrees -> network units
-ID_DIMS = 101  # ICT's 100 identity coefficients + the MediaPipe-mean share (bridge/expression/model.py)
 
 
 class Regressor(nn.Module):
-    """Standardise -> MLP -> (blendshapes in [0,1] with tongueOut = 0, head rotation degrees, identity)."""
+    """Standardise -> MLP -> (blendshapes in [0,1] with tongueOut = 0, head rotation degrees).
+
+    Identity is not an output: one frame of 2D landmarks says little about it, so the stage estimates it over
+    many frames by least squares (bridge/expression/fit.py, identity_update)."""
 
     def __init__(self, mean: np.ndarray, std: np.ndarray, hidden: int = 256):
         super().__init__()
@@ -48,21 +50,19 @@ class Regressor(nn.Module):
         )
         self.weights = nn.Linear(hidden, len(VISUAL))
         self.rotation = nn.Linear(hidden, 3)
-        self.identity = nn.Linear(hidden, ID_DIMS)
         self.register_buffer("scatter", torch.eye(52)[VISUAL])  # 51 visual -> 52 (tongueOut stays 0)
 
     def forward(self, features: torch.Tensor):
         h = self.body((features - self.mean) * self.inv_std)
         blendshapes = torch.sigmoid(self.weights(h)) @ self.scatter
-        return blendshapes, self.rotation(h) * ROT_SCALE, self.identity(h)
+        return blendshapes, self.rotation(h) * ROT_SCALE
 
 
 def make_batch(model, rng, n):
     b = synthetic_batch(model, rng, n)
     x = features_batch(b.landmarks[..., :2].astype(np.float64), b.iris.astype(np.float64), b.iris_present,
                        b.image_size[:, 0].astype(np.float64), b.image_size / 2.0)  # focal assumed = width
-    return (torch.from_numpy(x), torch.from_numpy(b.weights), torch.from_numpy(b.head_rotation),
-            torch.from_numpy(b.identity[:, :ID_DIMS]))
+    return torch.from_numpy(x), torch.from_numpy(b.weights), torch.from_numpy(b.head_rotation)
 
 
 def main() -> None:
@@ -89,20 +89,20 @@ def main() -> None:
     val = make_batch(model, np.random.default_rng(10_000 + args.seed), 2048)
     started = time.time()
     for step in range(1, args.steps + 1):
-        x, w, rot, ident = make_batch(model, rng, args.batch)
-        pw, prot, pid = net(x)
+        x, w, rot = make_batch(model, rng, args.batch)
+        pw, prot = net(x)
         # squared error: the posterior mean (an L1 term would pull the many near-zero weights to exactly zero)
         err_w = ((pw - w) ** 2).mean() * 10
         if args.loss == "mixed":
             err_w = err_w + (pw - w).abs().mean()
-        loss = err_w + (((prot - rot) / ROT_SCALE) ** 2).mean() + 0.01 * ((pid - ident) ** 2).mean()
+        loss = err_w + (((prot - rot) / ROT_SCALE) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
         if step % 250 == 0 or step == args.steps:
             with torch.no_grad():
-                vw, vrot, _ = net(val[0])
+                vw, vrot = net(val[0])
                 mae = (vw - val[1]).abs()[:, VISUAL].mean().item()
                 yaw = (vrot[:, 0] - val[2][:, 0]).abs().median().item()
                 pitch = (vrot[:, 1] - val[2][:, 1]).abs().median().item()
@@ -118,9 +118,9 @@ def export(net: Regressor, args) -> None:
     tmp = onnx_path.with_suffix(".tmp.onnx")
     dummy = torch.zeros(1, NUM_FEATURES)
     torch.onnx.export(net, (dummy,), str(tmp), input_names=["features"],
-                      output_names=["blendshapes", "head_rotation", "identity"],
-                      dynamic_axes={"features": {0: "n"}, "blendshapes": {0: "n"}, "head_rotation": {0: "n"},
-                                    "identity": {0: "n"}}, opset_version=17, dynamo=False)
+                      output_names=["blendshapes", "head_rotation"],
+                      dynamic_axes={"features": {0: "n"}, "blendshapes": {0: "n"}, "head_rotation": {0: "n"}},
+                      opset_version=17, dynamo=False)
     data = tmp.read_bytes()
     tmp.unlink()
     atomic_write_bytes(onnx_path, data)
@@ -140,8 +140,6 @@ def export(net: Regressor, args) -> None:
             "blendshapes": {"name": "blendshapes", "shape": ["n", 52], "names": list(ARKIT_NAMES),
                             "range": [0, 1]},
             "head_rotation": {"name": "head_rotation", "shape": ["n", 3], "units": "yaw, pitch, roll degrees"},
-            "shape": {"name": "identity", "shape": ["n", ID_DIMS],
-                      "units": "ICT identity PCA coefficients (100), then the MediaPipe-mean share"},
         },
     }
     atomic_write_json(args.out_dir / "regressor.json", manifest)

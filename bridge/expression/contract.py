@@ -70,7 +70,7 @@ def find_manifest(model_dir: str | Path) -> Path:
         if (d / name).is_file():
             return d / name
     raise ModelError(f"no expression model manifest ({' or '.join(MANIFEST_NAMES)}) in {d}",
-                     "point --expression-model at a folder holding the ONNX file and its manifest")
+                     "point model_dir at the folder holding the ONNX file and its manifest")
 
 
 def load_contract(model_dir: str | Path) -> ModelContract:

@@ -32,6 +32,15 @@ class FitResult:
     point_error: np.ndarray  # (468,) reprojection error per landmark, in units of the assumed noise
 
 
+def identity_prior(model: MorphableModel) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and precision of the identity prior: ICT modes N(0, 1); the MediaPipe-mean share N(0.5, 0.5^2)."""
+    mean = np.zeros(model.num_identity)
+    mean[-1] = 0.5
+    precision = np.ones(model.num_identity)
+    precision[-1] = 4.0
+    return mean, precision
+
+
 def _rotation_step(omega: np.ndarray) -> np.ndarray:
     return cv2.Rodrigues(omega.reshape(3, 1))[0]
 
@@ -46,10 +55,7 @@ class ExpressionFit:
         cov = np.cov(samples.T) + 1e-3 * np.eye(len(VISUAL))
         self.prior_precision = prior_strength * np.linalg.inv(cov)
         self.prior_mean = samples.mean(0)
-        self.identity_prior_mean = np.zeros(model.num_identity)
-        self.identity_prior_mean[-1] = 0.5  # the MediaPipe-mean share: N(0.5, 0.5^2); ICT modes N(0, 1)
-        self.identity_prior_precision = np.ones(model.num_identity)
-        self.identity_prior_precision[-1] = 4.0
+        self.identity_prior_mean, self.identity_prior_precision = identity_prior(model)
         self.reset()
 
     def reset(self) -> None:
@@ -176,3 +182,21 @@ class ExpressionFit:
         identity = x[6 + ne:]
         _, r_new = self._residual(identity, weights, rot, t, obs, use, focal, centre)
         return rot, t, weights, identity, r_new
+
+
+def identity_update(model: MorphableModel, identity: np.ndarray, weights: np.ndarray, rot: np.ndarray,
+                    t: np.ndarray, xy: np.ndarray, focal: float, centre: tuple[float, float],
+                    prior_mean: np.ndarray, prior_precision: np.ndarray) -> np.ndarray:
+    """One frame's identity estimate with pose and expression held: a Gauss-Newton step of the landmark
+    reprojection (468 points) under a Gaussian prior. Used by the regressor stage, which has no identity output."""
+    sigma = NOISE_FRACTION * (np.ptp(xy[:, 0]) + 1e-6)
+    shape = model.shape(identity, weights)[:468]
+    m = FLIP @ rot
+    cam = shape @ m.T + t
+    proj = project(cam, focal, centre)[:, :2]
+    r = (xy - proj) / sigma
+    r = np.concatenate([r[:, 0], r[:, 1]])
+    jac = ExpressionFit._projection_jacobian(cam, model.identity_basis[:, :468] @ m.T, focal) / sigma
+    hess = jac.T @ jac + np.diag(prior_precision)
+    grad = jac.T @ (r + jac @ identity) + prior_precision * prior_mean
+    return np.linalg.solve(hess, grad)

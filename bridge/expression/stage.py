@@ -17,13 +17,17 @@ import numpy as np
 from bridge.errors import FaceBridgeError
 from bridge.expression.contract import ModelContract, check_session, face_crop, load_contract
 from bridge.expression.features import camera_for, landmark_features
-from bridge.expression.fit import IDENTITY_FRAMES, NOISE_FRACTION, ExpressionFit
+from bridge.expression.fit import IDENTITY_FRAMES, NOISE_FRACTION, ExpressionFit, identity_prior, identity_update
 from bridge.expression.model import (FLIP, MODEL_ID, head_angles, head_matrix, load_model, project,
                                      rotvec_from_matrix, solve_translation)
 from bridge.frame import MorphParams
 
 SHIPPED_DIR = Path(__file__).resolve().parent
 REGIONS = ("eyes", "brows", "jaw", "mouth", "cheeks_nose")
+# Regressor path: identity by least squares on each of the first IDENTITY_UPDATES frames, then every
+# IDENTITY_EVERY frames, averaged (about 1 s to converge at 30 fps, then following slowly).
+IDENTITY_UPDATES = 30
+IDENTITY_EVERY = 10
 
 
 class ExpressionInputError(FaceBridgeError):
@@ -69,6 +73,7 @@ class ExpressionEstimator:
         self.identity = np.zeros(self.model.num_identity, np.float32)
         self.identity[-1] = 0.5  # the MediaPipe-mean share's prior mean (model.py)
         self._frames = 0
+        self._updates = 0
         self._last_points: np.ndarray | None = None
         if self._fit is not None:
             self._fit.reset()
@@ -85,6 +90,7 @@ class ExpressionEstimator:
                                        "recalibrate with `facebridge calibrate` to store a fresh identity")
         self.identity = v
         self._frames = IDENTITY_FRAMES
+        self._updates = IDENTITY_UPDATES
         if self._fit is not None:
             self._fit.set_identity(v)
 
@@ -148,14 +154,11 @@ class ExpressionEstimator:
         out = self.session.run({c.input_name: x})
         weights = c.pick("blendshapes", out)
         weights = np.zeros(52, np.float32) if weights is None else np.clip(np.nan_to_num(weights), 0.0, 1.0)
-        shape = c.pick("shape", out)
-        if c.model_id == MODEL_ID and shape is not None and len(shape) == self.model.num_identity:
-            # our own model: the per-subject identity converges over the first seconds
-            self._frames += 1
-            self.identity = (self.identity + (shape - self.identity) / min(self._frames, IDENTITY_FRAMES)).astype(
-                np.float32)
         rot = self._rotation(c, out, xy, focal, centre, weights)
         own = c.model_id == MODEL_ID
+        self._frames += 1
+        if own and (self._updates < IDENTITY_UPDATES or self._frames % IDENTITY_EVERY == 0):
+            self._update_identity(weights, rot, xy, focal, centre)
         result = self._result(weights, rot, None, xy, focal, centre, with_confidence=own or "blendshapes" in c.outputs)
         if not own:
             # a user model: its parameter block is streamed unchanged
@@ -171,6 +174,17 @@ class ExpressionEstimator:
             m.head_translation = result.head_translation.copy()
             result.morph = m
         return result
+
+    def _update_identity(self, weights, rot, xy, focal, centre) -> None:
+        """The per-subject identity: this frame's least-squares estimate folded into the running mean."""
+        shape = self.model.shape(self.identity, weights)[:468]
+        t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
+        mean, precision = identity_prior(self.model)
+        frame = identity_update(self.model, self.identity.astype(np.float64), weights, rot, t, xy, focal, centre,
+                                mean, precision)
+        self._updates += 1
+        self.identity = (self.identity + (frame - self.identity) / min(self._updates, IDENTITY_UPDATES)).astype(
+            np.float32)
 
     def _rotation(self, c: ModelContract, out, xy, focal, centre, weights) -> np.ndarray:
         ypr = c.pick("head_rotation", out)
