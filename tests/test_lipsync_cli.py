@@ -126,3 +126,22 @@ def test_bad_audio_options_give_one_line_errors(args, message, tmp_path):
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_camera_and_audio_are_fused_in_recorded_frames(speech_wav, tmp_path):
+    """--source sample (face visible) + --audio: every frame carries visemes and the lip-sync latency, and the
+    face pipeline still runs (head pose from the camera)."""
+    import json
+
+    path, _ = speech_wav
+    take = tmp_path / "take"
+    proc = subprocess.run(facebridge_cmd("run", "--source", "sample", "--audio", str(path), "--max-frames", "90",
+                                         "--record", str(take), "--llf", "off", "--vmc", "off", "--quiet"),
+                          env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    frames = [json.loads(line) for line in (take / "frames.jsonl").read_text().splitlines()]
+    assert len(frames) >= 10  # real time: a busy CPU drops frames, never delays them
+    fused = [f for f in frames if f["visemes"] is not None]
+    assert len(fused) >= 0.8 * len(frames)
+    assert all(len(f["visemes"]) == 15 and "lipsync" in f["latencies_ms"] for f in fused)
+    assert any(f["face_found"] for f in frames)
