@@ -101,6 +101,28 @@ def test_adapter_can_be_replaced_without_a_new_onnx_file(model):
         LipSyncModel(adapter={"adapter.A": default["adapter.A"], "adapter.B": np.zeros((3, 3), np.float32)})
 
 
+def test_adapter_round_trip_and_refit_model_bytes(model, tmp_path):
+    """save_adapter -> load_adapter, and an ONNX file with the new adapter (what a TensorRT refit reads) that
+    runs like the add_initializer override."""
+    import onnxruntime as ort
+
+    from bridge.audio.lipsync import model_bytes_with_adapter, save_adapter
+
+    default = load_adapter(AUDIO_DIR / model.manifest["default_adapter"]["file"])
+    update = {"adapter.A": default["adapter.A"] * 1.5, "adapter.B": default["adapter.B"] - 0.2}
+    saved = save_adapter(tmp_path / "round1.npz", update)
+    loaded = load_adapter(saved)
+    assert all(np.array_equal(loaded[k], update[k]) for k in update)
+    mel = np.random.default_rng(6).normal(-8, 3, (1, 30, features.N_MELS)).astype(np.float32)
+    state = np.zeros(model.state_shape, np.float32)
+    session = ort.InferenceSession(model_bytes_with_adapter(loaded), providers=["CPUExecutionProvider"])
+    refit = session.run(["mouth"], {"mel": mel, "state": state})[0][0]
+    override = LipSyncModel(adapter=saved).step(mel[0])[1]
+    assert np.allclose(refit, override, atol=1e-5)
+    model.reset()
+    assert np.abs(refit - model.step(mel[0])[1]).max() > 0.05
+
+
 def test_corrupt_model_file_is_caught(tmp_path, monkeypatch):
     import bridge.audio.vad as vad
     import bridge.models as models

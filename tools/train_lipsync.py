@@ -24,6 +24,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bridge.audio import features  # noqa: E402
+from bridge.audio.lipsync import save_adapter  # noqa: E402
 from bridge.audio.visemes import MOUTH_CHANNELS  # noqa: E402
 from bridge.bench.lipsync import lipsync_metrics  # noqa: E402
 from bridge.frame import VISEME_NAMES  # noqa: E402
@@ -211,9 +212,7 @@ def main(argv=None) -> int:
     model_path = out / "lipsync.onnx"
     export(net, model_path)
     adapter = {n: getattr(net.adapter, n.split(".")[1]).detach().numpy().astype(np.float32) for n in ADAPTER_NAMES}
-    buf = io.BytesIO()
-    np.savez(buf, **adapter)
-    adapter_path = atomic_write_bytes(out / "lipsync_adapter_default.npz", buf.getvalue())
+    adapter_path = save_adapter(out / "lipsync_adapter_default.npz", adapter)
     check_onnx(model_path, net)
     manifest = {
         "name": "lipsync",

@@ -59,6 +59,39 @@ def load_adapter(path: str | Path) -> dict[str, np.ndarray]:
                          "or the federated agent") from None
 
 
+def save_adapter(path: str | Path, weights: dict[str, np.ndarray]) -> Path:
+    """Write adapter weights as .npz (atomically), the format load_adapter and LipSyncModel(adapter=) read."""
+    import io
+
+    from bridge.fsutil import atomic_write_bytes
+
+    buf = io.BytesIO()
+    np.savez(buf, **{k: np.asarray(v, dtype=np.float32) for k, v in weights.items()})
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def model_bytes_with_adapter(weights: dict[str, np.ndarray]) -> bytes:
+    """The shipped ONNX model with its adapter initializers replaced: the same graph and names, as TensorRT's
+    OnnxParserRefitter.refit_from_bytes expects. Needs the `onnx` package (tools/test extras)."""
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        raise ModelError("the onnx package is needed to write a model with a new adapter",
+                         "pip install onnx") from None
+    path, manifest = shipped_model("lipsync")
+    model = onnx.load(str(path))
+    shapes = {k: tuple(v) for k, v in manifest["adapter_initializers"].items()}
+    for init in model.graph.initializer:
+        if init.name in shapes:
+            value = np.asarray(weights[init.name], dtype=np.float32)
+            if value.shape != shapes[init.name]:
+                raise ModelError(f"lip-sync adapter tensor {init.name} has shape {value.shape}, expected "
+                                 f"{shapes[init.name]}", "use an adapter trained for this model version")
+            init.CopyFrom(numpy_helper.from_array(value, init.name))
+    return model.SerializeToString()
+
+
 class LipSyncModel:
     """Steps the ONNX model frame by frame, keeping its recurrent state between calls.
 
@@ -272,4 +305,5 @@ class LipSyncStream:
             self.history.append(result)
 
 
-__all__ = ["LipSyncModel", "LipSyncResult", "LipSyncStream", "MOUTH_MASK", "MOUTH_CHANNELS", "analyze"]
+__all__ = ["LipSyncModel", "LipSyncResult", "LipSyncStream", "MOUTH_MASK", "MOUTH_CHANNELS", "analyze", "load_adapter",
+           "save_adapter", "model_bytes_with_adapter"]
