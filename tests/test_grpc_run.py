@@ -43,3 +43,13 @@ def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):
     assert any(f["face_found"] for f in result["frames"]), "the sample clip shows a face"
     assert list(status.sources) and list(status.backends) and status.fps > 0
     assert refused == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_run_refuses_to_expose_the_stream_without_a_token(tmp_path):
+    from tests.conftest import facebridge_cmd, subprocess_env
+
+    run = subprocess.run(facebridge_cmd("run", "--source", "sample", "--max-frames", "1", "--llf", "off", "--vmc",
+                                        "off", "--quiet", "--grpc", "0.0.0.0:0"),
+                         capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=120)
+    assert run.returncode == 1
+    assert run.stderr.count("\n") == 1 and "--grpc-token" in run.stderr, run.stderr
