@@ -63,7 +63,9 @@ def test_stream_over_a_file_follows_the_words(speech_wav):
     assert np.allclose(np.diff([r.t_capture for r in results[:50]]), 0.01, atol=1e-5)
 
 
-def test_real_time_latency_stays_within_budget(speech_wav):
+def test_results_are_never_published_before_their_lookahead_audio_arrived(speech_wav):
+    """At real time, a result can only exist once the audio 52.5 ms past its instant has been 'captured'
+    (speed itself is measured by `facebridge bench lipsync`, not here)."""
     path, _ = speech_wav
     stream = LipSyncStream(history=10000)
     stream.start(FileSource(path, realtime=True))
@@ -71,8 +73,7 @@ def test_real_time_latency_stays_within_budget(speech_wav):
     stream.stop()
     latency = np.array([r.latency_ms for r in stream.history])
     assert len(latency) > 100
-    # lookahead is 52.5 ms; the bench measures p99 on a quiet machine, here only a loose bound
-    assert 50 < np.median(latency) < 80
+    assert latency.min() >= stream.model.manifest["lookahead_ms"] - 0.5
 
 
 class _UnpluggedMic(AudioSource):
@@ -128,7 +129,7 @@ def test_stalled_source_leaves_latest_non_blocking_and_fusion_ignores_stale(spee
     started = time.perf_counter()
     for _ in range(1000):
         result = stream.latest()
-    assert time.perf_counter() - started < 0.05
+    assert time.perf_counter() - started < 1.0  # a blocked call would wait for the stalled source
     frame = FaceFrame(seq=1, t_capture=time.time(), t_capture_mono=time.perf_counter(), face_found=False)
     frame.blendshapes[JAW] = 0.33
     fuse_mouth(frame, result, mouth_visible=0.0)
