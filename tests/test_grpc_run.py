@@ -29,8 +29,12 @@ def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):
             refused = None
         except grpc.RpcError as e:
             refused = e.code()
+        calibrated = stub.Calibrate(pb.CalibrateRequest(subject="FaceBridge"),
+                                    metadata=[("authorization", "Bearer run-token")], timeout=30)
         channel.close()
         assert bridge.poll() is None
+    assert calibrated.ok, calibrated.message
+    assert list((tmp_path / "home").rglob("FaceBridge*.json")), "the neutral profile was saved"
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert not result["bridge_imported"]

@@ -63,7 +63,7 @@ def test_core_unit_and_live_tests_pass_against_the_bridge(core_build, tmp_path):
                                                 "FACEBRIDGE_TEST_TOKEN": "ctest-token"})
         assert bridge.poll() is None, "the bridge must survive every client the C++ tests threw at it"
     live = {k: v for k, v in results.items() if k.startswith("StreamClientLive.")}
-    assert len(live) >= 4, results
+    assert len(live) >= 5, results
     assert set(live.values()) == {"passed"}, live  # none skipped: they really talked to the bridge
     assert results.get("StreamDecoder.TruncatedAndCorruptedBytesNeverCrash") == "passed"
     assert len(results) >= 15

@@ -143,3 +143,16 @@ TEST(StreamClientLive, StopAndStartAgainManyTimes) {
     client.Stop();
   }
 }
+
+TEST(StreamClientLive, CalibrateThroughTheBridge) {
+  REQUIRE_LIVE_BRIDGE();
+  StreamClient client(LiveSettings());
+  std::vector<std::string> subjects;
+  std::string error;
+  ASSERT_TRUE(WaitFor([&] { return client.ListSubjects(&subjects, &error, 5.0) && !subjects.empty(); }, 20000ms))
+      << error;
+  std::string message;
+  EXPECT_TRUE(client.Calibrate(subjects.front(), &message, 30.0)) << message;
+  EXPECT_FALSE(client.Calibrate("no-such-subject", &message, 10.0));
+  EXPECT_FALSE(message.empty());
+}
