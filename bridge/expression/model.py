@@ -60,9 +60,10 @@ def batch_head_matrices(angles: np.ndarray) -> np.ndarray:
 
 
 def rotvec_from_matrix(m: np.ndarray) -> np.ndarray:
-    from scipy.spatial.transform import Rotation
+    """Axis-angle (radians) of a rotation matrix."""
+    import cv2
 
-    return Rotation.from_matrix(m).as_rotvec()
+    return cv2.Rodrigues(np.asarray(m, dtype=np.float64))[0].reshape(3)
 
 
 def project(points_cam: np.ndarray, focal, centre) -> np.ndarray:
@@ -111,8 +112,15 @@ class MorphableModel:
         self.num_identity = self.identity_basis.shape[0]  # 101
         self._id_flat = self.identity_basis.reshape(self.num_identity, -1)
         self._exp_flat = self.expression_basis.reshape(52, -1)
+        counts = self.region_points.sum(1, keepdims=True)
+        self.region_average = self.region_points / np.maximum(counts, 1)  # (regions, 468): mean over a region
 
     # -- shape ------------------------------------------------------------------------------------------
+    def face_points(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """(468, 3) model-space landmarks, without the iris (faster than shape() for one face)."""
+        return (self.neutral[:468].reshape(-1) + identity @ self._id_flat[:, :1404]
+                + weights @ self._exp_flat[:, :1404]).reshape(468, 3)
+
     def eye_angles(self, weights: np.ndarray) -> np.ndarray:
         """(..., 52) weights -> (..., 2, 2) per-eye (yaw, pitch) degrees in head space, [left, right]."""
         return np.einsum("...k,kes->...es", weights, self.eye_yaw_pitch_deg)
@@ -174,4 +182,4 @@ def solve_translation(points_model_rotated: np.ndarray, xy: np.ndarray, focal: f
     a[:n, 0], a[:n, 2] = focal, -du
     a[n:, 1], a[n:, 2] = focal, -dv
     b = np.concatenate([du * p[:, 2] - focal * p[:, 0], dv * p[:, 2] - focal * p[:, 1]])
-    return np.linalg.lstsq(a, b, rcond=None)[0]
+    return np.linalg.solve(a.T @ a, a.T @ b)  # normal equations: 3 unknowns, well conditioned

@@ -27,7 +27,7 @@ REGIONS = ("eyes", "brows", "jaw", "mouth", "cheeks_nose")
 # Regressor path: identity by least squares on each of the first IDENTITY_UPDATES frames, then every
 # IDENTITY_EVERY frames, averaged (about 1 s to converge at 30 fps, then following slowly).
 IDENTITY_UPDATES = 30
-IDENTITY_EVERY = 10
+IDENTITY_EVERY = 30
 
 
 class ExpressionInputError(FaceBridgeError):
@@ -177,7 +177,7 @@ class ExpressionEstimator:
 
     def _update_identity(self, weights, rot, xy, focal, centre) -> None:
         """The per-subject identity: this frame's least-squares estimate folded into the running mean."""
-        shape = self.model.shape(self.identity, weights)[:468]
+        shape = self.model.face_points(self.identity, weights)
         t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
         mean, precision = identity_prior(self.model)
         frame = identity_update(self.model, self.identity.astype(np.float64), weights, rot, t, xy, focal, centre,
@@ -201,7 +201,7 @@ class ExpressionEstimator:
 
     def _result(self, weights, rot, t, xy, focal, centre, point_error=None, with_confidence=True) -> ExpressionResult:
         weights = np.clip(np.asarray(weights, np.float32), 0.0, 1.0)
-        shape = self.model.shape(self.identity, weights)[:468]
+        shape = self.model.face_points(self.identity, weights)
         if t is None:
             t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
         proj = project(self.model.to_camera(shape, rot, t), focal, centre)[:, :2]
@@ -209,10 +209,9 @@ class ExpressionEstimator:
         if point_error is None:
             sigma = NOISE_FRACTION * (np.ptp(xy[:, 0]) + 1e-6)
             point_error = np.linalg.norm(proj - xy, axis=1) / sigma
-        confidence = {}
-        for name, mask in zip(self.model.region_names, self.model.region_points):
-            e = float(np.sqrt(np.mean(point_error[mask] ** 2)))
-            confidence[name] = round(1.0 / (1.0 + (e / 4.0) ** 2), 4) if with_confidence else 0.0
+        rms = np.sqrt(self.model.region_average @ point_error ** 2)  # per region, in noise units
+        conf = 1.0 / (1.0 + (rms / 4.0) ** 2) if with_confidence else np.zeros(len(rms))
+        confidence = {name: round(float(v), 4) for name, v in zip(self.model.region_names, conf)}
         confidence["tongue"] = 0.0  # no visual basis: lip-sync owns tongueOut
         left, right = self.model.eye_rotations(weights)
         morph = MorphParams(model_id=MODEL_ID, identity=self.identity[:self.model.num_ict_identity].copy(),
