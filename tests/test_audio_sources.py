@@ -1,7 +1,10 @@
 """Audio inputs and the log-mel front end: real files through soundfile/soxr, real PortAudio queries."""
 from __future__ import annotations
 
+import socket
+import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +13,8 @@ import soundfile as sf
 from bridge.audio import features
 from bridge.audio.sources import FileSource, list_input_devices, load_audio_file, open_audio
 from bridge.errors import SourceError
+from bridge.sinks.livelinkface import decode_llf_packet
+from tests.conftest import facebridge_cmd, subprocess_env
 
 
 def _tone(freq: float, seconds: float, rate: int) -> np.ndarray:
@@ -139,3 +144,31 @@ def test_log_mel_puts_a_tone_in_the_right_band():
                               / 2595) - 1)[band + 1]
     assert 850 < centre_hz < 1180
     assert features.frame_center_s(0) == pytest.approx(0.0125)
+
+
+ALSA_CONF = Path("/usr/share/alsa/alsa.conf")
+
+
+@pytest.mark.skipif(not ALSA_CONF.exists(), reason="ALSA configuration (libasound2) not installed")
+def test_microphone_path_through_real_portaudio(tmp_path):
+    """A real PortAudio ALSA input (the ALSA 'null' plugin as the capture device; PortAudio reads its config at
+    start-up, so this runs in a subprocess): `facebridge devices` lists it and an audio-only run from 'mic'
+    streams frames with a closed mouth, even though this device delivers garbage far faster than real time."""
+    conf = tmp_path / "asound.conf"
+    conf.write_text(f"<{ALSA_CONF}>\npcm.fbnull {{\n  type null\n  hint {{ show on description \"test input\" }}\n}}\n")
+    env = subprocess_env(tmp_path / "home")
+    env["ALSA_CONFIG_PATH"] = str(conf)
+    listing = subprocess.run(facebridge_cmd("devices"), env=env, capture_output=True, text=True, timeout=60)
+    assert listing.returncode == 0 and "mic:0" in listing.stdout and "fbnull" in listing.stdout, listing.stdout
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(10)
+        proc = subprocess.run(facebridge_cmd("run", "--audio-only", "--audio", "mic", "--max-frames", "30", "--llf",
+                                             f"127.0.0.1:{sock.getsockname()[1]}", "--vmc", "off", "--quiet"),
+                              env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        packets = [sock.recv(65536) for _ in range(30)]
+    assert all(p[0] == 6 for p in packets)  # Live Link Face v6
+
+    jaw = [decode_llf_packet(p)["values"][17] for p in packets]  # JawOpen on the wire
+    assert max(jaw) < 0.05

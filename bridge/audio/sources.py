@@ -223,7 +223,9 @@ class MicrophoneSource(AudioSource):
         now_mono, now_wall = time.perf_counter(), time.time()
         # the first sample of this block was captured a block plus the input latency ago
         age = frames / self.device_rate + float(self._stream.latency or 0.0)
-        item = (indata[:, 0].copy(), now_wall - age, now_mono - age)
+        # a misbehaving driver can hand over NaN or out-of-range values; never let them reach the model
+        pcm = np.clip(np.nan_to_num(indata[:, 0], nan=0.0, posinf=0.0, neginf=0.0), -1.0, 1.0)
+        item = (pcm.astype(np.float32), now_wall - age, now_mono - age)
         try:
             self._queue.put_nowait(item)
         except queue.Full:
