@@ -124,7 +124,7 @@ class FacePipeline:
         ypr, translation, _ = self.head_pose.estimate(points, w, h)
         timer.lap("head_pose")
         eyes = eye_angles(points, iris.iris[:, 0])
-        expr = self.expression.estimate(points, (w, h), iris=iris.iris[:, :, :2])
+        expr = self.expression.estimate(points, (w, h), iris=iris.iris[:, :, :2], image=image)
         timer.lap("expression")
         if self._tracked % max(1, self.options.emotion_every) == 1 or self.options.emotion_every <= 1:
             self._emotion = self.emotion.run(image, points)
