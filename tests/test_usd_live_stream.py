@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +119,7 @@ def test_frames_without_their_header_are_ignored():
 
 
 def test_kit_extension_manifest_points_at_the_module():
+    tomllib = pytest.importorskip("tomllib", reason="needs Python 3.11+ to read TOML")
     manifest = tomllib.loads((EXT / "config" / "extension.toml").read_text())
     module = manifest["python"]["module"][0]
     module_file = (EXT / module["path"]).resolve() / (module["name"].replace(".", "/") + ".py")
