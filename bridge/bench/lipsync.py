@@ -125,6 +125,38 @@ def live_path(path: Path, backend: str) -> dict:
     return out
 
 
+FLITE_TEXT = ("Good morning. Please open the window, and bring me a cup of coffee. Thank you very much. "
+              "Papa bought a map.")
+
+
+def other_synthesizer(backend: str) -> dict | None:
+    """Speech from a synthesizer the model never heard (flite: diphone/clustergen voices, not formant synthesis),
+    when the `flite` program is installed. No phoneme targets here: the check is that the jaw opens while the
+    VAD hears speech and rests otherwise."""
+    import shutil
+
+    from bridge.audio.lipsync import LipSyncModel, analyze
+    from bridge.audio.sources import load_audio_file
+
+    if not shutil.which("flite"):
+        return None
+    model = LipSyncModel(backend=backend)
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for voice in ("slt", "rms", "awb", "kal16"):
+            wav = Path(tmp) / f"{voice}.wav"
+            if subprocess.run(["flite", "-voice", voice, "-t", FLITE_TEXT, "-o", str(wav)],
+                              capture_output=True).returncode != 0:
+                continue
+            pcm = np.concatenate([np.zeros(8000, np.float32), load_audio_file(wav), np.zeros(8000, np.float32)])
+            res = analyze(pcm, model)
+            jaw, speech = res["mouth"][:, 0], res["voice_activity"] > 0.5
+            out[voice] = {"jawOpen_mean_speech": round(float(jaw[speech].mean()), 3),
+                          "jawOpen_mean_silence_ungated": round(float(jaw[~speech].mean()), 3),
+                          "jawOpen_max": round(float(jaw.max()), 3)}
+    return out
+
+
 def compute_per_hop(model, vad, pcm: np.ndarray, hops: int) -> dict:
     from bridge.audio import features
 
@@ -193,6 +225,10 @@ def run(args) -> dict:
     r = results["eval_all_live_path"]
     print(f"eval_all through the live stream (VAD gate on): jawOpen r {r['jawOpen_correlation']}  "
           f"silence jawOpen mean {r['silence_jawOpen_mean']} p95 {r['silence_jawOpen_p95']}", flush=True)
+    flite = other_synthesizer(args.backend)
+    if flite is not None:
+        results["other_synthesizer_flite"] = flite
+        print(f"flite voices (never heard in training): {flite}", flush=True)
     _, audio = _utterances(data / "eval_all.npz")
     if not audio:
         raise FaceBridgeError(f"{data / 'eval_all.npz'} holds no audio", "regenerate it with --keep-audio 4")
