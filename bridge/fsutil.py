@@ -7,12 +7,14 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> Path:
+    """Write `data` to `path` so that readers see the old file or the new one, never a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)  # mkstemp makes 0600 files; results and takes are for sharing
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
