@@ -19,16 +19,15 @@ def run(args) -> int:
     for c in cameras:
         print(f"  camera:{c['index']}  {c['width']}x{c['height']}" + (f" @ {c['fps']:.0f} fps" if c["fps"] else ""))
     print("Audio inputs:")
-    try:
-        from bridge.audio.sources import list_input_devices
+    from bridge.audio.sources import list_input_devices
 
-        inputs = list_input_devices()
-    except ImportError:
-        inputs = []
+    inputs, reason = list_input_devices(with_reason=True)
     if not inputs:
-        print("  none found (use `--audio FILE.wav`; microphones need PortAudio: apt-get install libportaudio2)")
+        print(f"  none found: {reason} (use `--audio FILE.wav`; microphones need PortAudio: "
+              "apt-get install libportaudio2)")
     for d in inputs:
-        print(f"  mic:{d.get('index')}  {d.get('name')}  {d.get('channels', '')} ch  {d.get('samplerate', '')} Hz")
+        default = "  (default)" if d.get("default") else ""
+        print(f"  mic:{d['index']}  {d['name']}  {d['channels']} ch  {d['samplerate']:.0f} Hz{default}")
     print("Inference backends:")
     try:
         from bridge.engines.select import describe_backends

@@ -128,6 +128,8 @@ class RunControl:
 
         if subject not in self.subjects():
             return False, f"unknown subject '{subject}'; known: {', '.join(self.subjects())}"
+        if not hasattr(self.pipeline, "expression"):
+            return False, "this run has no camera (--audio-only): there is no face to calibrate"
         with self._lock:
             self._calibration_frames, self._calibration_done = [], threading.Event()
         self.pipeline.profile = None  # measure the raw neutral

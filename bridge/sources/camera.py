@@ -1,6 +1,7 @@
 """Live camera source (OpenCV, by index)."""
 from __future__ import annotations
 
+import os
 import sys
 
 import cv2
@@ -13,10 +14,15 @@ def _backend() -> int:
     return cv2.CAP_V4L2 if sys.platform.startswith("linux") else cv2.CAP_ANY
 
 
+def _may_exist(index: int) -> bool:
+    """On Linux a camera is a /dev/videoN node; elsewhere we can only try to open it."""
+    return not sys.platform.startswith("linux") or os.path.exists(f"/dev/video{index}")
+
+
 def list_cameras(max_index: int = 8) -> list[dict]:
     """Cameras that open and deliver a frame, probed by index."""
     found = []
-    for index in range(max_index):
+    for index in filter(_may_exist, range(max_index)):
         cap = cv2.VideoCapture(index, _backend())
         try:
             if cap.isOpened():
@@ -30,6 +36,8 @@ def list_cameras(max_index: int = 8) -> list[dict]:
 
 
 def camera_available(index: int = 0) -> bool:
+    if not _may_exist(index):
+        return False
     cap = cv2.VideoCapture(index, _backend())
     try:
         return bool(cap.isOpened() and cap.read()[0])
