@@ -172,3 +172,16 @@ def test_microphone_path_through_real_portaudio(tmp_path):
 
     jaw = [decode_llf_packet(p)["values"][17] for p in packets]  # JawOpen on the wire
     assert max(jaw) < 0.05
+
+
+def test_bundled_sample_voice_plays_as_an_audio_source():
+    """`--audio sample`: the bundled soundtrack (tools/make_sample_speech.py) is 16 kHz speech with pauses."""
+    from bridge.audio.sources import open_audio
+
+    src = open_audio("sample", realtime=False)
+    pcm = np.concatenate([c.pcm for c in src])
+    src.close()
+    assert 10.0 < len(pcm) / 16000 < 30.0
+    frames = pcm[: len(pcm) // 1600 * 1600].reshape(-1, 1600)  # 100 ms windows
+    rms = np.sqrt((frames ** 2).mean(1))
+    assert rms.max() > 0.05 and (rms < 1e-3).sum() >= 5, "speech with silent pauses"

@@ -256,9 +256,14 @@ class MicrophoneSource(AudioSource):
             pass
 
 
+SAMPLE_SPEECH = Path(__file__).resolve().parents[1] / "data" / "sample_speech.wav"
+
+
 def open_audio(spec: str, realtime: bool = True) -> AudioSource:
-    """"mic", "mic:INDEX" or a file path -> an AudioSource."""
+    """"mic", "mic:INDEX", "sample" (the bundled soundtrack) or a file path -> an AudioSource."""
     spec = str(spec).strip()
+    if spec == "sample":
+        return FileSource(SAMPLE_SPEECH, realtime=realtime)
     if spec == "mic" or spec.startswith("mic:"):
         index = spec[4:]
         if index and not index.lstrip("-").isdigit():

@@ -61,8 +61,9 @@ def add_parser(sub) -> None:
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate for the gRPC server")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key for the gRPC server")
     p.add_argument("--no-calibration", action="store_true", help="ignore the subject's stored calibration")
-    p.add_argument("--audio", metavar="mic|mic:N|FILE", help="also drive the mouth from speech: a microphone "
-                   "(`facebridge devices` lists them) or an audio file, played at real time")
+    p.add_argument("--audio", metavar="mic|mic:N|sample|FILE", help="also drive the mouth from speech: a "
+                   "microphone (`facebridge devices` lists them), the bundled sample voice, or an audio file, "
+                   "played at real time")
     p.add_argument("--audio-only", action="store_true",
                    help="no camera: the audio (--audio) drives the mouth, everything else stays neutral")
     p.add_argument("--quiet", action="store_true", help="no live status line")
