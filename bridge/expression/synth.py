@@ -45,7 +45,9 @@ ARCHETYPES = {
     "blink": {"eyeBlink*": 1.0},
     "wink_left": {"eyeBlinkLeft": 1.0, "cheekSquintLeft": 0.3, "mouthSmileLeft": 0.3},
     "wink_right": {"eyeBlinkRight": 1.0, "cheekSquintRight": 0.3, "mouthSmileRight": 0.3},
-    "jaw_side": {"jawLeft": 0.6, "mouthLeft": 0.3},
+    "jaw_left": {"jawLeft": 0.6, "mouthLeft": 0.3},
+    "jaw_right": {"jawRight": 0.6, "mouthRight": 0.3},
+    "talk": {"jawOpen": 0.3, "mouthLowerDown*": 0.5, "mouthUpperUp*": 0.2},
     "jaw_forward": {"jawForward": 0.8, "jawOpen": 0.1},
     "shrug": {"mouthShrugLower": 0.7, "mouthShrugUpper": 0.4, "mouthPress*": 0.2},
 }
