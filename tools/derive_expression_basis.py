@@ -14,8 +14,11 @@ Steps
      how far ICT's jawOpen and eyeBlink move them), so a closed mouth or eye cannot glue a point to the wrong side.
   4. Sampling: neutral, the 100 identity modes and the 53 ICT expressions at the attachments; ICT's expressions
      are mapped to Apple's 52 names and order (browInnerUp_L + _R and cheekPuff_L + _R summed; tongueOut has no
-     visual basis). Two extra points, 468 and 469, are the iris centres (subject's left, right), which move by eye
-     rotation only (ICT's eyeLook shapes deform the lids, the eyeballs are rigged separately).
+     visual basis). cheekRaiser (FACS AU6), which some ICT-FaceKit releases carry, would duplicate ARKit's
+     cheekSquintLeft/Right (Apple's AU6); it feeds nothing and is skipped. The copy used here has none: its 53
+     shapes are ARKit's 51 visual ones with the two splits. Two extra points, 468 and 469, are the iris centres
+     (subject's left, right), which move by eye rotation only (ICT's eyeLook shapes deform the lids; its eyeballs
+     are rigged separately).
   5. Rotations: jaw rotation per unit jawOpen / jawLeft / jawRight / jawForward (Kabsch fit to the lower teeth),
      and our eye rotation per unit eyeLook* (ICT has none; see GAZE_DEG).
 
@@ -32,7 +35,6 @@ from pathlib import Path
 
 import numpy as np
 from scipy.interpolate import RBFInterpolator
-from scipy.spatial import cKDTree
 from scipy.spatial.transform import Rotation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,6 +213,9 @@ def main() -> None:
     # 4. sample and map to ARKit
     ict_to_arkit = np.zeros((52, len(exp_names)))
     for j, name in enumerate(exp_names):
+        if name == "cheekRaiser":
+            print("skipping cheekRaiser (ARKit's cheekSquintLeft/Right already carry AU6)")
+            continue
         base = name.replace("_L", "Left").replace("_R", "Right")
         if name in ("browInnerUp_L", "browInnerUp_R"):
             base = "browInnerUp"

@@ -146,7 +146,8 @@ class ExpressionFit:
             for k in GAZE_SHAPES:
                 w2 = weights.copy()
                 w2[k] += eps
-                basis[int(np.searchsorted(VISUAL, k)), 468:] = (self.model.shape(identity, w2)[468:] - shape[468:]) / eps
+                moved = self.model.shape(identity, w2)[468:]
+                basis[int(np.searchsorted(VISUAL, k)), 468:] = (moved - shape[468:]) / eps
         d_exp = basis @ m.T
         d_id = self.model.identity_basis[:, use] @ m.T
         jac = self._projection_jacobian(cam, np.concatenate([d_rot, d_t, d_exp, d_id]), focal)

@@ -163,9 +163,10 @@ class ExpressionEstimator:
         if not own:
             # a user model: its parameter block is streamed unchanged
             m = MorphParams(model_id=c.model_id)
-            for role, attr in (("shape", "identity"), ("expression", "expression"), ("jaw_rotation", "jaw_rotation"),
-                               ("head_rotation_axis_angle", "head_rotation"), ("eye_rotation_left", "eye_rotation_left"),
-                               ("eye_rotation_right", "eye_rotation_right")):
+            streamed = (("shape", "identity"), ("expression", "expression"), ("jaw_rotation", "jaw_rotation"),
+                        ("head_rotation_axis_angle", "head_rotation"), ("eye_rotation_left", "eye_rotation_left"),
+                        ("eye_rotation_right", "eye_rotation_right"))
+            for role, attr in streamed:
                 v = c.pick(role, out)
                 if v is not None:
                     setattr(m, attr, v)
