@@ -49,34 +49,51 @@ class BuildResult:
     warnings: list[str] = field(default_factory=list)
 
 
+# Unknown dynamic axes (e.g. a sequence length) get this range unless the manifest gives engine.profiles.
+OTHER_AXIS_RANGE = (1, 64, 1024)
+
+
+def _dims(value) -> list:
+    """Axis sizes: int, or the symbolic name (str), or None when unnamed."""
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in value.type.tensor_type.shape.dim]
+
+
 def profiles_for(onnx_bytes: bytes, opt_batch: int = DEFAULT_OPT_BATCH, max_batch: int = DEFAULT_MAX_BATCH,
                  hints: dict | None = None) -> tuple[Profile, ...]:
-    """One optimization profile covering batch 1..max_batch for every input with a dynamic leading axis.
+    """One optimization profile for every dynamic input.
 
-    Other dynamic axes (e.g. an audio window length) must be given in the model's manifest as
-    engine.profiles {input: [min, opt, max]}; without that they cannot be built and we say so.
+    A batch axis (the leading axis, or any axis sharing its symbolic name, like a recurrent state's) covers
+    1..max_batch; other dynamic axes take the model manifest's engine.profiles {input: [min, opt, max]} when
+    given, else OTHER_AXIS_RANGE.
     """
     import onnx
 
     model = onnx.load_from_string(onnx_bytes)
     initializers = {i.name for i in model.graph.initializer}
+    inputs = [v for v in model.graph.input if v.name not in initializers]
     given = (hints or {}).get("profiles", {})
+    batch_names = {d[0] for d in map(_dims, inputs) if d and isinstance(d[0], str)}
     profiles = []
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
+    for value in inputs:
+        dims = _dims(value)
         if value.name in given:
             lo, opt, hi = (tuple(int(d) for d in dims) for dims in given[value.name])
             profiles.append((value.name, lo, opt, hi))
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in value.type.tensor_type.shape.dim]
-        if all(d is not None for d in dims):
+        if all(isinstance(d, int) and d > 0 for d in dims):
             continue  # static input: no profile entry needed
-        if any(d is None for d in dims[1:]):
-            raise EngineBuildError(f"input '{value.name}' has dynamic axes other than the batch ({dims})",
-                                   "add engine.profiles {input: [min, opt, max]} to the model's manifest entry")
-        rest = tuple(dims[1:])
-        profiles.append((value.name, (1, *rest), (min(opt_batch, max_batch), *rest), (max_batch, *rest)))
+        lo, opt, hi = [], [], []
+        for axis, d in enumerate(dims):
+            if isinstance(d, int) and d > 0:
+                ranges = (d, d, d)
+            elif d in batch_names or (axis == 0 and d is None):
+                ranges = (1, min(opt_batch, max_batch), max_batch)
+            else:
+                ranges = OTHER_AXIS_RANGE
+            for out, size in zip((lo, opt, hi), ranges):
+                out.append(size)
+        profiles.append((value.name, tuple(lo), tuple(opt), tuple(hi)))
     return tuple(profiles)
 
 

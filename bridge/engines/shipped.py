@@ -30,19 +30,29 @@ class ShippedModel:
 
     @property
     def engine_hints(self) -> dict:
-        """Optional per-model build hints from the manifest, e.g. {"refittable": ["adapter.*"],
-        "profiles": {"mel": [[1, 80, 16], [1, 80, 64], [1, 80, 256]]}}."""
-        return self.entry.get("engine", {})
+        """Per-model build hints from the manifest: `engine` {"refittable": ["adapter.*"], "profiles": {input:
+        [min, opt, max]}}; a model whose manifest lists `adapter_initializers` (the lip-sync adapter, whose
+        weights change with federated updates) gets those as refittable weights."""
+        hints = dict(self.entry.get("engine", {}))
+        if "refittable" not in hints and self.entry.get("adapter_initializers"):
+            hints["refittable"] = sorted(self.entry["adapter_initializers"])
+        return hints
 
 
 def _manifest_entries(directory: Path) -> dict[str, dict]:
-    """file name -> manifest entry for every manifest*.json in `directory` that lists models."""
+    """file name -> manifest entry, from every JSON in `directory` that is a manifest: either a zoo manifest
+    {"models": {name: {"file": ...}}} or a one-model manifest {"file": "x.onnx", "sha256": ...}."""
     entries: dict[str, dict] = {}
-    for manifest_path in sorted(directory.glob("manifest*.json")):
+    for manifest_path in sorted(directory.glob("*.json")):
         try:
-            models = json.loads(manifest_path.read_text()).get("models", {})
-        except (OSError, json.JSONDecodeError, AttributeError):
+            doc = json.loads(manifest_path.read_text())
+        except (OSError, json.JSONDecodeError):
             continue  # the owning package reports a broken manifest itself
+        if not isinstance(doc, dict):
+            continue
+        if str(doc.get("file", "")).endswith(".onnx"):
+            entries[doc["file"]] = doc
+        models = doc.get("models", {})
         if isinstance(models, dict):
             for entry in models.values():
                 if isinstance(entry, dict) and "file" in entry:

@@ -1,0 +1,444 @@
+"""`facebridge bench engines`: every shipped model and the face pipeline on every available backend, side by side.
+
+Sections of the JSON:
+  environment  what ran where: GPU, libraries, which backends were usable and why not
+  models       per model x backend: batch 1 and batched latency (median, p99) and throughput; PyTorch eager
+               (onnx2torch) where torch is installed, the baseline the TensorRT literature compares against
+  pipeline     the coordinator's FacePipeline per backend, one stream, frames from the bundled sample clip
+  multistream  (GPU) how many concurrent 30-fps streams of the batched face pipeline are served at p99 <= 20 ms
+  trt_builds   TensorRT(-RTX) engine build time per model and whether a second build hits the cache
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bridge.engines.select import AUTO_ORDER, check_available
+from bridge.engines.shipped import find_model, frames_as_input, sample_frames, shipped_models, value_range_of
+
+P99_LIMIT_MS = 20.0
+FPS = 30.0
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--backends", default="all", help="comma list of backends, or 'all' available (default)")
+    p.add_argument("--models", default="all", help="comma list of shipped model names (default: all)")
+    p.add_argument("--batch", type=int, default=0, help="batched size (default 32 on CPU, 256 on GPU)")
+    p.add_argument("--seconds", type=float, default=0.6, help="time per measurement")
+    p.add_argument("--threads", type=int, default=0, help="CPU inference threads (default: all cores)")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch eager baseline")
+    p.add_argument("--torch-devices", default="cpu,cuda", help="where to run the PyTorch eager baseline")
+    p.add_argument("--sections", default="models,pipeline,multistream,builds",
+                   help="which sections to run, in this order (results are saved after each)")
+    p.add_argument("--precisions", default="fp32", help="multi-stream precisions, e.g. fp32,fp16")
+    p.add_argument("--no-pipeline", action="store_true", help="skip the whole-pipeline section")
+    p.add_argument("--no-builds", action="store_true", help="skip the TensorRT-RTX build section")
+    p.add_argument("--multistream", choices=("auto", "on", "off"), default="auto",
+                   help="run the multi-stream search (auto: when a CUDA GPU and onnxruntime-gpu are present)")
+    p.add_argument("--max-streams", type=int, default=2048)
+    p.add_argument("--first-streams", type=int, default=256, help="first stream count tried (then doubled)")
+    p.add_argument("--graph-limit", type=int, default=4096, help="largest batch bucket captured as a CUDA graph")
+    p.add_argument("--stream-seconds", type=float, default=2.0, help="measured seconds per stream count")
+
+
+def _stats(samples_ms: list[float], batch: int) -> dict:
+    a = np.asarray(samples_ms)
+    return {"batch": batch, "runs": len(a), "median_ms": round(float(np.median(a)), 4),
+            "p99_ms": round(float(np.percentile(a, 99)), 4),
+            "items_per_s": round(batch * 1000.0 / float(np.median(a)), 1)}
+
+
+def measure(fn, batch: int, seconds: float, warmup: int = 3, min_runs: int = 10) -> dict:
+    for _ in range(warmup):
+        fn()
+    samples, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end or len(samples) < min_runs:
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000.0)
+        if len(samples) > 20000:
+            break
+    return _stats(samples, batch)
+
+
+def _torch_cuda():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def environment() -> dict:
+    from bridge.engines.gpu import probe_gpu
+
+    probe = probe_gpu()
+    env = {"gpu": probe.gpu.describe() if probe.gpu else None, "gpu_reason": probe.reason or None,
+           "cpu_count": os.cpu_count(), "backends": {}}
+    for name in AUTO_ORDER:
+        a = check_available(name)
+        env["backends"][name] = {"usable": a.ok, "reason": a.reason}
+    for module in ("onnxruntime", "openvino", "torch", "tensorrt", "tensorrt_rtx_bindings"):
+        try:
+            env[module] = __import__(module).__version__
+        except Exception:
+            env[module] = None
+    return env
+
+
+# --- per-model section ------------------------------------------------------------------------------------
+def _model_input(model, batch: int) -> tuple[str, np.ndarray]:
+    from bridge.engines.onnxruntime_backend import OrtSession
+
+    spec = OrtSession(model.path).inputs[0]
+    item = tuple(spec.shape[1:])
+    frames = frames_as_input(item, value_range_of(model.entry))
+    reps = -(-batch // len(frames))
+    return spec.name, np.concatenate([frames] * reps)[:batch]
+
+
+def _is_image_model(model) -> bool:
+    from bridge.engines.onnxruntime_backend import OrtSession
+
+    inputs = OrtSession(model.path).inputs
+    return len(inputs) == 1 and len(inputs[0].shape) == 4 and inputs[0].shape[1] in (1, 3)
+
+
+def bench_model_host(model, backend: str, batches: list[int], seconds: float, threads: int) -> dict:
+    from bridge.engines import create_session
+
+    session = create_session(model.path, backend, threads=threads, strict=True)
+    name, _ = _model_input(model, 1)
+    out = {}
+    for batch in batches:
+        _, x = _model_input(model, batch)
+        out[f"batch_{batch}"] = measure(lambda: session.run({name: x}), batch, seconds)
+    return out
+
+
+def bench_model_cuda_device(model, batches: list[int], seconds: float) -> dict:
+    """ORT CUDA with device-resident input/output (IOBinding); batch 1 also with a CUDA graph."""
+    import torch
+
+    from bridge.engines.batched_face import OrtCudaRunner
+
+    out = {}
+    for graphs in (False, True):
+        runner = OrtCudaRunner(model.path, max(batches), cuda_graphs=graphs, buckets=batches, graph_limit=1)
+        for batch in batches if not graphs else [1]:
+            _, x = _model_input(model, batch)
+            xd = torch.from_numpy(x).cuda()
+
+            def call():
+                runner(xd)
+                torch.cuda.synchronize()
+
+            out[f"batch_{batch}{'_cuda_graph' if graphs else ''}"] = measure(call, batch, seconds)
+    return out
+
+
+def bench_model_torch(model, batches: list[int], seconds: float, device: str, threads: int) -> dict:
+    import onnx
+    import torch
+    from onnx2torch import convert
+
+    torch.set_num_threads(threads)
+    net = convert(onnx.load(str(model.path))).eval().to(device)
+    out = {}
+    for batch in batches:
+        _, x = _model_input(model, batch)
+        xt = torch.from_numpy(x).to(device)
+
+        def call():
+            with torch.inference_mode():
+                net(xt)
+            if device == "cuda":
+                torch.cuda.synchronize()
+
+        out[f"batch_{batch}"] = measure(call, batch, seconds)
+    return out
+
+
+def models_section(args, backends: list[str], on_gpu: bool) -> dict:
+    threads = args.threads or os.cpu_count() or 1
+    wanted = None if args.models == "all" else set(args.models.split(","))
+    results = {}
+    for model in shipped_models():
+        if wanted and model.name not in wanted:
+            continue
+        if not _is_image_model(model):
+            results[model.name] = {"skipped": "audio model: timed by `facebridge bench lipsync`"}
+            continue
+        row = results.setdefault(model.name, {})
+        for backend in backends:
+            cpu_batch = args.batch or 32
+            batches = [1, args.batch or 256] if backend.startswith(("onnxruntime-cuda", "tensorrt")) else [1, cpu_batch]
+            _say(f"{model.name}: {backend}")
+            try:
+                row[backend] = bench_model_host(model, backend, batches, args.seconds, threads)
+                if backend == "onnxruntime-cuda":
+                    row["onnxruntime-cuda-iobinding"] = bench_model_cuda_device(model, batches, args.seconds)
+            except Exception as e:  # one backend failing one model is a result, not a crash
+                row[backend] = {"error": str(e)[:300]}
+        if not args.no_torch:
+            devices = [d for d in args.torch_devices.split(",") if d == "cpu" or (d == "cuda" and on_gpu)]
+            for device in devices:
+                batches = [1, (args.batch or 256) if device == "cuda" else (args.batch or 32)]
+                _say(f"{model.name}: torch eager {device}")
+                try:
+                    row[f"torch-eager-{device}"] = bench_model_torch(model, batches, args.seconds, device, threads)
+                except Exception as e:
+                    row[f"torch-eager-{device}"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    return results
+
+
+# --- whole pipeline, one stream -----------------------------------------------------------------------------
+def pipeline_section(backends: list[str], seconds: float, threads: int) -> dict:
+    try:
+        from bridge.pipeline import FacePipeline, PipelineOptions
+        from bridge.sources.base import Frame
+    except ImportError as e:
+        return {"error": f"pipeline not available ({e})"}
+    import cv2
+
+    frames = [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in sample_frames(16)]
+    results = {}
+    for backend in backends:
+        _say(f"pipeline: {backend}")
+        try:
+            pipeline = FacePipeline(PipelineOptions(backend=backend, threads=threads))
+        except Exception as e:
+            results[backend] = {"error": str(e)[:300]}
+            continue
+        counter = iter(range(10 ** 9))
+
+        def one():
+            i = next(counter)
+            pipeline.process(Frame(frames[i % len(frames)], i, time.time(), time.perf_counter()))
+
+        results[backend] = measure(one, 1, seconds * 2, warmup=5)
+    return results
+
+
+# --- multi-stream ---------------------------------------------------------------------------------------------
+def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, from_host=None,
+                     redetect_fraction: float = 0.01, seed: int = 0) -> dict:
+    """N streams at 30 fps with evenly spread phases; each pass takes every frame that has arrived (one per
+    stream) and runs the batched pipeline; latency = results back on the host - frame arrival."""
+    import torch
+
+    tracker = tracker_for(num_streams)
+    rng = np.random.default_rng(seed)
+    period = 1.0 / FPS
+    phases = np.arange(num_streams) / num_streams * period
+    next_k = np.zeros(num_streams, dtype=np.int64)
+    n_frames = frames_dev.shape[0]
+    device = frames_dev.device
+    on_gpu = device.type == "cuda"
+    result_host = torch.empty((num_streams, 468 * 3 + 7 + 30), dtype=torch.float32)
+    result_host = result_host.pin_memory() if on_gpu else result_host
+    sync = torch.cuda.current_stream().synchronize if on_gpu else (lambda: None)
+    # warm up: detect every stream once, then a few tracked passes
+    all_streams = torch.arange(num_streams, device=device)
+    for _ in range(3):
+        tracker.step(frames_dev[all_streams % n_frames], all_streams)
+    sync()
+    latencies, batch_sizes, pass_ms, warm = [], [], [], 0.5
+    start = time.perf_counter() + 0.01
+    while True:
+        now = time.perf_counter() - start
+        if now > seconds + warm:
+            break
+        arrivals = phases + next_k * period
+        ready = np.nonzero(arrivals <= now)[0]
+        if len(ready) == 0:
+            time.sleep(max(0.0, min(arrivals.min() - now, 0.001)))
+            continue
+        streams = torch.from_numpy(ready).to(device, non_blocking=True)
+        if redetect_fraction > 0:  # occlusions: a few streams lose the face and need the detector again
+            lost = ready[rng.random(len(ready)) < redetect_fraction]
+            if len(lost):
+                tracker.tracked[torch.from_numpy(lost).to(device)] = False
+        frame_idx = (streams * 7 + torch.from_numpy(next_k[ready]).to(device)) % n_frames
+        if from_host is not None:
+            batch = from_host[: len(ready)].to(device, non_blocking=True)  # frames land in pinned host memory
+        else:
+            batch = frames_dev[frame_idx]  # frames decoded on the GPU (NVDEC) already sit there
+        t_pass = time.perf_counter()
+        tracker.step(batch, streams)
+        packed = torch.cat([tracker.last_landmarks[streams].flatten(1), tracker.last_emotion[streams],
+                            tracker.last_iris[streams].flatten(1)], dim=1)
+        result_host[: len(ready)].copy_(packed, non_blocking=True)
+        sync()
+        done = time.perf_counter() - start
+        if now >= warm:
+            latencies.extend((done - arrivals[ready]) * 1000.0)
+            batch_sizes.append(len(ready))
+            pass_ms.append((done + start - t_pass) * 1000.0)
+        next_k[ready] += 1
+    lat = np.asarray(latencies)
+    return {"streams": num_streams, "frames": int(len(lat)),
+            "fps_served": round(len(lat) / seconds, 1),
+            "p50_ms": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
+            "p99_ms": round(float(np.percentile(lat, 99)), 2) if len(lat) else None,
+            "mean_batch": round(float(np.mean(batch_sizes)), 1) if batch_sizes else 0,
+            "passes": len(batch_sizes), "detector_items": tracker.detector_runs,
+            "pass_ms_p50": round(float(np.median(pass_ms)), 2) if pass_ms else None,
+            "pass_ms_max": round(float(np.max(pass_ms)), 2) if pass_ms else None}
+
+
+STREAM_BUCKETS = [1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+
+
+def multistream_section(args, device: str = "cuda", precision: str = "fp32") -> dict:
+    import torch
+
+    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+
+    max_n = args.max_streams
+    t0 = time.perf_counter()
+    if device == "cuda":
+        runners = make_runners("onnxruntime-cuda", max_n, fp16=precision == "fp16",
+                               buckets=[b for b in STREAM_BUCKETS if b < max_n] + [max_n], graph_limit=args.graph_limit)
+    else:
+        runners = make_runners("onnxruntime", max_n, threads=args.threads or os.cpu_count() or 1)
+    setup_s = time.perf_counter() - t0
+    frames = np.stack(sample_frames(32))
+    frames_dev = torch.from_numpy(frames).to(device)
+    host = torch.from_numpy(np.concatenate([frames] * (-(-max_n // len(frames))))[:max_n])
+    host = host.pin_memory() if device == "cuda" else host
+    hw = frames.shape[1:3]
+    tracker_for = lambda n: BatchedFaceTracker(n, hw, runners, device=device)  # noqa: E731
+    out = {"setup_seconds": round(setup_s, 1), "precision": precision, "frame_size": list(hw),
+           "p99_limit_ms": P99_LIMIT_MS, "fps_per_stream": FPS, "redetect_fraction": 0.01}
+    for mode, from_host in (("frames_on_gpu", None), ("frames_from_host", host)):
+        trials = []
+        lo, hi, n = 0, None, args.first_streams
+        while n <= max_n:  # grow until p99 breaks, then bisect
+            r = simulate_streams(tracker_for, frames_dev, n, args.stream_seconds, from_host)
+            trials.append(r)
+            _say(f"multistream {mode}: {n} streams p99 {r['p99_ms']} ms, mean batch {r['mean_batch']}")
+            if r["p99_ms"] is not None and r["p99_ms"] <= P99_LIMIT_MS and r["fps_served"] >= 0.97 * n * FPS:
+                lo, n = n, n * 2
+            else:
+                hi = n
+                break
+        hi = hi or max_n + 1
+        while hi - lo > max(32, lo // 16) and lo < max_n:
+            mid = (lo + hi) // 2
+            r = simulate_streams(tracker_for, frames_dev, mid, args.stream_seconds, from_host)
+            trials.append(r)
+            _say(f"multistream {mode}: {mid} streams p99 {r['p99_ms']} ms, mean batch {r['mean_batch']}")
+            ok = r["p99_ms"] is not None and r["p99_ms"] <= P99_LIMIT_MS and r["fps_served"] >= 0.97 * mid * FPS
+            lo, hi = (mid, hi) if ok else (lo, mid)
+        out[mode] = {"max_streams_at_p99_limit": lo, "trials": trials}
+    if device == "cuda":
+        out["stage_ms"] = stage_breakdown(tracker_for, frames_dev, [b for b in (64, 256, 512) if b <= max_n])
+    return out
+
+
+def stage_breakdown(tracker_for, frames_dev, batches: list[int]) -> dict:
+    """Where the time goes in one pass, per batch size (CUDA events around each model and the crops)."""
+    import torch
+
+    out = {}
+    for batch in batches:
+        tracker = tracker_for(batch)
+        streams = torch.arange(batch, device="cuda")
+        frames = frames_dev[streams % frames_dev.shape[0]]
+        for _ in range(3):
+            tracker.step(frames, streams)
+        timings = {}
+        for role, runner in tracker.runners.items():
+            n = batch * 2 if role == "iris" else batch
+            shape = {"detector": (3, 128, 128), "landmarks": (3, 192, 192), "iris": (3, 64, 64),
+                     "emotion": (1, 64, 64)}[role]
+            x = torch.rand((n, *shape), device="cuda")
+            timings[role] = _cuda_ms(lambda: runner(x))
+        timings["whole_tracked_pass"] = _cuda_ms(lambda: tracker.step(frames, streams))
+        out[f"batch_{batch}"] = timings
+    return out
+
+
+def _cuda_ms(fn, runs: int = 20) -> float:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(runs):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return round(start.elapsed_time(end) / runs, 4)
+
+
+# --- TensorRT-RTX builds ----------------------------------------------------------------------------------------
+def builds_section() -> dict:
+    from bridge.engines.cache import EngineCache
+    from bridge.engines.prepare import prepare_engine, spec_for
+    from bridge.engines.trt_flavour import load_flavour
+
+    out = {}
+    for flavour_name in ("tensorrt-rtx", "tensorrt"):
+        try:
+            flavour = load_flavour(flavour_name)
+        except Exception as e:
+            out[flavour_name] = {"error": str(e)}
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = EngineCache(tmp)
+            rows = {}
+            for model in shipped_models():
+                try:
+                    spec = spec_for(model, model.path.read_bytes(), flavour, opt_level=3, max_batch=64)
+                    first = prepare_engine(model, flavour, cache, spec, report=lambda line: None)
+                    t0 = time.perf_counter()
+                    second = prepare_engine(model, flavour, cache, spec, report=lambda line: None)
+                    rows[model.name] = {"target": spec.target, "build_s": round(first.seconds, 2),
+                                        "engine_mb": round(len(first.plan) / 1e6, 2),
+                                        "second_build_cache_hit": second.cache_hit,
+                                        "cache_hit_s": round(time.perf_counter() - t0, 3)}
+                except Exception as e:
+                    rows[model.name] = {"error": str(e)[:300]}
+            out[flavour_name] = {"version": flavour.version, "models": rows}
+    return out
+
+
+def _say(line: str) -> None:
+    print(f"bench engines: {line}", file=sys.stderr, flush=True)
+
+
+def run(args) -> dict:
+    from bridge.fsutil import atomic_write_json
+
+    env = environment()
+    usable = [b for b, a in env["backends"].items() if a["usable"]]
+    backends = usable if args.backends == "all" else [b for b in args.backends.split(",") if b in usable]
+    on_gpu = _torch_cuda() is not None
+    threads = args.threads or os.cpu_count() or 1
+    gpu_streams = on_gpu and env["backends"]["onnxruntime-cuda"]["usable"]
+    results = {"environment": env, "threads": threads}
+    for section in args.sections.split(","):
+        started = time.perf_counter()
+        if section == "models":
+            results["models"] = models_section(args, backends, on_gpu)
+        elif section == "pipeline" and not args.no_pipeline:
+            results["pipeline"] = pipeline_section(backends, args.seconds, threads)
+        elif section == "multistream" and (args.multistream == "on" or (args.multistream == "auto" and gpu_streams)):
+            results["multistream"] = {p: multistream_section(args, "cuda" if gpu_streams else "cpu", p)
+                                      for p in args.precisions.split(",")}
+        elif section == "builds" and not args.no_builds:
+            results["trt_builds"] = builds_section()
+        else:
+            continue
+        _say(f"{section} done in {time.perf_counter() - started:.0f} s")
+        if getattr(args, "json", None):  # keep what is done if a later section is cut short
+            atomic_write_json(args.json + ".partial", {"results": results})
+    return results

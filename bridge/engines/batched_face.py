@@ -1,0 +1,292 @@
+"""The face pipeline batched over many streams, with image pre-processing on the GPU (torch).
+
+Per frame: the detector only for streams whose face is lost; for tracked streams the 468-point landmark model
+on a rotated 192x192 crop, both irises as one batch on 64x64 eye crops, and the emotion model on a 64x64 grey
+face crop; then the next crop is taken from this frame's landmarks. All crops are one `grid_sample` per stage
+over the whole batch, so the host only launches work and reads back one count per pass.
+
+Models run through a `ModelRunner` (outputs in the ONNX output order): ONNX Runtime with the CUDA execution
+provider over device tensors (IOBinding, CUDA graphs per batch bucket), or plain ONNX Runtime on the CPU, which
+keeps this code testable on machines without a GPU.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bridge.engines.shipped import find_model
+
+LANDMARK_SIZE, EYE_SIZE, EMOTION_SIZE, DETECT_SIZE = 192, 64, 64, 128
+EYE_CORNERS = ((33, 133), (362, 263))  # image-left eye, image-right eye (flipped for the iris model)
+FACE_SCALE, EYE_SCALE = 1.5, 2.3
+PRESENCE_THRESHOLD, DETECT_THRESHOLD = 0.5, 0.5
+
+
+def _buckets(max_batch: int) -> list[int]:
+    sizes, b = [], 1
+    while b < max_batch:
+        sizes.append(b)
+        b *= 2
+    return sizes + [max_batch]
+
+
+class OrtCpuRunner:
+    """ONNX Runtime CPU over torch CPU tensors."""
+
+    def __init__(self, path: Path, threads: int = 1):
+        from bridge.engines.onnxruntime_backend import OrtSession
+
+        self._session = OrtSession(path, threads=threads)
+        self._input = self._session.inputs[0].name
+
+    def __call__(self, x):
+        import torch
+
+        out = self._session.run({self._input: x.contiguous().numpy()})
+        return [torch.from_numpy(v) for v in out.values()]
+
+
+class OrtCudaRunner:
+    """ONNX Runtime CUDA over device tensors (IOBinding: no host copies, no per-call allocation).
+
+    The batch is padded up to the next bucket size so only a few shapes ever reach cuDNN. Small buckets
+    (<= graph_limit, where launch overhead dominates) each get their own session with CUDA-graph capture;
+    larger ones share one session bound per call to the front of one buffer sized for the largest bucket.
+    """
+
+    def __init__(self, path: Path, max_batch: int, cuda_graphs: bool = True, fp16: bool = False,
+                 buckets: list[int] | None = None, conv_search: str = "HEURISTIC", graph_limit: int = 32):
+        import onnxruntime as ort
+        import torch
+
+        self._torch = torch
+        model_bytes = Path(path).read_bytes()
+        if fp16:
+            from bridge.engines.fp16 import convert_to_fp16
+
+            model_bytes = convert_to_fp16(model_bytes)
+        probe = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+        self._input = probe.get_inputs()[0]
+        self._outputs = probe.get_outputs()
+        self._item_shape = tuple(self._input.shape[1:])
+        self.buckets = sorted(set(buckets or _buckets(max_batch)))
+        stream = str(torch.cuda.current_stream().cuda_stream)
+
+        def session(graph: bool):
+            opts = ort.SessionOptions()
+            opts.log_severity_level = 3
+            provider = ("CUDAExecutionProvider", {"enable_cuda_graph": "1" if graph else "0",
+                                                  "user_compute_stream": stream,
+                                                  "cudnn_conv_algo_search": conv_search})
+            return ort.InferenceSession(model_bytes, sess_options=opts, providers=[provider])
+
+        self._graphed = {}  # bucket -> (session, binding, input buffer, output buffers)
+        for bucket in (b for b in self.buckets if cuda_graphs and b <= graph_limit):
+            sess = session(True)
+            x, outs = self._buffers(bucket)
+            binding = self._bind(sess, x, outs, bucket)
+            sess.run_with_iobinding(binding)  # first run captures the graph
+            self._graphed[bucket] = (sess, binding, x, outs)
+        rest = [b for b in self.buckets if b not in self._graphed]
+        self._dynamic = None
+        if rest:
+            sess = session(False)
+            x, outs = self._buffers(max(rest))
+            self._dynamic = (sess, x, outs)
+            for bucket in rest:  # pick cuDNN algorithms for every shape now, not in the first live frame
+                sess.run_with_iobinding(self._bind(sess, x, outs, bucket))
+        torch.cuda.synchronize()
+
+    def _buffers(self, batch: int):
+        t = self._torch
+        x = t.zeros((batch, *self._item_shape), device="cuda", dtype=t.float32)
+        outs = [t.empty((batch, *o.shape[1:]), device="cuda", dtype=t.float32) for o in self._outputs]
+        return x, outs
+
+    def _bind(self, sess, x, outs, batch: int):
+        binding = sess.io_binding()
+        binding.bind_input(self._input.name, "cuda", 0, np.float32, [batch, *self._item_shape], x.data_ptr())
+        for o, t in zip(self._outputs, outs):
+            binding.bind_output(o.name, "cuda", 0, np.float32, [batch, *t.shape[1:]], t.data_ptr())
+        return binding
+
+    def __call__(self, x):
+        n = x.shape[0]
+        bucket = next((b for b in self.buckets if b >= n), None)
+        if bucket is None:
+            raise ValueError(f"batch {n} is larger than the largest bucket {self.buckets[-1]}")
+        if bucket in self._graphed:
+            sess, binding, buf, outs = self._graphed[bucket]
+            buf[:n].copy_(x)
+            sess.run_with_iobinding(binding)
+        else:
+            sess, buf, outs = self._dynamic
+            buf[:n].copy_(x)
+            sess.run_with_iobinding(self._bind(sess, buf, outs, bucket))
+        return [o[:n] for o in outs]
+
+
+def _detector_anchors(entry: dict):
+    anchors_cfg = entry.get("postprocessing", {}).get("anchors", {"strides": [8, 16], "anchors_per_cell": [2, 6]})
+    centers = []
+    for stride, per_cell in zip(anchors_cfg["strides"], anchors_cfg["anchors_per_cell"]):
+        cells = DETECT_SIZE // stride
+        for row in range(cells):
+            for col in range(cells):
+                centers.extend([((col + 0.5) / cells, (row + 0.5) / cells)] * per_cell)
+    return np.array(centers, dtype=np.float32)
+
+
+class BatchedFaceTracker:
+    """State for `num_streams` streams on one device; `step(frames, streams)` runs one batched pass."""
+
+    def __init__(self, num_streams: int, frame_hw: tuple[int, int], runners: dict, device: str = "cuda",
+                 detector: str = "face_detection_short_range"):
+        import torch
+
+        self.t = torch
+        self.device = device
+        self.runners = runners  # detector, landmarks, iris, emotion -> ModelRunner
+        self.height, self.width = frame_hw
+        self.center = torch.zeros((num_streams, 2), device=device)
+        self.size = torch.ones(num_streams, device=device)
+        self.angle = torch.zeros(num_streams, device=device)
+        self.tracked = torch.zeros(num_streams, dtype=torch.bool, device=device)
+        self.anchors = torch.from_numpy(_detector_anchors(find_model(detector).entry)).to(device)
+        self.last_landmarks = torch.zeros((num_streams, 468, 3), device=device)
+        self.last_emotion = torch.zeros((num_streams, 7), device=device)
+        self.last_iris = torch.zeros((num_streams, 2, 5, 3), device=device)
+        self.detector_runs = 0
+        self.tracked_runs = 0
+
+    # --- geometry ------------------------------------------------------------------------------------------
+    def _grid(self, center, size, angle, out: int, flip=None):
+        """Sampling grid (N, out, out, 2) in grid_sample's normalized coordinates for rotated square crops."""
+        t = self.t
+        lin = (t.arange(out, device=self.device, dtype=t.float32) + 0.5) / out - 0.5  # -0.5..0.5
+        gy, gx = t.meshgrid(lin, lin, indexing="ij")
+        gx = gx[None] * size[:, None, None]
+        gy = gy[None] * size[:, None, None]
+        if flip is not None:
+            gx = t.where(flip[:, None, None], -gx, gx)
+        cos, sin = t.cos(angle)[:, None, None], t.sin(angle)[:, None, None]
+        x = center[:, 0, None, None] + gx * cos - gy * sin
+        y = center[:, 1, None, None] + gx * sin + gy * cos
+        return t.stack([x / self.width * 2 - 1, y / self.height * 2 - 1], dim=-1)
+
+    def _crop(self, images, center, size, angle, out: int, flip=None):
+        return self.t.nn.functional.grid_sample(images, self._grid(center, size, angle, out, flip),
+                                                mode="bilinear", padding_mode="zeros", align_corners=False)
+
+    def _to_image(self, points, center, size, angle, out: int):
+        """Crop-pixel points (N, P, >=2) back to frame pixels."""
+        t = self.t
+        u = (points[..., 0] / out - 0.5) * size[:, None]
+        v = (points[..., 1] / out - 0.5) * size[:, None]
+        cos, sin = t.cos(angle)[:, None], t.sin(angle)[:, None]
+        return t.stack([center[:, 0, None] + u * cos - v * sin, center[:, 1, None] + u * sin + v * cos], dim=-1)
+
+    # --- one pass ------------------------------------------------------------------------------------------
+    def step(self, frames_u8, streams) -> None:
+        """frames_u8: (B, H, W, 3) uint8 on the device, one frame per stream in `streams` (LongTensor)."""
+        t = self.t
+        with t.inference_mode():
+            images = frames_u8.permute(0, 3, 1, 2).float().div_(255.0)
+            lost = ~self.tracked[streams]
+            n_lost = int(lost.sum())  # the one host sync per pass
+            if n_lost:
+                self._detect(images[lost], streams[lost])
+            active = self.tracked[streams]
+            if n_lost == 0 or bool(active.any()):
+                self._track(images[active], streams[active])
+
+    def _detect(self, images, streams) -> None:
+        t = self.t
+        self.detector_runs += images.shape[0]
+        h, w = self.height, self.width
+        scale = DETECT_SIZE / max(h, w)
+        nh, nw = round(h * scale), round(w * scale)
+        resized = t.nn.functional.interpolate(images, size=(nh, nw), mode="bilinear", align_corners=False)
+        top, left = (DETECT_SIZE - nh) // 2, (DETECT_SIZE - nw) // 2
+        boxed = t.zeros((images.shape[0], 3, DETECT_SIZE, DETECT_SIZE), device=self.device)
+        boxed[:, :, top:top + nh, left:left + nw] = resized * 2 - 1
+        regressors, scores = self.runners["detector"](boxed)[:2]
+        best = scores[..., 0].argmax(dim=1)
+        score = t.sigmoid(scores[t.arange(len(best)), best, 0].clamp(-80, 80))
+        reg = regressors[t.arange(len(best)), best] / DETECT_SIZE
+        anchor = self.anchors[best]
+        cx, cy = anchor[:, 0] + reg[:, 0], anchor[:, 1] + reg[:, 1]
+        eyes = anchor[:, None, :] + reg[:, 4:8].view(-1, 2, 2)
+        to_px = lambda v, off: (v * DETECT_SIZE - off) / scale  # noqa: E731 letterbox back to the frame
+        center = t.stack([to_px(cx, left), to_px(cy, top)], dim=1)
+        side = t.maximum(reg[:, 2], reg[:, 3]) * DETECT_SIZE / scale * FACE_SCALE
+        eye_px = t.stack([to_px(eyes[..., 0], left), to_px(eyes[..., 1], top)], dim=-1)
+        angle = t.atan2(eye_px[:, 1, 1] - eye_px[:, 0, 1], eye_px[:, 1, 0] - eye_px[:, 0, 0])
+        found = score > DETECT_THRESHOLD
+        self.center[streams] = t.where(found[:, None], center, self.center[streams])
+        self.size[streams] = t.where(found, side, self.size[streams])
+        self.angle[streams] = t.where(found, angle, self.angle[streams])
+        self.tracked[streams] = found
+
+    def _track(self, images, streams) -> None:
+        t = self.t
+        n = images.shape[0]
+        if n == 0:
+            return
+        self.tracked_runs += n
+        center, size, angle = self.center[streams], self.size[streams], self.angle[streams]
+        crops = self._crop(images, center, size, angle, LANDMARK_SIZE)
+        mesh, presence = self.runners["landmarks"](crops)[:2]
+        points = mesh.reshape(n, 468, 3)
+        xy = self._to_image(points, center, size, angle, LANDMARK_SIZE)
+        present = t.sigmoid(presence.reshape(n)) > PRESENCE_THRESHOLD
+        self.last_landmarks[streams] = t.cat([xy, points[..., 2:] * (size / LANDMARK_SIZE)[:, None, None]], -1)
+
+        # irises: both eyes of every face in one batch, the image-right eye flipped
+        corners = t.tensor(EYE_CORNERS, device=self.device)
+        a, b = xy[:, corners[:, 0]], xy[:, corners[:, 1]]  # (n, 2 eyes, 2)
+        eye_center = ((a + b) / 2).reshape(2 * n, 2)
+        eye_side = (t.linalg.norm(b - a, dim=-1) * EYE_SCALE).reshape(2 * n)
+        eye_angle = angle.repeat_interleave(2)
+        flip = t.tensor([False, True], device=self.device).repeat(n)
+        eye_images = images.repeat_interleave(2, dim=0)
+        eye_crops = self._crop(eye_images, eye_center, eye_side, eye_angle, EYE_SIZE, flip)
+        _contours, iris = self.runners["iris"](eye_crops)[:2]
+        self.last_iris[streams] = iris.reshape(n, 2, 5, 3)
+
+        # emotion: grey face crop in [-1, 1]
+        grey = (images * t.tensor([0.299, 0.587, 0.114], device=self.device)[None, :, None, None]).sum(1, True)
+        face = self._crop(grey, center, size / FACE_SCALE * 1.1, t.zeros_like(angle), EMOTION_SIZE)
+        self.last_emotion[streams] = self.runners["emotion"](face * 2 - 1)[0]
+
+        # next crop from this frame's landmarks (square, 1.5x, eyes level)
+        lo, hi = xy.min(dim=1).values, xy.max(dim=1).values
+        new_center = (lo + hi) / 2
+        new_size = (hi - lo).max(dim=1).values * FACE_SCALE
+        le, re = xy[:, 33], xy[:, 263]
+        new_angle = t.atan2(re[:, 1] - le[:, 1], re[:, 0] - le[:, 0])
+        self.center[streams] = new_center
+        self.size[streams] = new_size.clamp(min=8.0)
+        self.angle[streams] = new_angle
+        self.tracked[streams] = present
+
+
+def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: bool = True, threads: int = 1,
+                 detector: str = "face_detection_short_range", conv_search: str = "HEURISTIC",
+                 buckets: list[int] | None = None, graph_limit: int = 32) -> dict:
+    names = {"detector": detector, "landmarks": "face_landmark", "iris": "iris_landmark", "emotion": "emotion"}
+    runners = {}
+    for role, name in names.items():
+        path = find_model(name).verified_path()
+        if kind == "onnxruntime-cuda":
+            batch = max_batch * 2 if role == "iris" else max_batch
+            sizes = None if buckets is None else sorted({*buckets, *(2 * b for b in buckets)} if role == "iris"
+                                                        else set(buckets))
+            runners[role] = OrtCudaRunner(path, batch, cuda_graphs=cuda_graphs, fp16=fp16, conv_search=conv_search,
+                                          buckets=[b for b in sizes if b <= batch] if sizes else None,
+                                          graph_limit=graph_limit * (2 if role == "iris" else 1))
+        else:
+            runners[role] = OrtCpuRunner(path, threads=threads)
+    return runners
+
