@@ -39,11 +39,12 @@ def _say(line: str) -> None:
         print(f"engines: {line}", file=sys.stderr, flush=True)
 
 
-def create_session(model_path: str | Path, backend: str = "auto", threads: int = 1, *, cache_dir=None,
+def create_session(model_path: str | Path, backend: str = "onnxruntime", threads: int = 1, *, cache_dir=None,
                    precision: str = "fp32", strict: bool = False) -> InferenceSession:
     """Open `model_path` on `backend` ("auto" = fastest available), falling back with a printed reason.
 
-    strict=True raises the requested backend's error instead of falling back.
+    The default stays "onnxruntime" so existing callers keep bit-stable CPU results; user-facing commands pass
+    --backend (default auto). strict=True raises the requested backend's error instead of falling back.
     """
     model_path = Path(model_path)
     skipped: list[str] = []

@@ -141,7 +141,8 @@ def parse_onnx(flavour: Flavour, onnx_bytes: bytes, model_path: Path | None, bui
         for i in range(parser.num_errors):
             e = parser.get_error(i)
             where = f"node {e.node()} '{e.node_name()}' ({e.node_operator()})" if e.node() >= 0 else "model"
-            problems.append(f"{where}: {e.desc()}")
+            code = getattr(e.code(), "name", str(e.code()))
+            problems.append(f"{where}: {e.desc()} [{code}]")
         shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
         name = model_path.name if model_path else "the model"
         raise EngineBuildError(f"{flavour.name} cannot parse {name}: {shown or 'unknown parser error'}",
@@ -175,6 +176,9 @@ def build_plan(flavour: Flavour, onnx_bytes: bytes, spec: EngineSpec, *, model_p
             profile.set_shape(name, lo, opt, hi)
         config.add_optimization_profile(profile)
     marked = _mark_refittable(trt, network, config, spec.refittable)
+    # TensorRT-RTX (1.2+) made timing caches no-ops: it picks kernels when the engine first runs on the GPU.
+    if flavour.builds_without_gpu:
+        timing_cache = None
     cache = _load_timing_cache(config, timing_cache)
     config.progress_monitor = _progress_monitor(trt, report)
     flavour.logger.take()

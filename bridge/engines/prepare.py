@@ -68,6 +68,9 @@ def prepare_engine(model: ShippedModel, flavour: Flavour, cache: EngineCache, sp
     onnx_bytes = model.verified_path().read_bytes()
     fields = key_fields(flavour, sha256_bytes(onnx_bytes), spec)
     entry = cache.get(model.name, fields)
+    if entry is None and spec.refittable and probe_gpu().gpu is None:
+        # a fixed-weight engine stored earlier because refittable builds need a GPU here (see below)
+        entry = cache.get(model.name, key_fields(flavour, fields["onnx_sha256"], replace(spec, refittable=())))
     if entry is not None:
         try:
             return Prepared(entry, entry.read_plan(), True, 0.0)
@@ -84,7 +87,24 @@ def prepare_engine(model: ShippedModel, flavour: Flavour, cache: EngineCache, sp
     report(f"building {flavour.name} {flavour.version} engine for {model.name} "
            f"({spec.precision}, {spec.target}, optimization level {spec.opt_level})")
     timing = cache.timing_cache_path(flavour.name, flavour.version, fields["compute_capability"])
-    result = build_plan(flavour, build_bytes, spec, model_path=model.path, timing_cache=timing, report=report)
+    try:
+        result = build_plan(flavour, build_bytes, spec, model_path=model.path, timing_cache=timing, report=report)
+    except EngineBuildError as e:
+        if not spec.refittable or probe_gpu().gpu is not None:
+            raise
+        # TensorRT-RTX 1.7 compiles refittable recurrent layers with CUDA even when building ahead of time;
+        # without a GPU we build the fixed-weight engine (new adapter weights then mean a rebuild, not a refit).
+        report(f"refittable build of {model.name} needs a GPU here ({e.problem[:120]}); building it non-refittable")
+        spec = replace(spec, refittable=())
+        fields = key_fields(flavour, fields["onnx_sha256"], spec)
+        hit = cache.get(model.name, fields)
+        if hit is not None:
+            try:
+                return Prepared(hit, hit.read_plan(), True, 0.0)
+            except CorruptEngine:
+                cache.evict(hit)
+        result = build_plan(flavour, build_bytes, spec, model_path=model.path, timing_cache=timing, report=report)
+        extra["refit_unavailable"] = "refittable build needs a GPU with this TensorRT version"
     extra.update(build_seconds=round(result.seconds, 3), refittable=result.refittable)
     entry = cache.put(model.name, fields, result.plan, extra)
     report(f"built {model.name} in {result.seconds:.1f} s ({len(result.plan) / 1e6:.1f} MB) -> {entry.plan_path}")

@@ -142,6 +142,23 @@ class TrtSession:
             except EngineUnavailable:
                 self._use_graphs = False  # some engines (data-dependent shapes) cannot be captured
 
+    def refit(self, onnx_path: str | Path) -> None:
+        """Swap in new weights (e.g. a federated lip-sync adapter update) from an ONNX file with the same graph,
+        without rebuilding; existing contexts keep working. Needs an engine built with refittable weights."""
+        trt = self._flavour.trt
+        if not self._engine.refittable:
+            raise EngineError("this engine was built without refittable weights", "rebuild it (facebridge engines "
+                                                                                   "build) on this GPU")
+        refitter = trt.Refitter(self._engine, self._flavour.logger)
+        parser_refitter = trt.OnnxParserRefitter(refitter, self._flavour.logger)
+        if not parser_refitter.refit_from_file(str(onnx_path)) or not refitter.refit_cuda_engine():
+            errors = "; ".join(self._flavour.logger.errors()[-2:]) or "unknown"
+            raise EngineError(f"refit from {Path(onnx_path).name} failed ({errors})",
+                              "the new model must have the same graph and weight names; rebuild instead")
+        for graph in self._graphs.values():  # captured graphs hold the old weights' kernels: capture again
+            graph.close()
+        self._graphs.clear()
+
     def close(self) -> None:
         for graph in self._graphs.values():
             graph.close()

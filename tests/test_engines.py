@@ -1,0 +1,391 @@
+"""Inference engines on a CPU-only machine: real TensorRT-RTX builds of every shipped model, the engine cache
+(hits, corrupt, stale, other version), bad input (unparsable model, no GPU, full disk), FP16 parity, backend
+selection and fallback, the deadline batcher and the batched face tracker on the CPU."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bridge.engines import EngineError, EngineUnavailable, create_session
+from bridge.engines.batcher import DeadlineBatcher
+from bridge.engines.builder import EngineBuildError, EngineSpec, build_plan, profiles_for
+from bridge.engines.cache import EngineCache
+from bridge.engines.select import AUTO_ORDER, candidates, check_available
+from bridge.engines.shipped import NOT_BUILDABLE, ShippedModel, find_model, shipped_models
+
+trt_rtx = pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is in the test extra")
+
+BUILDABLE = [m for m in shipped_models() if m.name not in NOT_BUILDABLE]
+QUICK = {"opt_level": 0, "max_batch": 16}  # the fastest real build: CI builds every model in seconds
+
+
+@pytest.fixture(scope="module")
+def flavour():
+    from bridge.engines.trt_flavour import load_flavour
+
+    return load_flavour("tensorrt-rtx")
+
+
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    return EngineCache(tmp_path_factory.mktemp("engines"))
+
+
+def _prepare(model, flavour, cache, **kw):
+    from bridge.engines.prepare import prepare_engine, spec_for
+
+    spec = spec_for(model, model.verified_path().read_bytes(), flavour, **{**QUICK, **kw})
+    return prepare_engine(model, flavour, cache, spec, report=lambda line: None)
+
+
+# --- every shipped model builds, and the second build is a cache hit ---------------------------------------------
+def test_shipped_models_are_discovered():
+    names = {m.name for m in shipped_models()}
+    assert {"face_detection_short_range", "face_landmark", "iris_landmark", "emotion"} <= names
+    assert all(m.path.suffix == ".onnx" and m.path.exists() for m in shipped_models())
+
+
+@pytest.mark.parametrize("model", BUILDABLE, ids=lambda m: m.name)
+def test_every_shipped_model_builds_and_rebuild_hits_cache(model, flavour, shared_cache):
+    first = _prepare(model, flavour, shared_cache)
+    assert not first.cache_hit and len(first.plan) > 10_000
+    fields = first.entry.fields
+    assert fields["flavour"] == "tensorrt-rtx" and fields["trt_version"] == flavour.version
+    assert fields["compute_capability"] == "sm86" and fields["precision"] == "fp32"
+    second = _prepare(model, flavour, shared_cache)
+    assert second.cache_hit and second.plan == first.plan and second.entry.key == first.entry.key
+
+
+@pytest.mark.parametrize("name", sorted(NOT_BUILDABLE))
+def test_known_unbuildable_models_still_fail_cleanly_and_fall_back(name, flavour, tmp_path, capsys):
+    model = find_model(name)
+    with pytest.raises(EngineBuildError, match="could not build"):  # when this starts passing, update the list
+        _prepare(model, flavour, EngineCache(tmp_path))
+    session = create_session(model.path, "tensorrt-rtx")
+    assert session.backend_name in ("openvino", "onnxruntime")
+
+
+def test_no_timing_cache_for_tensorrt_rtx(flavour, shared_cache):
+    # TensorRT-RTX made timing caches no-ops (its kernels are chosen on the GPU at first run); full TensorRT
+    # keeps one per flavour, version and GPU under timing/.
+    _prepare(find_model("emotion"), flavour, shared_cache)
+    assert not shared_cache.timing_cache_path("tensorrt-rtx", flavour.version, "sm86").exists()
+
+
+def test_key_changes_with_precision_target_and_profiles(flavour, tmp_path):
+    cache = EngineCache(tmp_path)
+    model = find_model("emotion")
+    keys = {_prepare(model, flavour, cache, **kw).entry.key
+            for kw in ({}, {"target": "sm89"}, {"max_batch": 8})}
+    assert len(keys) == 3
+
+
+# --- stale, corrupt, other-version engines are never loaded blindly -----------------------------------------------
+def test_corrupt_engine_is_detected_and_rebuilt(flavour, tmp_path):
+    from bridge.engines.verify import verify_cache
+
+    cache = EngineCache(tmp_path)
+    model = find_model("emotion")
+    good = _prepare(model, flavour, cache)
+    data = bytearray(good.entry.plan_path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    good.entry.plan_path.write_bytes(bytes(data))
+    assert [status for _, status in verify_cache(tmp_path)][0].startswith("corrupt")
+    again = _prepare(model, flavour, cache)
+    assert not again.cache_hit and again.plan == good.plan  # rebuilt, identical to the original
+
+
+def test_stale_engine_is_reported_when_the_model_changes(flavour, tmp_path):
+    import onnx
+
+    from bridge.engines.verify import verify_cache
+
+    copy = tmp_path / "emotion.onnx"
+    shutil.copy(find_model("emotion").path, copy)
+    model = ShippedModel("emotion", copy, {})
+    cache = EngineCache(tmp_path / "cache")
+    _prepare(model, flavour, cache)
+    proto = onnx.load(str(copy))
+    proto.doc_string = "retrained"
+    onnx.save(proto, str(copy))
+    assert [s for _, s in verify_cache(cache.root)] == ["stale: emotion.onnx changed since the engine was built"]
+    assert not _prepare(model, flavour, cache).cache_hit  # a new key: built afresh, the old one never used
+
+
+def test_engine_from_another_version_is_never_picked(flavour, tmp_path):
+    import json
+
+    from bridge.engines.verify import verify_cache
+
+    cache = EngineCache(tmp_path)
+    model = find_model("emotion")
+    built = _prepare(model, flavour, cache)
+    meta_path = built.entry.plan_path.with_suffix(".json")
+    meta = json.loads(meta_path.read_text())
+    meta["key_fields"]["trt_version"] = "0.9.0.1"
+    meta_path.write_text(json.dumps(meta))
+    assert [s for _, s in verify_cache(tmp_path)][0].startswith("other version")
+    assert not _prepare(model, flavour, cache).cache_hit
+
+
+def test_engine_for_another_gpu_is_a_different_entry(flavour, tmp_path):
+    cache = EngineCache(tmp_path)
+    a = _prepare(find_model("emotion"), flavour, cache, target="sm86")
+    b = _prepare(find_model("emotion"), flavour, cache, target="sm120")
+    assert a.entry.key != b.entry.key and b.entry.fields["compute_capability"] == "sm120"
+
+
+# --- bad input: unparsable model, missing GPU, full disk ---------------------------------------------------------
+def _model_with(op: str, tmp_path: Path) -> Path:
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu_in"), helper.make_node(op, ["r"], ["y"], name="det_1")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "det.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_parser_errors_name_the_node_and_onnxruntime_still_runs_it(flavour, tmp_path):
+    path = _model_with("Det", tmp_path)
+    with pytest.raises(EngineBuildError) as info:
+        build_plan(flavour, path.read_bytes(), EngineSpec(target="sm86", opt_level=0), model_path=path)
+    message = str(info.value)
+    assert "node 1 'det_1' (Det)" in message and "--backend onnxruntime" in message
+    session = create_session(path, "auto")  # the fallback really computes
+    x = np.array([[2, 0, 0], [0, 3, 0], [0, 0, 4]], np.float32)
+    assert np.isclose(session.run({"x": x})["y"], 24.0)
+
+
+def test_missing_gpu_falls_back_with_a_printed_reason(capsys):
+    from bridge.engines.gpu import probe_gpu
+
+    if probe_gpu().gpu is not None:
+        pytest.skip("this machine has a GPU")
+    path = find_model("emotion").path
+    session = create_session(path, "tensorrt-rtx")
+    assert session.backend_name in ("openvino", "onnxruntime")
+    err = capsys.readouterr().err
+    assert "--backend tensorrt-rtx is not usable here" in err and "GPU" in err
+    with pytest.raises(EngineUnavailable, match="needs an NVIDIA GPU"):
+        create_session(path, "tensorrt-rtx", strict=True)
+    rtx = check_available("tensorrt-rtx")
+    assert not rtx.ok and "GPU" in rtx.reason
+
+
+def test_full_disk_during_build_gives_a_clear_error_and_leaves_nothing(flavour, tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs permission to mount a small tmpfs")
+    try:
+        with pytest.raises(EngineBuildError, match="no space left") as info:
+            _prepare(find_model("face_landmark"), flavour, EngineCache(mount))  # 5 MB engine, 1 MB disk
+        assert "--cache-dir" in str(info.value)
+        assert not list(mount.rglob("*.engine")) and not list(mount.rglob("*.tmp"))
+        session = create_session(find_model("face_landmark").path, "auto", cache_dir=mount)
+        assert session.backend_name in ("openvino", "onnxruntime")
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+# --- FP16 by graph conversion, checked on real frames --------------------------------------------------------------
+def test_fp16_engine_is_built_from_a_converted_graph_checked_against_fp32(flavour, tmp_path):
+    cache = EngineCache(tmp_path)
+    model = find_model("face_landmark")
+    fp16 = _prepare(model, flavour, cache, precision="fp16")
+    parity = fp16.entry.meta["fp16_parity"]
+    assert parity["ok"] and 0 < parity["worst_relative"] < 0.01
+    fp32 = _prepare(model, flavour, cache)
+    assert fp16.plan != fp32.plan and len(fp16.plan) < len(fp32.plan)  # half-size weights
+
+
+def test_fp16_parity_check_refuses_drift():
+    from bridge.engines.fp16 import check_parity, convert_to_fp16
+    from bridge.engines.shipped import frames_as_input
+
+    data = find_model("iris_landmark").path.read_bytes()
+    feeds = {"input_1": frames_as_input((3, 64, 64))}
+    report = check_parity(data, convert_to_fp16(data), feeds, tolerance=1e-7)
+    assert not report.ok and report.worst_relative > 1e-7
+
+
+# --- profiles and refit ----------------------------------------------------------------------------------------------
+def test_profiles_cover_batch_and_other_dynamic_axes():
+    landmark = profiles_for(find_model("face_landmark").path.read_bytes(), 1, 64)
+    assert landmark == (("input_1", (1, 3, 192, 192), (1, 3, 192, 192), (64, 3, 192, 192)),)
+    lipsync = dict((p[0], p[1:]) for p in profiles_for(find_model("lipsync").path.read_bytes(), 1, 8))
+    assert lipsync["mel"] == ((1, 1, 40), (1, 64, 40), (1, 1024, 40))
+
+
+def test_refittable_build_marks_only_adapter_weights(flavour, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    inits = [numpy_helper.from_array(rng.normal(size=(16, 16)).astype(np.float32), "base.W"),
+             numpy_helper.from_array(rng.normal(size=(16, 4)).astype(np.float32), "adapter.A")]
+    nodes = [helper.make_node("MatMul", ["x", "base.W"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "adapter.A"], ["y"])]
+    path = tmp_path / "adapted.onnx"
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    from bridge.engines.builder import refittable_initializers
+    from bridge.engines.gpu import probe_gpu
+
+    assert refittable_initializers(path.read_bytes(), ["adapter.*"]) == ("adapter.A",)
+    model = ShippedModel("adapted", path, {"engine": {"refittable": ["adapter.*"]}})
+    built = _prepare(model, flavour, EngineCache(tmp_path / "c"))
+    if probe_gpu().gpu is None:  # TensorRT-RTX 1.7 compiles refittable layers with CUDA: fixed weights here
+        assert built.entry.fields["refittable"] == [] and "needs a GPU" in built.entry.meta["refit_unavailable"]
+    else:
+        assert built.entry.fields["refittable"] == ["adapter.A"] == built.entry.meta["refittable"]
+
+
+def test_lipsync_adapter_is_refittable_or_says_why(flavour, tmp_path):
+    from bridge.engines.gpu import probe_gpu
+
+    built = _prepare(find_model("lipsync"), flavour, EngineCache(tmp_path))
+    if probe_gpu().gpu is None:
+        assert built.entry.meta["refit_unavailable"].startswith("refittable build needs a GPU")
+    else:
+        assert sorted(built.entry.meta["refittable"]) == ["adapter.A", "adapter.B"]
+
+
+# --- backend choice ---------------------------------------------------------------------------------------------------
+def test_candidates_follow_the_automatic_order_with_the_request_first():
+    assert candidates("auto") == list(AUTO_ORDER)
+    assert candidates("openvino")[0] == "openvino" and sorted(candidates("openvino")) == sorted(AUTO_ORDER)
+    with pytest.raises(ValueError, match="unknown backend"):
+        candidates("tensorflow")
+
+
+def test_cpu_backends_agree_on_real_frames():
+    from bridge.engines.shipped import frames_as_input
+
+    model = find_model("face_landmark")
+    x = frames_as_input((3, 192, 192), count=2)
+    ort_out = create_session(model.path, "onnxruntime", strict=True).run({"input_1": x})
+    if not check_available("openvino").ok:
+        pytest.skip("openvino not installed")
+    ov = create_session(model.path, "openvino", strict=True)
+    assert ov.backend_name == "openvino" and ov.inputs[0].shape[1:] == (3, 192, 192)
+    ov_out = ov.run({"input_1": x})
+    for name in ort_out:
+        assert np.abs(ov_out[name] - ort_out[name]).max() < 1e-3 * max(1.0, np.abs(ort_out[name]).max())
+
+
+# --- engines command -----------------------------------------------------------------------------------------------
+def test_engines_command_build_list_verify_clear(tmp_path, capsys):
+    from bridge.cli import main
+
+    args = ["--cache-dir", str(tmp_path), "--backend", "tensorrt-rtx"]
+    assert main(["engines", "build", "emotion", "--opt-level", "0", *args]) == 0
+    assert "emotion: built in" in capsys.readouterr().out
+    assert main(["engines", "build", "emotion", "--opt-level", "0", *args]) == 0
+    assert "emotion: cached" in capsys.readouterr().out
+    assert main(["engines", "list", *args]) == 0
+    out = capsys.readouterr().out
+    assert "onnxruntime" in out and "emotion" in out and "sm86" in out
+    assert main(["engines", "verify", *args]) == 0
+    assert capsys.readouterr().out.strip().endswith("ok")
+    assert main(["engines", "clear", *args]) == 0
+    assert not list(tmp_path.rglob("*.engine"))
+
+
+def test_engines_build_of_an_unparsable_model_fails_with_the_node(tmp_path, capsys):
+    from bridge.cli import main
+
+    path = _model_with("Det", tmp_path)
+    assert main(["engines", "build", str(path), "--cache-dir", str(tmp_path / "c"), "--opt-level", "0"]) == 1
+    assert "det_1" in capsys.readouterr().err
+
+
+# --- multi-stream batching -----------------------------------------------------------------------------------------
+def test_lone_stream_is_not_held_back_for_a_batch():
+    with DeadlineBatcher(lambda streams, items: [i * 2 for i in items], max_batch=256) as batcher:
+        started = time.perf_counter()
+        assert batcher.submit("only", 21).result(timeout=2) == 42
+        assert time.perf_counter() - started < 0.05
+
+
+def test_batches_form_under_load_and_results_return_in_order_per_stream():
+    def slow_double(streams, items):
+        time.sleep(0.01)  # a GPU pass
+        return [(s, i * 2) for s, i in zip(streams, items)]
+
+    with DeadlineBatcher(slow_double, max_batch=64) as batcher:
+        futures = {s: [] for s in range(8)}
+
+        def stream(s):
+            for i in range(20):
+                futures[s].append(batcher.submit(s, i))
+                time.sleep(0.001)
+
+        threads = [threading.Thread(target=stream, args=(s,)) for s in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for s, fs in futures.items():
+            assert [f.result(timeout=5) for f in fs] == [(s, i * 2) for i in range(20)]
+        assert max(batcher.batch_sizes) > 1 and sum(batcher.batch_sizes) == 160
+
+
+def test_a_failing_batch_fails_only_its_own_frames():
+    calls = []
+
+    def flaky(streams, items):
+        calls.append(list(items))
+        if "bad" in items:
+            raise ValueError("bad frame")
+        return items
+
+    with DeadlineBatcher(flaky, max_batch=4) as batcher:
+        bad = batcher.submit(0, "bad")
+        with pytest.raises(ValueError):
+            bad.result(timeout=2)
+        assert batcher.submit(0, "good").result(timeout=2) == "good"
+
+
+def test_max_wait_gathers_a_fuller_batch_but_respects_the_deadline():
+    with DeadlineBatcher(lambda s, items: items, max_batch=8, max_wait_s=0.05) as batcher:
+        started = time.perf_counter()
+        futures = [batcher.submit(i, i) for i in range(3)]
+        assert [f.result(timeout=2) for f in futures] == [0, 1, 2]
+        assert 0.04 < time.perf_counter() - started < 0.5
+        assert batcher.batch_sizes == [3]
+
+
+def test_batched_face_tracker_finds_and_tracks_the_sample_face_on_cpu():
+    torch = pytest.importorskip("torch")
+    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.shipped import sample_frames
+
+    torch.set_num_threads(1)
+    frames = torch.from_numpy(np.stack(sample_frames(2)))
+    tracker = BatchedFaceTracker(2, tuple(frames.shape[1:3]), make_runners("onnxruntime", 4), device="cpu")
+    streams = torch.arange(2)
+    tracker.step(frames, streams)
+    assert tracker.detector_runs == 2 and bool(tracker.tracked.all())
+    tracker.step(frames, streams)
+    assert tracker.detector_runs == 2 and tracker.tracked_runs == 4  # tracked: no second detection
+    points = tracker.last_landmarks[..., :2]
+    h, w = frames.shape[1:3]
+    assert bool(((points[..., 0] > 0) & (points[..., 0] < w) & (points[..., 1] > 0) & (points[..., 1] < h)).all())
+    assert int(tracker.last_emotion.argmax(dim=1)[0]) == 3  # the astronaut smiles: "happy"
+    iris_center = tracker.last_iris[:, :, 0, :2]
+    assert bool(((iris_center > 16) & (iris_center < 48)).all())  # iris centred in its 64x64 eye crop
