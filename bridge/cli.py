@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "bridge.commands.replay",
     "bridge.commands.export_usd",
     "bridge.commands.bench",
+    "bridge.commands.engines",
 )
 
 
