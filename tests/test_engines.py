@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bridge.engines import EngineError, EngineUnavailable, create_session
+from bridge.engines import EngineUnavailable, create_session
 from bridge.engines.batcher import DeadlineBatcher
 from bridge.engines.builder import EngineBuildError, EngineSpec, build_plan, profiles_for
 from bridge.engines.cache import EngineCache

@@ -14,12 +14,12 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 
 from bridge.engines.select import AUTO_ORDER, check_available
-from bridge.engines.shipped import find_model, frames_as_input, sample_frames, shipped_models, value_range_of
+from bridge.engines.shipped import (NOT_BUILDABLE, frames_as_input, sample_frames, shipped_models,
+                                    value_range_of)
 
 P99_LIMIT_MS = 20.0
 FPS = 30.0
@@ -396,6 +396,9 @@ def builds_section() -> dict:
             cache = EngineCache(tmp)
             rows = {}
             for model in shipped_models():
+                if model.name in NOT_BUILDABLE:
+                    rows[model.name] = {"skipped": NOT_BUILDABLE[model.name]}
+                    continue
                 try:
                     spec = spec_for(model, model.path.read_bytes(), flavour, opt_level=3, max_batch=64)
                     first = prepare_engine(model, flavour, cache, spec, report=lambda line: None)

@@ -118,12 +118,13 @@ class OrtCudaRunner:
             raise ValueError(f"batch {n} is larger than the largest bucket {self.buckets[-1]}")
         if bucket in self._graphed:
             sess, binding, buf, outs = self._graphed[bucket]
-            buf[:n].copy_(x)
-            sess.run_with_iobinding(binding)
         else:
             sess, buf, outs = self._dynamic
-            buf[:n].copy_(x)
-            sess.run_with_iobinding(self._bind(sess, buf, outs, bucket))
+            binding = self._bind(sess, buf, outs, bucket)
+        buf[:n].copy_(x)
+        # ORT may replay its graph on another stream than torch's: make the input copy land first
+        self._torch.cuda.current_stream().synchronize()
+        sess.run_with_iobinding(binding)
         return [o[:n] for o in outs]
 
 
