@@ -319,7 +319,7 @@ def test_lone_stream_is_not_held_back_for_a_batch():
     with DeadlineBatcher(lambda streams, items: [i * 2 for i in items], max_batch=256) as batcher:
         started = time.perf_counter()
         assert batcher.submit("only", 21).result(timeout=2) == 42
-        assert time.perf_counter() - started < 0.05
+        assert time.perf_counter() - started < 0.2  # no waiting for company (a loaded CI box may be slow to wake)
 
 
 def test_batches_form_under_load_and_results_return_in_order_per_stream():
