@@ -32,6 +32,7 @@ class PipelineOptions:
     threads: int = 1  # inference threads per model
     detector: str = "face_detection_short_range"
     expression: str = "regressor"  # or "fit"
+    expression_model: str | None = None  # folder with a user ONNX model + manifest (docs: model contract)
     emotion_every: int = 1  # run emotion on every Nth tracked frame (it changes slowly)
     smoothing: bool = True
     subject: str = "FaceBridge"
@@ -59,7 +60,8 @@ class FacePipeline:
         self.landmarker = FaceLandmarker(backend=options.backend, threads=options.threads)
         self.iris = IrisLandmarker(backend=options.backend, threads=options.threads)
         self.head_pose = HeadPoseEstimator()
-        self.expression = ExpressionEstimator(method=options.expression, backend=options.backend)
+        self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
+                                              model_dir=options.expression_model)
         self.emotion = EmotionClassifier(backend=options.backend, threads=options.threads)
         self.profile = profile
         if profile is not None and profile.identity:

@@ -122,3 +122,28 @@ def test_shipped_manifest_describes_the_shipped_model():
     assert {o.name for o in model.graph.output} == {v["name"] for v in m["outputs"].values()}
     assert m["outputs"]["blendshapes"]["names"][-1] == "tongueOut" and m["model_id"] == "ict-face-light"
     np.testing.assert_allclose(head_matrix(0, 0, 0), np.eye(3))
+
+
+def test_run_streams_a_user_model_through_the_cli(tmp_path, isolated_home):
+    """`facebridge run --expression-model DIR`: the recorded take carries the user model's parameters."""
+    import subprocess
+
+    from tests.conftest import facebridge_cmd, subprocess_env
+
+    rng = np.random.default_rng(1)
+    gemm_model(tmp_path / "m.onnx", "features", ["n", NUM_FEATURES],
+               {"shape": rng.normal(0, 0.01, (NUM_FEATURES, 7)), "exp": rng.normal(0, 0.01, (NUM_FEATURES, 12))})
+    (tmp_path / "model.json").write_text(json.dumps({
+        "format": "facebridge-expression-model/1", "file": "m.onnx", "model_id": "my-encoder",
+        "input": {"name": "features", "layout": "landmarks-2d-v1"},
+        "outputs": {"shape": {"name": "shape"}, "expression": {"name": "exp"}}}))
+    take = tmp_path / "take"
+    proc = subprocess.run(facebridge_cmd("run", "--source", "sample", "--max-frames", "5", "--fast", "--quiet",
+                                         "--llf", "off", "--vmc", "off", "--record", str(take),
+                                         "--expression-model", str(tmp_path)),
+                          env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    frames = [json.loads(line) for line in (take / "frames.jsonl").read_text().splitlines()]
+    assert len(frames) == 5
+    assert all(f["morph"]["model_id"] == "my-encoder" for f in frames)
+    assert all(len(f["morph"]["expression"]) == 12 and len(f["morph"]["identity"]) == 7 for f in frames)

@@ -25,6 +25,9 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                    help="BlazeFace short range (faces within ~2 m, default) or full range (up to ~5 m)")
     p.add_argument("--expression", choices=["regressor", "fit"], default="regressor",
                    help="blendshape estimator: the fast trained regressor (default) or the reference model fit")
+    p.add_argument("--expression-model", metavar="DIR",
+                   help="use your own ONNX expression model (a folder with the model and its manifest; see "
+                        "docs/ARCHITECTURE.md 'Expression model contract') instead of the shipped regressor")
     p.add_argument("--emotion-every", type=int, default=1, metavar="N",
                    help="classify emotion on every Nth frame (default 1; emotion changes slowly)")
     p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filter")
@@ -34,6 +37,7 @@ def pipeline_options(args):
     from bridge.pipeline import PipelineOptions
 
     return PipelineOptions(backend=args.backend, subject=args.subject, expression=args.expression,
+                           expression_model=args.expression_model,
                            detector=f"face_detection_{args.detector}_range",
                            emotion_every=args.emotion_every, smoothing=not args.no_smoothing)
 
