@@ -389,3 +389,17 @@ def test_batched_face_tracker_finds_and_tracks_the_sample_face_on_cpu():
     assert int(tracker.last_emotion.argmax(dim=1)[0]) == 3  # the astronaut smiles: "happy"
     iris_center = tracker.last_iris[:, :, 0, :2]
     assert bool(((iris_center > 16) & (iris_center < 48)).all())  # iris centred in its 64x64 eye crop
+    assert bool(((tracker.last_blendshapes >= -0.05) & (tracker.last_blendshapes <= 1.05)).all())
+
+
+def test_gpu_side_expression_features_match_the_reference_layout():
+    torch = pytest.importorskip("torch")
+    from bridge.engines.batched_face import landmark_features_torch
+    from bridge.expression.features import features_batch
+
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(100, 300, (3, 468, 2))
+    iris = rng.uniform(150, 250, (3, 2, 2))
+    want = features_batch(xy, iris, np.ones(3, bool), np.full(3, 480.0), np.tile([240.0, 180.0], (3, 1)))
+    got = landmark_features_torch(torch.from_numpy(xy), torch.from_numpy(iris), 480.0, (240.0, 180.0))
+    assert got.shape == (3, 944) and np.allclose(got.numpy(), want, atol=1e-5)

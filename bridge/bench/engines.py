@@ -240,7 +240,7 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
     n_frames = frames_dev.shape[0]
     device = frames_dev.device
     on_gpu = device.type == "cuda"
-    result_host = torch.empty((num_streams, 468 * 3 + 7 + 30), dtype=torch.float32)
+    result_host = torch.empty((num_streams, 468 * 3 + 7 + 30 + 52), dtype=torch.float32)
     result_host = result_host.pin_memory() if on_gpu else result_host
     sync = torch.cuda.current_stream().synchronize if on_gpu else (lambda: None)
     # warm up: detect every stream once, then a few tracked passes
@@ -272,7 +272,7 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
         t_pass = time.perf_counter()
         tracker.step(batch, streams)
         packed = torch.cat([tracker.last_landmarks[streams].flatten(1), tracker.last_emotion[streams],
-                            tracker.last_iris[streams].flatten(1)], dim=1)
+                            tracker.last_iris[streams].flatten(1), tracker.last_blendshapes[streams]], dim=1)
         result_host[: len(ready)].copy_(packed, non_blocking=True)
         sync()
         done = time.perf_counter() - start
@@ -357,7 +357,7 @@ def stage_breakdown(tracker_for, frames_dev, batches: list[int]) -> dict:
         for role, runner in tracker.runners.items():
             n = batch * 2 if role == "iris" else batch
             shape = {"detector": (3, 128, 128), "landmarks": (3, 192, 192), "iris": (3, 64, 64),
-                     "emotion": (1, 64, 64)}[role]
+                     "emotion": (1, 64, 64), "expression": (944,)}[role]
             x = torch.rand((n, *shape), device="cuda")
             timings[role] = _cuda_ms(lambda: runner(x))
         timings["whole_tracked_pass"] = _cuda_ms(lambda: tracker.step(frames, streams))

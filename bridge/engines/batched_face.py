@@ -1,8 +1,9 @@
 """The face pipeline batched over many streams, with image pre-processing on the GPU (torch).
 
 Per frame: the detector only for streams whose face is lost; for tracked streams the 468-point landmark model
-on a rotated 192x192 crop, both irises as one batch on 64x64 eye crops, and the emotion model on a 64x64 grey
-face crop; then the next crop is taken from this frame's landmarks. All crops are one `grid_sample` per stage
+on a rotated 192x192 crop, both irises as one batch on 64x64 eye crops, the emotion model on a 64x64 grey face
+crop, and the expression regressor (ARKit-52) on the landmark features; then the next crop is taken from this
+frame's landmarks. All crops are one `grid_sample` per stage
 over the whole batch, so the host only launches work and reads back one count per pass.
 
 Models run through a `ModelRunner` (outputs in the ONNX output order): ONNX Runtime with the CUDA execution
@@ -157,7 +158,9 @@ class BatchedFaceTracker:
         self.anchors = torch.from_numpy(_detector_anchors(find_model(detector).entry)).to(device)
         self.last_landmarks = torch.zeros((num_streams, 468, 3), device=device)
         self.last_emotion = torch.zeros((num_streams, 7), device=device)
-        self.last_iris = torch.zeros((num_streams, 2, 5, 3), device=device)
+        self.last_iris = torch.zeros((num_streams, 2, 5, 3), device=device)  # crop pixels; eye 0 = image left
+        self.last_blendshapes = torch.zeros((num_streams, 52), device=device)
+        self.focal = float(self.width)  # intrinsics unknown: the expression contract's default
         self.detector_runs = 0
         self.tracked_runs = 0
 
@@ -254,7 +257,15 @@ class BatchedFaceTracker:
         eye_images = images.repeat_interleave(2, dim=0)
         eye_crops = self._crop(eye_images, eye_center, eye_side, eye_angle, EYE_SIZE, flip)
         _contours, iris = self.runners["iris"](eye_crops)[:2]
+        iris = iris.reshape(2 * n, 5, 3)
         self.last_iris[streams] = iris.reshape(n, 2, 5, 3)
+        centre = iris[:, :1, :2].clone()
+        centre[..., 0] = t.where(flip[:, None], EYE_SIZE - centre[..., 0], centre[..., 0])  # un-flip
+        iris_xy = self._to_image(centre, eye_center, eye_side, eye_angle, EYE_SIZE).reshape(n, 2, 2)
+
+        if "expression" in self.runners:  # subject's left eye first (the image-right one), as the contract says
+            features = landmark_features_torch(xy, iris_xy.flip(1), self.focal, (self.width / 2, self.height / 2))
+            self.last_blendshapes[streams] = self.runners["expression"](features)[0]
 
         # emotion: grey face crop in [-1, 1]
         grey = (images * t.tensor([0.299, 0.587, 0.114], device=self.device)[None, :, None, None]).sum(1, True)
@@ -273,13 +284,33 @@ class BatchedFaceTracker:
         self.tracked[streams] = present
 
 
+def landmark_features_torch(xy, iris_xy, focal: float, centre: tuple[float, float]):
+    """bridge.expression.features.features_batch ("landmarks-2d-v1", 944 values) on the GPU, iris present."""
+    import torch
+
+    mean = xy.mean(dim=1, keepdim=True)
+    centred = xy - mean
+    s = centred.pow(2).sum(-1).mean(-1).sqrt()[:, None, None]
+    n = xy.shape[0]
+    centre_t = torch.tensor(centre, device=xy.device, dtype=xy.dtype)
+    return torch.cat([(centred / s).reshape(n, -1), ((iris_xy - mean) / s).reshape(n, -1),
+                      torch.ones((n, 1), device=xy.device, dtype=xy.dtype),
+                      (mean[:, 0, :] - centre_t) / focal, s[:, 0, :] / focal], dim=1)
+
+
 def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: bool = True, threads: int = 1,
                  detector: str = "face_detection_short_range", conv_search: str = "HEURISTIC",
                  buckets: list[int] | None = None, graph_limit: int = 32) -> dict:
-    names = {"detector": detector, "landmarks": "face_landmark", "iris": "iris_landmark", "emotion": "emotion"}
+    names = {"detector": detector, "landmarks": "face_landmark", "iris": "iris_landmark", "emotion": "emotion",
+             "expression": "regressor"}
     runners = {}
     for role, name in names.items():
-        path = find_model(name).verified_path()
+        try:
+            path = find_model(name).verified_path()
+        except Exception:
+            if role == "expression":  # optional: an install without the expression engine still tracks
+                continue
+            raise
         if kind == "onnxruntime-cuda":
             batch = max_batch * 2 if role == "iris" else max_batch
             sizes = None if buckets is None else sorted({*buckets, *(2 * b for b in buckets)} if role == "iris"
