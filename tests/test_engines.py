@@ -403,3 +403,16 @@ def test_gpu_side_expression_features_match_the_reference_layout():
     want = features_batch(xy, iris, np.ones(3, bool), np.full(3, 480.0), np.tile([240.0, 180.0], (3, 1)))
     got = landmark_features_torch(torch.from_numpy(xy), torch.from_numpy(iris), 480.0, (240.0, 180.0))
     assert got.shape == (3, 944) and np.allclose(got.numpy(), want, atol=1e-5)
+
+
+def test_cuda_driver_check_says_what_is_missing():
+    pytest.importorskip("cuda.bindings", reason="cuda-python is in the tensorrt/gpu extras")
+    from bridge.engines.cuda_buffers import check_driver
+    from bridge.engines.gpu import probe_gpu
+
+    if probe_gpu().gpu is not None:
+        check_driver()  # a working GPU machine: the driver is new enough for the CUDA runtime we ship
+        return
+    with pytest.raises(EngineUnavailable, match="no NVIDIA driver|driver supports CUDA") as info:
+        check_driver()
+    assert "--backend onnxruntime" in str(info.value)
