@@ -7,6 +7,7 @@ pinned host staging allocated once for the largest profile shape, optional CUDA-
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +60,7 @@ class TrtSession:
             prepared = prepare_engine(model, flavour, cache, spec)
             problem = self._incompatibility(runtime, prepared.plan)
             if problem is None:
+                flavour.logger.take()  # only this deserialize's errors below
                 engine = runtime.deserialize_cuda_engine(prepared.plan)
                 problem = None if engine is not None else "; ".join(flavour.logger.errors()[-2:]) or "unknown"
             if engine is not None:
@@ -67,7 +69,8 @@ class TrtSession:
             if attempt == 1:
                 raise EngineError(f"{flavour.name} cannot load the engine it just built for {model.name} ({problem})",
                                   "use --backend onnxruntime-cuda; report the GPU and driver version")
-            print(f"  cached engine for {model.name} is unusable here ({problem}); rebuilding", flush=True)
+            print(f"  cached engine for {model.name} is unusable here ({problem}); rebuilding", file=sys.stderr,
+                  flush=True)
         self._engine = engine
         self._context = engine.create_execution_context()
         self._stream = cb.Stream()
