@@ -1,7 +1,11 @@
-"""FacePipeline: one camera frame in, one FaceFrame out.
+"""FacePipeline: one camera frame in, one FaceFrame out, in two stages.
 
-detect (only when tracking is lost) -> 468 landmarks -> iris (both eyes, one batch) -> head pose (PnP) ->
-gaze -> expression (ARKit-52 + morphable-model parameters) -> emotion -> One-Euro filter -> calibration.
+track:    detect (only when tracking is lost) -> 468 landmarks -> next frame's region
+describe: iris (both eyes, one batch) -> head pose (PnP) -> gaze -> expression (ARKit-52 + morphable-model
+          parameters) -> emotion -> One-Euro filter -> calibration
+
+`process(frame)` runs both. Only `track` depends on the previous frame, so on two cores the runner overlaps
+`describe` of frame N with `track` of frame N+1 (BridgeRunner(two_stage=True)).
 """
 from __future__ import annotations
 
@@ -19,7 +23,8 @@ from bridge.stages.emotion import EmotionClassifier
 from bridge.stages.filters import OneEuroFilter
 from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.head_pose import HeadPoseEstimator
-from bridge.stages.landmarks import FaceLandmarker, IrisLandmarker, roi_from_detection, roi_from_landmarks
+from bridge.stages.landmarks import (FaceLandmarker, IrisLandmarker, LandmarkResult, roi_from_detection,
+                                    roi_from_landmarks)
 
 log = logging.getLogger(__name__)
 EYE_LOOK = np.array([i for n, i in ARKIT_INDEX.items() if n.startswith("eyeLook")])
@@ -36,6 +41,16 @@ class PipelineOptions:
     emotion_every: int = 1  # run emotion on every Nth tracked frame (it changes slowly)
     smoothing: bool = True
     subject: str = "FaceBridge"
+
+
+@dataclass
+class Tracked:
+    """What stage 1 (tracking) hands to stage 2 (description) for one frame."""
+
+    frame: Frame
+    found: LandmarkResult | None
+    tracked_count: int  # consecutive tracked frames including this one (0 when the face is lost)
+    stage_ms: dict[str, float]
 
 
 class _Timer:
@@ -106,20 +121,35 @@ class FacePipeline:
         return result if result.presence >= PRESENCE_THRESHOLD else None
 
     def process(self, frame: Frame) -> FaceFrame:
+        return self.describe(self.track(frame))
+
+    def track(self, frame: Frame) -> Tracked:
+        """Stage 1: find the face's 468 points and set the next frame's region. Only this stage carries state
+        from one frame to the next, so stage 2 of frame N can run while stage 1 works on frame N+1."""
+        timer = _Timer()
+        found = self._find_face(frame.image, timer)
+        if found is None:
+            self._roi = None
+            self._tracked = 0
+        else:
+            self._roi = roi_from_landmarks(found.points)
+            self._tracked += 1
+        return Tracked(frame=frame, found=found, tracked_count=self._tracked, stage_ms=timer.ms)
+
+    def describe(self, tracked: Tracked) -> FaceFrame:
+        """Stage 2: iris, head pose, gaze, expression, emotion, filtering and calibration, in frame order."""
+        frame, found = tracked.frame, tracked.found
         timer = _Timer()
         image = frame.image
         h, w = image.shape[:2]
         out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
                         subject=self.options.subject, image_size=(w, h),
                         model_versions=self.model_versions)  # sinks (gRPC header) announce them
-        found = self._find_face(image, timer)
         if found is None:
             self._lost(out)
-            out.latencies_ms = timer.ms
+            out.latencies_ms = {**tracked.stage_ms, **timer.ms}
             return out
         points = found.points
-        self._roi = roi_from_landmarks(points)
-        self._tracked += 1
 
         iris = self.iris.run(image, points)
         timer.lap("iris")
@@ -128,7 +158,8 @@ class FacePipeline:
         eyes = eye_angles(points, iris.iris[:, 0])
         expr = self.expression.estimate(points, (w, h), iris=iris.iris[:, :, :2], image=image)
         timer.lap("expression")
-        if self._tracked % max(1, self.options.emotion_every) == 1 or self.options.emotion_every <= 1:
+        every = max(1, self.options.emotion_every)
+        if every == 1 or tracked.tracked_count % every == 1:
             self._emotion = self.emotion.run(image, points)
             timer.lap("emotion")
 
@@ -155,14 +186,12 @@ class FacePipeline:
         eye_look_shapes(out.blendshapes, np.stack([out.eye_left, out.eye_right]))
         out.blendshapes = np.clip(out.blendshapes, 0.0, 1.0)
         timer.lap("filter")
-        out.latencies_ms = timer.ms
+        out.latencies_ms = {**tracked.stage_ms, **timer.ms}
         self._last = out
         return out
 
     def _lost(self, out: FaceFrame) -> None:
         """No face: hold the last pose, relax the expression toward neutral, report zero confidence."""
-        self._roi = None
-        self._tracked = 0
         self.head_pose.reset()
         last = self._last
         if last is not None:

@@ -1,4 +1,5 @@
-"""The running bridge: capture, inference and sending in three threads joined by latest-wins queues.
+"""The running bridge: capture, inference (one thread per pipeline stage) and sending, joined by latest-wins
+queues.
 
 A slow stage never makes the camera lag: each queue holds at most two items and drops the oldest, so the
 newest frame is always the next one processed; drops are counted and shown.
@@ -62,10 +63,13 @@ class RunStats:
 
 class BridgeRunner:
     def __init__(self, source: FrameSource, process, sinks: list[Sink], max_frames: int | None = None,
-                 status: bool = True, on_frame=None) -> None:
-        """`process(frame) -> FaceFrame` is the pipeline; `on_frame(face_frame)` runs in the send thread."""
+                 status: bool = True, on_frame=None, stages: list | None = None) -> None:
+        """`process(frame) -> FaceFrame` is the pipeline; `stages`, when given instead, splits it into steps that
+        run in their own threads (each step's output is the next one's input, the last returns a FaceFrame), so
+        on several cores frame N+1 is tracked while frame N is described. `on_frame(face_frame)` runs in the
+        send thread."""
         self.source = source
-        self.process = process
+        self.stages = list(stages) if stages else [process]
         self.sinks = sinks
         self.max_frames = max_frames
         self.show_status = status
@@ -73,13 +77,16 @@ class BridgeRunner:
         self.stats = RunStats()
         # A file read as fast as possible keeps every frame (back-pressure); live and paced sources drop the oldest.
         self.lossless = not source.live and not getattr(source, "realtime", True)
-        self._frames: LatestQueue = LatestQueue(2)
-        self._results: LatestQueue[FaceFrame] = LatestQueue(2)
+        self._queues: list[LatestQueue] = [LatestQueue(2) for _ in range(len(self.stages) + 1)]
+        self._frames, self._results = self._queues[0], self._queues[-1]
         self._stop = threading.Event()
         self.error: BaseException | None = None
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _dropped(self) -> int:
+        return sum(q.dropped for q in self._queues)
 
     def _capture(self) -> None:
         try:
@@ -94,33 +101,35 @@ class BridgeRunner:
         except BaseException as e:  # a dead camera ends the run with its own message
             self.error = e
         finally:
-            self.stats.dropped_capture = self._frames.dropped
             self._frames.close()
 
-    def _infer(self) -> None:
+    def _stage(self, index: int) -> None:
+        step, inbox, outbox = self.stages[index], self._queues[index], self._queues[index + 1]
+        last = index == len(self.stages) - 1
         try:
             while True:
                 try:
-                    frame = self._frames.get(timeout=0.5)
+                    item = inbox.get(timeout=0.5)
                 except Closed:
                     break
-                if frame is None:
+                if item is None:
                     continue
                 try:
-                    result = self.process(frame)
+                    result = step(item)
                 except Exception as e:  # one bad frame never takes the stream down
                     self.stats.bad_frames += 1
-                    log.warning("frame %d could not be processed (%s); skipped", frame.seq, e)
+                    log.warning("a frame could not be processed (%s); skipped", e)
                     continue
-                self.stats.processed += 1
-                self.stats.faces += int(result.face_found)
-                self.stats.last_face = result.face_found
-                for k, v in result.latencies_ms.items():
-                    self.stats.stage_ms.setdefault(k, deque(maxlen=600)).append(v)
-                self._results.put(result, block=self.lossless)
+                if last:
+                    self.stats.processed += 1
+                    self.stats.faces += int(result.face_found)
+                    self.stats.last_face = result.face_found
+                    for k, v in result.latencies_ms.items():
+                        self.stats.stage_ms.setdefault(k, deque(maxlen=600)).append(v)
+                outbox.put(result, block=self.lossless)
         finally:
-            self.stats.dropped_capture = self._frames.dropped
-            self._results.close()
+            self.stats.dropped_capture = sum(q.dropped for q in self._queues[:-1])
+            outbox.close()
 
     def _send(self) -> None:
         while True:
@@ -137,6 +146,7 @@ class BridgeRunner:
                     sink.errors += 1
                     log.warning("%s failed on frame %d: %s", sink.name, result.seq, e)
             now = time.perf_counter()
+            self.stats.dropped_capture = sum(q.dropped for q in self._queues[:-1])
             result.latencies_ms["capture_to_send"] = (now - result.t_capture_mono) * 1000.0
             self.stats.latencies_ms.append(result.latencies_ms["capture_to_send"])
             self.stats.send_times.append(now)
@@ -146,15 +156,17 @@ class BridgeRunner:
         self.stats.dropped_send = self._results.dropped
 
     def run(self) -> RunStats:
-        threads = [threading.Thread(target=t, name=f"facebridge-{t.__name__.strip('_')}", daemon=True)
-                   for t in (self._capture, self._infer, self._send)]
+        threads = [threading.Thread(target=self._capture, name="facebridge-capture", daemon=True)]
+        threads += [threading.Thread(target=self._stage, args=(i,), name=f"facebridge-stage{i}", daemon=True)
+                    for i in range(len(self.stages))]
+        threads.append(threading.Thread(target=self._send, name="facebridge-send", daemon=True))
         for t in threads:
             t.start()
         tty = sys.stderr.isatty()
         last_print = 0.0
         try:
             while any(t.is_alive() for t in threads):
-                threads[2].join(0.25)
+                threads[-1].join(0.25)
                 now = time.perf_counter()
                 if self.show_status and (tty or now - last_print > 5.0):
                     print(("\r" if tty else "") + self.stats.status_line() + ("" if tty else "\n"),
