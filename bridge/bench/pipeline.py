@@ -1,11 +1,20 @@
 """`facebridge bench pipeline`: per-stage and end-to-end speed on the bundled sample.
 
-Runs the pipeline over pre-decoded sample frames (so video decoding is not counted), in tracking mode as a live
-session would, with ONNX Runtime on 1 and on 2 threads per model.
+Runs the pipeline over pre-decoded sample frames (video decoding is not counted) in tracking mode, as a live
+session would, in two configurations:
+- one_core: process() frame after frame in one thread, one inference thread per model;
+- two_stage: track() and describe() in two threads joined by a one-slot queue (what `facebridge run` does on
+  2+ cores); latency is from the start of track() to the end of describe(), so it includes the wait in the
+  queue when the describe thread is saturated.
+Pin the process to one core for a one-core figure: `taskset -c 0 facebridge bench pipeline --configs one_core`
+(pinning from outside also sizes the backends' thread pools to that core). `cores` in the JSON is the number of
+cores the process was allowed to use.
 """
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
 
 import numpy as np
@@ -13,8 +22,8 @@ import numpy as np
 
 def add_arguments(p) -> None:
     p.add_argument("--frames", type=int, default=300, help="frames to time per configuration (default 300)")
-    p.add_argument("--threads", default="1,2", help="ORT threads per model to try, comma-separated (default 1,2)")
-    p.add_argument("--backend", default="onnxruntime", help="inference backend (default onnxruntime)")
+    p.add_argument("--backend", default="auto", help="inference backend (default auto: what `run` uses)")
+    p.add_argument("--configs", default="one_core,two_stage", help="configurations to run, comma-separated")
 
 
 def _percentiles(values) -> dict:
@@ -23,39 +32,71 @@ def _percentiles(values) -> dict:
             "mean_ms": round(float(a.mean()), 3)}
 
 
+def _one_core(pipeline, frames, n) -> tuple[list, list, float]:
+    outs, totals = [], []
+    t_start = time.perf_counter()
+    for i in range(n):
+        t0 = time.perf_counter()
+        outs.append(pipeline.process(frames[i % len(frames)]))
+        totals.append((time.perf_counter() - t0) * 1000.0)
+    return outs, totals, time.perf_counter() - t_start
+
+
+def _two_stage(pipeline, frames, n) -> tuple[list, list, float]:
+    handoff: queue.Queue = queue.Queue(maxsize=1)
+    starts: dict[int, float] = {}
+    outs, totals = [], []
+
+    def describe_all():
+        for _ in range(n):
+            tracked = handoff.get()
+            out = pipeline.describe(tracked)
+            totals.append((time.perf_counter() - starts[id(tracked)]) * 1000.0)
+            outs.append(out)
+
+    worker = threading.Thread(target=describe_all)
+    t_start = time.perf_counter()
+    worker.start()
+    for i in range(n):
+        t0 = time.perf_counter()
+        tracked = pipeline.track(frames[i % len(frames)])
+        starts[id(tracked)] = t0
+        handoff.put(tracked)
+    worker.join()
+    return outs, totals, time.perf_counter() - t_start
+
+
 def run(args) -> dict:
     from bridge.pipeline import FacePipeline, PipelineOptions
     from bridge.sources.files import SampleSource
 
     with SampleSource(realtime=False, loop=True) as src:
         frames = [src.read() for _ in range(min(args.frames, 300))]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     results = {}
-    for threads in [int(t) for t in args.threads.split(",")]:
-        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=threads))
-        for f in frames[:10]:  # warm-up: first detection, allocator growth
-            pipeline.process(f)
+    for config in args.configs.split(","):
+        runner = {"one_core": _one_core, "two_stage": _two_stage}[config]
+        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1))
+        backend = pipeline.landmarker.session.backend_name
+        runner(pipeline, frames, min(10, len(frames)))  # warm-up: first detection, allocators
+        pipeline.reset()
+        detector_runs = pipeline.detector_runs
+        outs, totals, wall = runner(pipeline, frames, args.frames)
         stage_ms: dict[str, list[float]] = {}
-        totals, found = [], 0
-        t_start = time.perf_counter()
-        for i in range(args.frames):
-            frame = frames[i % len(frames)]
-            t0 = time.perf_counter()
-            out = pipeline.process(frame)
-            totals.append((time.perf_counter() - t0) * 1000.0)
-            found += out.face_found
+        for out in outs:
             for k, v in out.latencies_ms.items():
                 stage_ms.setdefault(k, []).append(v)
-        wall = time.perf_counter() - t_start
-        results[f"threads_{threads}"] = {
-            "ort_threads_per_model": threads,
+        results[config] = {
+            "backend": backend,
+            "cores": cores,
             "frames": args.frames,
             "fps": round(args.frames / wall, 1),
-            "face_found_ratio": round(found / args.frames, 4),
-            "detector_runs": pipeline.detector_runs,
+            "face_found_ratio": round(sum(o.face_found for o in outs) / len(outs), 4),
+            "detector_runs": pipeline.detector_runs - detector_runs,
             "per_frame": _percentiles(totals),
             "stages": {k: _percentiles(v) | {"runs": len(v)} for k, v in stage_ms.items()},
         }
-        print(f"threads={threads}: {results[f'threads_{threads}']['fps']} fps, per frame median "
-              f"{results[f'threads_{threads}']['per_frame']['median_ms']} ms, p99 "
-              f"{results[f'threads_{threads}']['per_frame']['p99_ms']} ms")
+        r = results[config]
+        print(f"{config} ({backend}, {r['cores']} core(s)): {r['fps']} fps, per frame median "
+              f"{r['per_frame']['median_ms']} ms, p99 {r['per_frame']['p99_ms']} ms")
     return {"source": "sample", "cpu_count": os.cpu_count(), "configurations": results}

@@ -20,8 +20,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", default=None, help=f"where frames come from: {SOURCE_HELP}")
     p.add_argument("--subject", default="FaceBridge",
                    help="subject name shown in Unreal's Live Link panel and used for the calibration profile")
-    p.add_argument("--backend", default="onnxruntime",
-                   help="inference backend: onnxruntime (CPU, default) or another installed backend")
+    p.add_argument("--backend", default="auto",
+                   choices=["auto", "onnxruntime", "onnxruntime-cuda", "openvino", "tensorrt", "tensorrt-rtx"],
+                   help="inference backend (default auto: the fastest one installed and usable here, "
+                        "TensorRT > TensorRT-RTX > ONNX Runtime CUDA > OpenVINO > ONNX Runtime CPU; the choice and "
+                        "the reason are printed)")
     p.add_argument("--detector", choices=["short", "full"], default="short",
                    help="BlazeFace short range (faces within ~2 m, default) or full range (up to ~5 m)")
     p.add_argument("--expression", choices=["regressor", "fit"], default="regressor",
