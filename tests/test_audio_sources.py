@@ -167,7 +167,15 @@ def test_microphone_path_through_real_portaudio(tmp_path):
                                              f"127.0.0.1:{sock.getsockname()[1]}", "--vmc", "off", "--quiet"),
                               env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
-        packets = [sock.recv(65536) for _ in range(30)]
+        # a live source drops the oldest frame when the machine is busy (counted), so expect most, not all
+        sock.settimeout(1.0)
+        packets = []
+        try:
+            while len(packets) < 30:
+                packets.append(sock.recv(65536))
+        except socket.timeout:
+            pass
+    assert len(packets) >= 20, proc.stdout
     assert all(p[0] == 6 for p in packets)  # Live Link Face v6
 
     jaw = [decode_llf_packet(p)["values"][17] for p in packets]  # JawOpen on the wire

@@ -121,8 +121,10 @@ class RunControl:
     def status(self) -> dict:
         stats = self.runner.stats if self.runner else None
         p50, p99 = stats.latency_percentiles() if stats else (0.0, 0.0)
-        return {"sources": [self.source.name], "backends": [self.args.backend],
-                "model_versions": self.pipeline.model_versions, "fps": stats.fps() if stats else 0.0,
+        landmarker = getattr(self.pipeline, "landmarker", None)  # None while starting and in audio-only runs
+        backend = landmarker.session.backend_name if landmarker is not None else self.args.backend
+        return {"sources": [self.source.name] if self.source else [], "backends": [backend],
+                "model_versions": getattr(self.pipeline, "model_versions", {}), "fps": stats.fps() if stats else 0.0,
                 "latency_ms_p50": p50, "latency_ms_p99": p99, "subjects": self.subjects()}
 
     def subjects(self) -> list[str]:
@@ -140,6 +142,8 @@ class RunControl:
 
         if subject not in self.subjects():
             return False, f"unknown subject '{subject}'; known: {', '.join(self.subjects())}"
+        if self.pipeline is None:
+            return False, "the bridge is still starting; try again in a moment"
         if not hasattr(self.pipeline, "expression"):
             return False, "this run has no camera (--audio-only): there is no face to calibrate"
         with self._lock:
@@ -169,35 +173,35 @@ def run(args) -> int:
         raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
     if args.audio_only and not args.audio:
         raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
-    audio = None
-    if args.audio:  # lip-sync runs on its own thread; the video side only polls it
-        from bridge.audio.run_audio import AudioFrameClock, AudioFusion, AudioOnlyPipeline, start_lipsync
-
-        audio = start_lipsync(args.audio)  # CPU: 0.2 ms a hop, less than any GPU round trip
+    # Open inputs and outputs first: a bad camera, file or address fails at once, before models load.
+    audio = source = pipeline = profile = None
+    sinks: list = []
+    control = RunControl(args, None, None)
     try:
+        if args.audio:  # lip-sync runs on its own thread; the video side only polls it
+            from bridge.audio.run_audio import AudioFrameClock, AudioFusion, AudioOnlyPipeline, start_lipsync
+
+            audio = start_lipsync(args.audio)  # CPU: 0.2 ms a hop, less than any GPU round trip
+        source = AudioFrameClock(audio) if args.audio_only else open_source(args.source, realtime=not args.fast)
+        control.source = source
+        sinks = open_sinks(args, control)
         if args.audio_only:
-            profile = None
             pipeline = AudioOnlyPipeline(audio, subject=args.subject)
-            source = AudioFrameClock(audio)
         else:
             profile = None if args.no_calibration else CalibrationProfile.load(args.subject)
             pipeline = FacePipeline(pipeline_options(args), profile=profile)
-            source = open_source(args.source, realtime=not args.fast)
+        control.pipeline = pipeline
     except BaseException:
+        for sink in sinks:
+            sink.close()
+        if source is not None:
+            source.close()
         if audio is not None:
             audio.stop()
         raise
     fuse = (lambda step: AudioFusion(step, audio)) if audio is not None and not args.audio_only else (lambda step: step)
     two_stage = not args.audio_only and (args.stages == "2" or (args.stages == "auto" and (os.cpu_count() or 1) > 1))
     stages = [pipeline.track, fuse(pipeline.describe)] if two_stage else [fuse(pipeline.process)]
-    control = RunControl(args, source, pipeline)
-    try:
-        sinks = open_sinks(args, control)
-    except BaseException:
-        source.close()
-        if audio is not None:
-            audio.stop()
-        raise
     if not args.quiet:
         outs = ", ".join(f"{s.name}" for s in sinks) or "no outputs"
         cal = f"calibration '{args.subject}'" if profile else "no calibration (run `facebridge calibrate`)"
