@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bridge.frame import FaceFrame
 from bridge.queues import Closed, LatestQueue
 from bridge.sinks.base import Sink
 from bridge.sources.base import FrameSource

@@ -34,8 +34,7 @@ import numpy as np
 
 from bridge.errors import SinkError
 from bridge.frame import ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame
-from bridge.sinks.base import Sink
-from bridge.sinks.udp import open_udp_sender
+from bridge.sinks.udp import UdpSink
 
 log = logging.getLogger(__name__)
 
@@ -133,14 +132,17 @@ def decode_llf_packet(data: bytes) -> dict:
             "curves": dict(zip(CURVE_NAMES, values))}
 
 
-class LiveLinkFaceSink(Sink):
+class LiveLinkFaceSink(UdpSink):
     """Streams FaceFrames to Unreal's Live Link Face source over UDP (default 127.0.0.1:11111)."""
 
     name = "livelinkface"
+    default_port = DEFAULT_PORT
+    address_label = "Live Link Face address"
+    receiver_hint = "start Unreal's Live Link Face source or check the port"
 
     def __init__(self, address: str = f"127.0.0.1:{DEFAULT_PORT}", device_id: str | None = None,
                  subject: str | None = None, mirror: bool = False):
-        super().__init__()
+        super().__init__(address)
         self.subject_override = subject
         if subject is not None:
             check_subject(subject)
@@ -149,10 +151,7 @@ class LiveLinkFaceSink(Sink):
                             "leave it out to use a stable UUID for this machine")
         self.device_id = device_id
         self.mirror = mirror
-        self.nonfinite = 0
-        self._sock, self.address = open_udp_sender(address, DEFAULT_PORT, "Live Link Face address")
         self._headers: dict[str, bytes] = {}  # subject -> version + device id + subject bytes
-        self._last_nonfinite_warning = 0.0
 
     def _header(self, subject: str) -> bytes:
         header = self._headers.get(subject)
@@ -173,36 +172,8 @@ class LiveLinkFaceSink(Sink):
         frame_number, subframe, num, den = frame.timecode()
         return header + _TAIL.pack(frame_number, subframe, num, den, CURVE_COUNT, *values.tolist())
 
-    def send(self, frame: FaceFrame) -> None:
-        try:
-            data = self.packet(frame)
-        except (SinkError, ValueError, TypeError, IndexError) as e:  # a malformed frame: skip it, keep going
-            self._failed(f"frame {frame.seq} not sent", e)
-            return
-        try:
-            self._sock.send(data)
-        except ConnectionRefusedError as e:
-            self._failed(f"nothing listens on {self.address[0]}:{self.address[1]} (start Unreal's Live Link "
-                         "Face source or check the port)", e)
-            return
-        except OSError as e:  # buffer full, network down: drop this frame only
-            self._failed("UDP send failed", e)
-            return
-        self.sent += 1
-
-    def _count_nonfinite(self, frame: FaceFrame, n: int) -> None:
-        self.nonfinite += n
-        now = time.monotonic()
-        if now - self._last_nonfinite_warning > 1.0:
-            self._last_nonfinite_warning = now
-            log.warning("%s: frame %d had %d NaN/inf values, sent as 0 (%d so far)", self.name, frame.seq, n,
-                        self.nonfinite)
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def stats(self) -> dict:
-        return {**super().stats(), "nonfinite_values": self.nonfinite}
+    def datagrams(self, frame: FaceFrame) -> list[bytes]:
+        return [self.packet(frame)]
 
 
 

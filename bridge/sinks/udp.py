@@ -6,9 +6,15 @@ non-blocking so a full send buffer costs one dropped frame, never a stalled pipe
 """
 from __future__ import annotations
 
+import logging
 import socket
+import time
 
 from bridge.errors import SinkError
+from bridge.frame import FaceFrame
+from bridge.sinks.base import Sink
+
+log = logging.getLogger(__name__)
 
 
 def parse_host_port(text: str, default_port: int, what: str) -> tuple[str, int]:
@@ -62,3 +68,54 @@ def open_udp_sender(address: str, default_port: int, what: str) -> tuple[socket.
                         "check that the address is reachable from this machine") from None
     sock.setblocking(False)
     return sock, (host, port)
+
+
+class UdpSink(Sink):
+    """A sink that sends each frame as one or more datagrams on a connected UDP socket.
+
+    Subclasses give `datagrams(frame)`; this class sends them, counts a receiver that went away or a full buffer
+    as a failed frame (the stream goes on), and counts NaN/inf values that subclasses replaced before sending."""
+
+    default_port = 0
+    address_label = "address"
+    receiver_hint = "start the receiver or check the port"
+
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self._sock, self.address = open_udp_sender(address, self.default_port, self.address_label)
+        self.nonfinite = 0
+        self._last_nonfinite_warning = 0.0
+
+    def datagrams(self, frame: FaceFrame) -> list[bytes]:
+        raise NotImplementedError
+
+    def send(self, frame: FaceFrame) -> None:
+        try:
+            datagrams = self.datagrams(frame)
+        except (SinkError, ValueError, TypeError, IndexError) as e:  # a malformed frame: skip it, keep going
+            self._failed(f"frame {frame.seq} not sent", e)
+            return
+        try:
+            for dgram in datagrams:
+                self._sock.send(dgram)
+        except ConnectionRefusedError as e:
+            self._failed(f"nothing listens on {self.address[0]}:{self.address[1]} ({self.receiver_hint})", e)
+            return
+        except OSError as e:  # buffer full, network down: drop this frame only
+            self._failed("UDP send failed", e)
+            return
+        self.sent += 1
+
+    def _count_nonfinite(self, frame: FaceFrame, n: int) -> None:
+        self.nonfinite += n
+        now = time.monotonic()
+        if now - self._last_nonfinite_warning > 1.0:
+            self._last_nonfinite_warning = now
+            log.warning("%s: frame %d had %d NaN/inf values, sent as 0 (%d so far)", self.name, frame.seq, n,
+                        self.nonfinite)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def stats(self) -> dict:
+        return {**super().stats(), "nonfinite_values": self.nonfinite}

@@ -31,7 +31,6 @@ to python-osc's (tested).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,8 +39,7 @@ from pythonosc.osc_message import OscMessage
 from pythonosc.osc_message_builder import OscMessageBuilder
 
 from bridge.frame import ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame
-from bridge.sinks.base import Sink
-from bridge.sinks.udp import open_udp_sender
+from bridge.sinks.udp import UdpSink
 
 log = logging.getLogger(__name__)
 
@@ -206,21 +204,21 @@ class VmcFrameEncoder:
         return build_datagrams(self.plan, self.groups, self.bundle, floats, ints)
 
 
-class VmcSink(Sink):
+class VmcSink(UdpSink):
     """Streams FaceFrames as VMC over UDP (default 127.0.0.1:39539, the Marionette port).
 
     eye_bones is off by default: PerfectSync avatars move their eyes with the eyeLook* blendshapes, and eye bone
     positions that do not match the avatar displace its eyes in receivers that apply bone positions."""
 
     name = "vmc"
+    default_port = DEFAULT_PORT
+    address_label = "VMC address"
+    receiver_hint = "start the VMC receiver, e.g. VSeeFace's VMC receiver, or check the port"
 
     def __init__(self, address: str = f"127.0.0.1:{DEFAULT_PORT}", bundle: bool = True, eye_bones: bool = False):
-        super().__init__()
-        self._sock, self.address = open_udp_sender(address, DEFAULT_PORT, "VMC address")
+        super().__init__(address)
         self.encoder = VmcFrameEncoder(bundle=bundle, eye_bones=eye_bones)
-        self.nonfinite = 0
         self._t0: float | None = None
-        self._last_nonfinite_warning = 0.0
 
     def frame_numbers(self, frame: FaceFrame) -> tuple[np.ndarray, np.ndarray]:
         """The frame's per-frame float and int vectors (see the F_* / I_* indexes)."""
@@ -248,36 +246,4 @@ class VmcSink(Sink):
 
     def datagrams(self, frame: FaceFrame) -> list[bytes]:
         return self.encoder.encode(*self.frame_numbers(frame))
-
-    def send(self, frame: FaceFrame) -> None:
-        try:
-            datagrams = self.datagrams(frame)
-        except (ValueError, TypeError, IndexError) as e:  # a malformed frame: skip it, keep going
-            self._failed(f"frame {frame.seq} not sent", e)
-            return
-        try:
-            for dgram in datagrams:
-                self._sock.send(dgram)
-        except ConnectionRefusedError as e:
-            self._failed(f"nothing listens on {self.address[0]}:{self.address[1]} (start the VMC receiver, "
-                         "e.g. VSeeFace's VMC receiver, or check the port)", e)
-            return
-        except OSError as e:
-            self._failed("UDP send failed", e)
-            return
-        self.sent += 1
-
-    def _count_nonfinite(self, frame: FaceFrame, n: int) -> None:
-        self.nonfinite += n
-        now = time.monotonic()
-        if now - self._last_nonfinite_warning > 1.0:
-            self._last_nonfinite_warning = now
-            log.warning("%s: frame %d had %d NaN/inf values, sent as 0 (%d so far)", self.name, frame.seq, n,
-                        self.nonfinite)
-
-    def close(self) -> None:
-        self._sock.close()
-
-    def stats(self) -> dict:
-        return {**super().stats(), "nonfinite_values": self.nonfinite}
 
