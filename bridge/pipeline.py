@@ -22,6 +22,7 @@ from bridge.stages.detection import FaceDetector
 from bridge.stages.emotion import EmotionClassifier
 from bridge.stages.filters import OneEuroFilter
 from bridge.stages.gaze import eye_angles, eye_look_shapes
+from bridge.stages.geometry import Roi
 from bridge.stages.head_pose import HeadPoseEstimator
 from bridge.stages.landmarks import (FaceLandmarker, IrisLandmarker, LandmarkResult, roi_from_detection,
                                     roi_from_landmarks)
@@ -79,6 +80,7 @@ class FacePipeline:
                                               model_dir=options.expression_model)
         self.emotion = EmotionClassifier(backend=options.backend, threads=options.threads)
         self.profile = profile
+        self._warm_up()
         if profile is not None and profile.identity:
             self.expression.set_identity(np.asarray(profile.identity, np.float32))
         self._roi = None
@@ -97,6 +99,20 @@ class FacePipeline:
         versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
         versions.update(getattr(self.expression, "model_versions", {}) or {})
         return versions
+
+    def _warm_up(self) -> None:
+        """Run every model once so the first real frame is not slowed by lazy allocation and kernel choice
+        (a live source would otherwise drop the frames that arrive meanwhile)."""
+        blank = np.zeros((256, 256, 3), np.uint8)
+        self.detector.detect(blank)
+        points = self.landmarker.run(blank, Roi(cx=128, cy=128, size=200)).points
+        iris = self.iris.run(blank, points)
+        try:  # garbage landmarks may be refused by the expression stage; warming it is a bonus
+            self.expression.estimate(points, (256, 256), iris=iris.iris[:, :, :2], image=blank)
+        except Exception:
+            pass
+        self.emotion.run(blank, points)
+        self.expression.reset()
 
     def reset(self) -> None:
         self._roi = None
