@@ -7,6 +7,7 @@ import time
 from bridge.frame import FaceFrame
 
 log = logging.getLogger(__name__)
+WARNING_INTERVAL_S = 10.0  # a receiver that is not running yet is normal: say so once, then now and then
 
 
 class Sink:
@@ -18,7 +19,7 @@ class Sink:
     def __init__(self) -> None:
         self.sent = 0
         self.errors = 0
-        self._last_warning = 0.0
+        self._last_warning: float | None = None
 
     def send(self, frame: FaceFrame) -> None:
         raise NotImplementedError
@@ -27,10 +28,10 @@ class Sink:
         pass
 
     def _failed(self, what: str, exc: BaseException) -> None:
-        """Count a failed send and warn at most once a second, naming the fix."""
+        """Count a failed send; warn on the first and then at most every WARNING_INTERVAL_S, naming the fix."""
         self.errors += 1
         now = time.monotonic()
-        if now - self._last_warning > 1.0:
+        if self._last_warning is None or now - self._last_warning > WARNING_INTERVAL_S:
             self._last_warning = now
             log.warning("%s: %s (%s); %d failed so far, the stream goes on", self.name, what, exc, self.errors)
 
