@@ -214,3 +214,56 @@ def test_malformed_frame_is_counted_not_raised(osc_receiver):
     assert len(split_frames(osc_receiver.wait_for(1))) == 1
     assert (sink.sent, sink.errors) == (1, 1)
     sink.close()
+
+
+def _shaped_frame(seq=0, **weights) -> FaceFrame:
+    from bridge.frame import ARKIT_INDEX
+
+    f = FaceFrame(seq=seq, t_capture=1.7e9, t_capture_mono=100.0, face_found=True)
+    for name, value in weights.items():
+        f.blendshapes[ARKIT_INDEX[name]] = value
+    return f
+
+
+def test_vrm_presets_for_avatars_without_arkit_shapes(osc_receiver):
+    """expressions=('vrm0',): VRM 0.x preset names only, derived from the ARKit weights."""
+    sink = VmcSink(osc_receiver.address, expressions=("vrm0",))
+    frames = [_shaped_frame(0, jawOpen=1.0),                                  # open mouth: A
+              _shaped_frame(1, mouthPucker=1.0),                              # pucker: U
+              _shaped_frame(2, eyeBlinkLeft=1.0, eyeBlinkRight=1.0),          # both eyes: Blink
+              _shaped_frame(3, eyeBlinkLeft=0.8, mouthSmileLeft=0.9, mouthSmileRight=0.9)]  # wink + smile
+    for f in frames:
+        sink.send(f)
+    got = split_frames(osc_receiver.wait_for(len(frames)))
+    sink.close()
+    weights = [{args[0]: args[1] for a, args in msgs if a == "/VMC/Ext/Blend/Val"} for msgs in got]
+    assert set(weights[0]) == {"A", "I", "U", "E", "O", "Blink", "Blink_L", "Blink_R", "Joy", "Angry", "Sorrow"}
+    assert weights[0]["A"] > 0.9 and weights[0]["U"] < 0.1 and weights[0]["Blink"] == 0.0
+    assert weights[1]["U"] > 0.9 and weights[1]["A"] < 0.1
+    assert weights[2]["Blink"] == pytest.approx(1.0) and weights[2]["Blink_L"] == pytest.approx(0.0)
+    assert weights[3]["Blink_L"] == pytest.approx(0.8, abs=1e-6) and weights[3]["Blink"] == 0.0
+    assert weights[3]["Joy"] == pytest.approx(0.9, abs=1e-6)
+
+
+def test_vrm_vowels_follow_lip_sync_visemes():
+    from bridge.frame import VISEME_NAMES
+    from bridge.sinks.vrm_expressions import VRM1_NAMES, vrm_weights
+
+    visemes = np.zeros(len(VISEME_NAMES))
+    visemes[VISEME_NAMES.index("oh")] = 0.7
+    w = dict(zip(VRM1_NAMES, vrm_weights(np.zeros(52), visemes)))
+    assert w["oh"] == pytest.approx(0.7) and w["aa"] == 0.0 and w["ee"] == 0.0
+
+
+@pytest.mark.parametrize("expressions", [("arkit", "vrm0"), ("vrm1",)])
+def test_template_encoder_matches_python_osc_with_vrm_names(expressions):
+    rng = np.random.default_rng(5)
+    enc = VmcFrameEncoder(bundle=True, expressions=expressions)
+    floats, ints = rng.uniform(-1, 1, NUM_FLOATS), np.array([1])
+    assert enc.encode(floats, ints) == enc.encode_with_python_osc(floats, ints)
+    assert all(len(d) < 1400 for d in enc.encode(floats, ints))
+
+
+def test_unknown_expression_set_is_refused():
+    with pytest.raises(SinkError, match="use one or more of arkit, vrm0, vrm1"):
+        VmcSink("127.0.0.1:39539", expressions=("vrm2",))

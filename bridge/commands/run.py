@@ -65,6 +65,11 @@ def add_parser(sub) -> None:
                    help=f"VMC/OSC receiver (VSeeFace, VNyan, Warudo, ...), or 'off' (default {DEFAULT_VMC})")
     p.add_argument("--vmc-no-bundle", action="store_true",
                    help="send VMC as plain OSC messages (for receivers that cannot read bundles)")
+    p.add_argument("--vmc-expressions", default="arkit", metavar="SETS",
+                   help="VMC blendshape names, comma-separated: arkit (52 PerfectSync names, default), vrm0 "
+                        "(A I U E O Blink Joy ... for VRM 0.x avatars without ARKit shapes), vrm1 (aa ih ou ...)")
+    p.add_argument("--vmc-eye-bones", action="store_true",
+                   help="also send LeftEye/RightEye bones from the gaze (for avatars without eyeLook shapes)")
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
@@ -91,7 +96,8 @@ def open_sinks(args, control=None) -> list:
         if args.vmc and args.vmc != "off":
             from bridge.sinks.vmc import VmcSink
 
-            sinks.append(VmcSink(args.vmc, bundle=not args.vmc_no_bundle))
+            sinks.append(VmcSink(args.vmc, bundle=not args.vmc_no_bundle, eye_bones=args.vmc_eye_bones,
+                                 expressions=tuple(e.strip() for e in args.vmc_expressions.split(",") if e.strip())))
         if getattr(args, "record", None):
             from bridge.sinks.recorder import TakeRecorder
 

@@ -8,6 +8,8 @@ Per frame, in this order (protocols.md section 2):
     /VMC/Ext/Bone/Pos  s "Head", local position, rotation quaternion (x, y, z, w) from the head rotation
     /VMC/Ext/Bone/Pos  s "LeftEye" / "RightEye" from the gaze           (eye_bones=True only)
     /VMC/Ext/Blend/Val s <ARKit name in camelCase, as PerfectSync avatars name them>, f weight  x 52
+    /VMC/Ext/Blend/Val s <VRM preset: A I U E O Blink ... (vrm0) or aa ih ou ee oh blink ... (vrm1)>, f weight
+                       (only with expressions including "vrm0" / "vrm1": for avatars without ARKit shapes)
     /VMC/Ext/Blend/Apply
 
 Coordinates are Unity's: left-handed, x right, y up, z forward, metres; the avatar faces +z, so its own left
@@ -38,8 +40,10 @@ from pythonosc.osc_bundle_builder import IMMEDIATELY, OscBundleBuilder
 from pythonosc.osc_message import OscMessage
 from pythonosc.osc_message_builder import OscMessageBuilder
 
+from bridge.errors import SinkError
 from bridge.frame import ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame
 from bridge.sinks.udp import UdpSink
+from bridge.sinks.vrm_expressions import VRM0_NAMES, VRM1_NAMES, vrm_weights
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +68,9 @@ F_HEAD = 1  # 4 floats: quaternion x, y, z, w
 F_LEFT_EYE = 5
 F_RIGHT_EYE = 9
 F_BLEND = 13  # 52 weights
-NUM_FLOATS = F_BLEND + NUM_BLENDSHAPES
+F_VRM = F_BLEND + NUM_BLENDSHAPES  # VRM preset weights, VRM1_NAMES order
+NUM_FLOATS = F_VRM + len(VRM1_NAMES)
+EXPRESSION_SETS = ("arkit", "vrm0", "vrm1")
 I_TRACKING = 0
 NUM_INTS = 1
 
@@ -82,7 +88,7 @@ def euler_to_unity_quaternion(yaw_deg, pitch_deg, roll_deg) -> np.ndarray:
     return np.stack([ax * cz + ay * sz, ay * cz - ax * sz, aw * sz + az * cz, aw * cz - az * sz], axis=-1)
 
 
-def message_plan(eye_bones: bool) -> list[tuple[str, list]]:
+def message_plan(eye_bones: bool, expressions: tuple[str, ...] = ("arkit",)) -> list[tuple[str, list]]:
     """The frame's messages as (address, [(type, constant or Slot)]) in send order."""
     def f(i):  # a per-frame float
         return ("f", Slot("f", i))
@@ -100,8 +106,13 @@ def message_plan(eye_bones: bool) -> list[tuple[str, list]]:
         eyes = (("LeftEye", LEFT_EYE_POSITION, F_LEFT_EYE), ("RightEye", RIGHT_EYE_POSITION, F_RIGHT_EYE))
         for bone, pos, start in eyes:
             plan.append(("/VMC/Ext/Bone/Pos", [("s", bone)] + const(pos) + [f(start + k) for k in range(4)]))
-    for i, name in enumerate(ARKIT_NAMES):
-        plan.append(("/VMC/Ext/Blend/Val", [("s", name), f(F_BLEND + i)]))
+    if "arkit" in expressions:
+        for i, name in enumerate(ARKIT_NAMES):
+            plan.append(("/VMC/Ext/Blend/Val", [("s", name), f(F_BLEND + i)]))
+    for names in (VRM0_NAMES if "vrm0" in expressions else (), VRM1_NAMES if "vrm1" in expressions else ()):
+        for i, name in enumerate(names):
+            if name is not None:
+                plan.append(("/VMC/Ext/Blend/Val", [("s", name), f(F_VRM + i)]))
     plan.append(("/VMC/Ext/Blend/Apply", []))
     return plan
 
@@ -166,11 +177,12 @@ class VmcFrameEncoder:
 
     bundle: bool = True
     eye_bones: bool = False
+    expressions: tuple = ("arkit",)
     plan: list = field(init=False)
     groups: list = field(init=False)
 
     def __post_init__(self) -> None:
-        self.plan = message_plan(self.eye_bones)
+        self.plan = message_plan(self.eye_bones, self.expressions)
         messages = [build_message(a, args) for a, args in self.plan]
         self.groups = group_into_datagrams(messages, self.bundle)
         datagrams = build_datagrams(self.plan, self.groups, self.bundle)
@@ -215,9 +227,14 @@ class VmcSink(UdpSink):
     address_label = "VMC address"
     receiver_hint = "start the VMC receiver, e.g. VSeeFace's VMC receiver, or check the port"
 
-    def __init__(self, address: str = f"127.0.0.1:{DEFAULT_PORT}", bundle: bool = True, eye_bones: bool = False):
+    def __init__(self, address: str = f"127.0.0.1:{DEFAULT_PORT}", bundle: bool = True, eye_bones: bool = False,
+                 expressions: tuple[str, ...] = ("arkit",)):
+        unknown = [e for e in expressions if e not in EXPRESSION_SETS]
+        if unknown or not expressions:
+            raise SinkError(f"VMC: unknown expression set {', '.join(unknown) or '(none)'}",
+                            f"use one or more of {', '.join(EXPRESSION_SETS)}, comma-separated")
         super().__init__(address)
-        self.encoder = VmcFrameEncoder(bundle=bundle, eye_bones=eye_bones)
+        self.encoder = VmcFrameEncoder(bundle=bundle, eye_bones=eye_bones, expressions=tuple(expressions))
         self._t0: float | None = None
 
     def frame_numbers(self, frame: FaceFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -240,7 +257,9 @@ class VmcSink(UdpSink):
             self._count_nonfinite(frame, bad_count)
         quats = euler_to_unity_quaternion(angles[:, 0], angles[:, 1], angles[:, 2])
         floats[F_HEAD:F_BLEND] = quats.reshape(-1)
-        np.clip(floats[F_BLEND:], 0.0, 1.0, out=floats[F_BLEND:])
+        np.clip(floats[F_BLEND:F_VRM], 0.0, 1.0, out=floats[F_BLEND:F_VRM])
+        if self.encoder.expressions != ("arkit",):
+            floats[F_VRM:] = vrm_weights(floats[F_BLEND:F_VRM], frame.visemes)
         ints = np.array([1 if frame.face_found else 0], dtype=np.int64)
         return floats, ints
 
