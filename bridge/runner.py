@@ -7,6 +7,7 @@ newest frame is always the next one processed; drops are counted and shown.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import threading
 import time
@@ -163,6 +164,10 @@ class BridgeRunner:
             t.start()
         tty = sys.stderr.isatty()
         last_print = 0.0
+        # SIGTERM (a service manager, `kill`) ends the run like Ctrl-C: sinks close and recordings are flushed.
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, lambda *_: self.stop())
         try:
             while any(t.is_alive() for t in threads):
                 threads[-1].join(0.25)
@@ -176,6 +181,8 @@ class BridgeRunner:
             for t in threads:
                 t.join(2.0)
         finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
             self.stop()
             for sink in self.sinks:
                 try:

@@ -130,3 +130,29 @@ def test_unreadable_video_and_empty_folder(tmp_path, isolated_home):
                               env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=60)
         assert proc.returncode == 1
         assert expected in proc.stderr and "\n" not in proc.stderr.strip(), proc.stderr
+
+
+def test_sigterm_ends_the_run_cleanly_and_keeps_the_recording(tmp_path, isolated_home):
+    """A service manager's SIGTERM stops the stream like Ctrl-C: sinks close, the take is complete."""
+    import json
+    import signal
+    import time
+
+    take = tmp_path / "take"
+    proc = subprocess.Popen(facebridge_cmd("run", "--source", "sample", "--llf", "off", "--vmc", "off", "--quiet",
+                                           "--record", str(take)),
+                            env=subprocess_env(isolated_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait until frames are being recorded
+        if (take / "frames.jsonl").exists() and (take / "frames.jsonl").stat().st_size > 0:
+            break
+        time.sleep(0.1)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "frames sent" in out
+    lines = (take / "frames.jsonl").read_text().splitlines()
+    assert len(lines) >= 5 and all(json.loads(line)["seq"] >= 0 for line in lines)  # every line whole
+    assert json.loads((take / "take.json").read_text())["subject"] == "FaceBridge"
