@@ -36,6 +36,7 @@ class RunStats:
     latencies_ms: deque = field(default_factory=lambda: deque(maxlen=600))  # capture -> sent
     send_times: deque = field(default_factory=lambda: deque(maxlen=120))
     stage_ms: dict = field(default_factory=dict)
+    last_face: bool = False
 
     def fps(self) -> float:
         if len(self.send_times) < 2:
@@ -57,8 +58,6 @@ class RunStats:
         face = "yes" if self.last_face else "NO"
         return (f"{self.fps():5.1f} fps | latency p50 {p50:5.1f} ms p99 {p99:5.1f} ms | "
                 f"dropped {self.dropped_capture + self.dropped_send} | face {face} | frames {self.sent}")
-
-    last_face: bool = False
 
 
 class BridgeRunner:
