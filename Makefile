@@ -3,13 +3,13 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-# A local CPU torch wheel avoids a multi-GB CUDA download where one lies on disk.
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+# For `make tools`: a local CPU torch wheel avoids a multi-GB CUDA download where one lies on disk.
 TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
-.PHONY: run test install clean
+.PHONY: run test install tools clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,usd,mic,metrics]'
@@ -18,6 +18,10 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 install: $(STAMP)
+
+# what tools/ needs to rebuild the shipped models and retrain the regressors (torch, tflite2onnx, ...)
+tools: $(STAMP)
+	$(PY) -m pip install -q $(TORCH_WHEEL) -e '.[tools]'
 
 run: $(STAMP)
 	$(VENV)/bin/facebridge run --source sample --max-frames 300
