@@ -18,6 +18,7 @@ import numpy as np
 from bridge.calibration import CalibrationProfile
 from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, MorphParams
 from bridge.sources.base import Frame
+from bridge.stages.blink import BlinkEstimator
 from bridge.stages.detection import FaceDetector
 from bridge.stages.emotion import EmotionClassifier
 from bridge.stages.filters import OneEuroFilter
@@ -76,6 +77,7 @@ class FacePipeline:
         self.landmarker = FaceLandmarker(backend=options.backend, threads=options.threads)
         self.iris = IrisLandmarker(backend=options.backend, threads=options.threads)
         self.head_pose = HeadPoseEstimator()
+        self.blink = BlinkEstimator()
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
                                               model_dir=options.expression_model)
         self.emotion = EmotionClassifier(backend=options.backend, threads=options.threads)
@@ -117,6 +119,7 @@ class FacePipeline:
     def reset(self) -> None:
         self._roi = None
         self.head_pose.reset()
+        self.blink.reset()
         for f in self._filters.values():
             f.reset()
 
@@ -168,6 +171,7 @@ class FacePipeline:
         points = found.points
 
         iris = self.iris.run(image, points)
+        points = iris.refine(points)  # the iris model's lids: blinks the face mesh alone misses
         timer.lap("iris")
         ypr, translation, _ = self.head_pose.estimate(points, w, h)
         timer.lap("head_pose")
@@ -180,6 +184,9 @@ class FacePipeline:
             timer.lap("emotion")
 
         blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
+        blinks = self.blink(points)  # lid opening against this subject's open eye
+        for eye, name in ((0, "eyeBlinkLeft"), (1, "eyeBlinkRight")):
+            blendshapes[ARKIT_INDEX[name]] = max(blendshapes[ARKIT_INDEX[name]], blinks[eye])
         t = frame.t_media
         if self.options.smoothing:
             blendshapes = self._filters["blendshapes"](blendshapes, t)

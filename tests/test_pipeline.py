@@ -56,6 +56,16 @@ def test_sample_face_found_in_95_percent_and_tracking_spares_the_detector(pipeli
     for axis, name in enumerate(("yaw", "pitch", "roll")):
         r = np.corrcoef(est[:, axis], truth[:, axis])[0, 1]
         assert r > 0.9, f"{name} should follow the clip's motion (r = {r:.2f})"
+    # ... and so do the blinks and mouth openings the clip was made with
+    from make_sample import expression
+
+    true_blink = np.array([expression(o.seq / FPS)["eyeBlinkLeft"] for o in outs])
+    true_jaw = np.array([expression(o.seq / FPS)["jawOpen"] for o in outs])
+    blink = np.array([[o.weight("eyeBlinkLeft"), o.weight("eyeBlinkRight")] for o in outs])
+    jaw = np.array([o.weight("jawOpen") for o in outs])
+    assert np.corrcoef(blink.mean(1), true_blink)[0, 1] > 0.8
+    assert blink[true_blink > 0.9].mean() > 0.4 and np.percentile(blink[true_blink == 0], 95) < 0.2
+    assert np.corrcoef(jaw, true_jaw)[0, 1] > 0.7
 
 
 def test_astronaut_smiles_with_open_eyes(pipeline):

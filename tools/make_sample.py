@@ -3,8 +3,10 @@
 The photo (NASA, Eileen Collins; public domain, shipped in scikit-image as skimage/data/astronaut.png) is turned into
 a short "2.5-D" performance: FaceBridge's own landmark model finds the 468 face points with their depth, the face is
 rotated in 3D about a pivot inside the head (so the nose really moves against the cheeks when the head turns), and
-the photo is warped piecewise-affinely onto the moved mesh, nearer triangles drawn over farther ones. The background
-stays put. The motion (`motion(t)`) is smooth and known, so tests can compare the tracked head pose with it.
+the photo is warped piecewise-affinely onto the moved mesh, nearer triangles drawn over farther ones. The face also
+blinks and opens its mouth: the points move by FaceBridge's own ARKit expression basis (bridge/expression). The
+background stays put. Motion and expression (`motion(t)`, `expression(t)`) are smooth and known, so tests compare
+the tracked head pose, blinks and jaw with them.
 Deterministic: the same inputs give the same frames.
 
     python tools/make_sample.py            # writes bridge/data/sample.mp4 and prints its sha256
@@ -23,6 +25,17 @@ from scipy.spatial import Delaunay
 OUT = Path(__file__).resolve().parents[1] / "bridge" / "data" / "sample.mp4"
 WIDTH, HEIGHT, FPS, SECONDS = 480, 360, 30, 10
 CROP_ORIGIN = (0, 0)  # the frame's top-left corner in photo pixels (a 480x360 window on the face)
+
+
+BLINKS_S = (1.3, 3.9, 5.2, 7.6, 9.1)  # blink centres; a blink closes and opens in about 0.3 s
+JAW_S = ((2.2, 0.6), (6.3, 0.9), (8.3, 0.5))  # (centre, seconds) of mouth openings, like a few words
+
+
+def expression(t: float) -> dict:
+    """ARKit weights at time t: blinks and a few mouth openings (everything else as in the photo)."""
+    blink = max(max(0.0, 1.0 - abs(t - c) / 0.15) for c in BLINKS_S)
+    jaw = max(0.55 * math.sin(math.pi * min(1.0, max(0.0, (t - c + d / 2) / d))) for c, d in JAW_S)
+    return {"eyeBlinkLeft": min(1.0, 1.3 * blink), "eyeBlinkRight": min(1.0, 1.3 * blink), "jawOpen": jaw}
 
 
 def motion(t: float) -> dict:
@@ -73,10 +86,22 @@ class HeadRig:
         self.source_xy = np.vstack([self.moving[:, :2], self.fixed]).astype(np.float32)
         self.triangles = Delaunay(self.source_xy).simplices
         self.pivot = np.array([centre[0], centre[1] + 0.15 * width, face[:, 2].mean() + 0.75 * width])
+        # ARKit expression deltas at the 468 points (FaceBridge's ICT-FaceKit basis), model cm -> image px:
+        # model axes are x = subject's left, y up, z out of the face; image axes x right, y down, z away
+        from bridge.expression.model import load_model
+        from bridge.frame import ARKIT_INDEX
 
-    def pose(self, m: dict) -> np.ndarray:
-        """Destination (x, y, z) of every vertex for motion `m`."""
-        moved = (self.moving - self.pivot) @ rotation(m["yaw"], m["pitch"], m["roll"]).T + self.pivot
+        model = load_model()
+        px_per_cm = width / np.ptp(model.neutral[:468, 0])
+        self.expression_deltas = {name: model.expression_basis[i, :468] * np.array([1, -1, -1]) * px_per_cm
+                                  for name, i in ARKIT_INDEX.items()}
+
+    def pose(self, m: dict, weights: dict | None = None) -> np.ndarray:
+        """Destination (x, y, z) of every vertex for motion `m` and ARKit expression `weights`."""
+        moving = self.moving.copy()
+        for name, w in (weights or {}).items():
+            moving[:468] += w * self.expression_deltas[name]
+        moved = (moving - self.pivot) @ rotation(m["yaw"], m["pitch"], m["roll"]).T + self.pivot
         moved[:, :2] += (m["dx"], m["dy"])
         fixed = np.hstack([self.fixed, np.full((len(self.fixed), 1), 1e6)])  # farthest: drawn first
         return np.vstack([moved, fixed])
@@ -106,7 +131,7 @@ def render(photo: np.ndarray, rig: HeadRig, dest: np.ndarray, origin=CROP_ORIGIN
 def render_frames(photo_bgr: np.ndarray):
     rig = HeadRig(photo_bgr)
     for i in range(FPS * SECONDS):
-        yield render(photo_bgr, rig, rig.pose(motion(i / FPS)))
+        yield render(photo_bgr, rig, rig.pose(motion(i / FPS), expression(i / FPS)))
 
 
 def main() -> None:

@@ -19,6 +19,16 @@ RIGHT_EYE_CORNERS = (33, 133)  # outer, inner
 LEFT_EYE_CORNERS = (362, 263)  # inner, outer
 
 
+# The iris model's first 16 contour points (lower lid corner to corner, then the upper lid) and the face-mesh
+# points they refine, per eye: [subject's left eye (image right), subject's right eye (image left)]. The iris
+# model sees each eye at 64x64 and follows the lids far better than the face-mesh model, which barely closes its
+# lids on a blink (MediaPipe's refine_landmarks does the same replacement).
+EYE_CONTOUR_TO_MESH = (
+    (263, 249, 390, 373, 374, 380, 381, 382, 362, 466, 388, 387, 386, 385, 384, 398),
+    (33, 7, 163, 144, 145, 153, 154, 155, 133, 246, 161, 160, 159, 158, 157, 173),
+)
+
+
 @dataclass
 class LandmarkResult:
     points: np.ndarray  # (468, 3) image pixels; z in the same scale as x
@@ -32,6 +42,13 @@ class IrisResult:
 
     iris: np.ndarray  # (2, 5, 3) image px: centre first
     contour: np.ndarray  # (2, 71, 3) image px: eye contour and brow points
+
+    def refine(self, points: np.ndarray) -> np.ndarray:
+        """Face-mesh points with both eyes' lid contours (x, y) taken from the iris model."""
+        refined = points.copy()
+        for eye, mesh_index in enumerate(EYE_CONTOUR_TO_MESH):
+            refined[list(mesh_index), :2] = self.contour[eye, :len(mesh_index), :2]
+        return refined
 
 
 def _to_tensor(patches: list[np.ndarray]) -> np.ndarray:

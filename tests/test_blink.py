@@ -1,0 +1,38 @@
+"""Blinks from the lid opening against the subject's own open eye (bridge/stages/blink.py)."""
+import numpy as np
+
+from bridge.stages.blink import CORNERS, LID_PAIRS, BlinkEstimator, eye_openings
+
+
+def eye_points(opening: float) -> np.ndarray:
+    """468 points where both eyes are 30 px wide and open by `opening` x width."""
+    pts = np.zeros((468, 3), np.float32)
+    for eye, x0 in ((0, 200.0), (1, 100.0)):
+        a, b = CORNERS[eye]
+        pts[a, :2], pts[b, :2] = (x0, 100), (x0 + 30, 100)
+        for up, down in LID_PAIRS[eye]:
+            pts[up, :2] = (x0 + 15, 100 - 15 * opening)
+            pts[down, :2] = (x0 + 15, 100 + 15 * opening)
+    return pts
+
+
+def test_opening_is_relative_to_eye_width():
+    assert np.allclose(eye_openings(eye_points(0.3)), 0.3, atol=1e-6)
+
+
+def test_blink_is_measured_against_this_subjects_open_eye():
+    est = BlinkEstimator()
+    for _ in range(60):  # a subject whose open eye reads 0.45 (wider than the default)
+        assert est(eye_points(0.45)).max() == 0.0
+    assert np.allclose(est(eye_points(0.45 * 0.25)), 1.0)  # closed: a quarter of the open opening
+    half = est(eye_points(0.45 * 0.6))
+    assert 0.3 < half[0] < 0.6 and np.allclose(half[0], half[1])
+    assert est(eye_points(0.45 * 0.9)).max() == 0.0  # within the dead zone: no blink
+
+
+def test_reset_forgets_the_subject():
+    est = BlinkEstimator()
+    for _ in range(60):
+        est(eye_points(0.6))
+    est.reset()
+    assert est.open_reference()[0] < 0.6
