@@ -30,22 +30,34 @@ def eye_openings(points: np.ndarray) -> np.ndarray:
     return out
 
 
+REFRESH = 15  # frames between recomputing the open reference (a percentile over the history)
+
+
 class BlinkEstimator:
     def __init__(self) -> None:
         self._history: deque = deque(maxlen=HISTORY)
+        self._open = np.full(2, DEFAULT_OPEN, np.float32)
+        self._since_refresh = 0
 
     def reset(self) -> None:
         self._history.clear()
+        self._open = np.full(2, DEFAULT_OPEN, np.float32)
+        self._since_refresh = 0
 
     def open_reference(self) -> np.ndarray:
-        if len(self._history) < 15:
-            return np.full(2, DEFAULT_OPEN, np.float32)
-        return np.percentile(np.asarray(self._history), 90, axis=0).astype(np.float32)
+        return self._open
+
+    def _refresh(self) -> None:
+        self._since_refresh += 1
+        if len(self._history) >= REFRESH and self._since_refresh >= REFRESH:
+            self._open = np.percentile(np.asarray(self._history), 90, axis=0).astype(np.float32)
+            self._since_refresh = 0
 
     def __call__(self, points: np.ndarray) -> np.ndarray:
         """(2,) blink weights in [0, 1] for the subject's left and right eye."""
         opening = eye_openings(points)
         self._history.append(opening)
-        open_ref = self.open_reference()
+        self._refresh()
+        open_ref = self._open
         closure = (open_ref - opening) / np.maximum(open_ref * (1 - CLOSED_FRACTION), 1e-6)
         return np.clip((closure - DEAD_ZONE) / (1 - DEAD_ZONE), 0.0, 1.0).astype(np.float32)
