@@ -156,3 +156,24 @@ def test_sigterm_ends_the_run_cleanly_and_keeps_the_recording(tmp_path, isolated
     lines = (take / "frames.jsonl").read_text().splitlines()
     assert len(lines) >= 5 and all(json.loads(line)["seq"] >= 0 for line in lines)  # every line whole
     assert json.loads((take / "take.json").read_text())["subject"] == "FaceBridge"
+
+
+def test_calibrate_stores_a_profile_that_run_applies(isolated_home, tmp_path):
+    import json
+
+    cal = subprocess.run(facebridge_cmd("calibrate", "--source", "sample", "--frames", "20", "--subject", "Neutral"),
+                         env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=120)
+    assert cal.returncode == 0, cal.stderr
+    profile = json.loads((isolated_home / "profiles" / "Neutral.json").read_text())
+    assert profile["frames"] == 20 and len(profile["neutral_blendshapes"]) == 52 and profile["identity"]
+    take = tmp_path / "take"
+    run = subprocess.run(facebridge_cmd("run", "--source", "sample", "--max-frames", "20", "--fast", "--subject",
+                                        "Neutral", "--llf", "off", "--vmc", "off", "--record", str(take)),
+                         env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "calibration 'Neutral'" in run.stdout, run.stderr
+    frames = [json.loads(line) for line in (take / "frames.jsonl").read_text().splitlines()]
+    # the same frames the neutral was measured on now read close to neutral (the smile is subtracted)
+    smile = np.mean([f["blendshapes"][ARKIT_NAMES.index("mouthSmileLeft")] for f in frames])
+    assert smile < 0.2
+    yaw0 = frames[0]["head_rotation"][0]
+    assert abs(yaw0) < 10
