@@ -82,6 +82,7 @@ class FacePipeline:
                                               model_dir=options.expression_model)
         self.emotion = EmotionClassifier(backend=options.backend, threads=options.threads)
         self.profile = profile
+        self._model_versions: dict[str, str] | None = None
         self._warm_up()
         if profile is not None and profile.identity:
             self.expression.set_identity(np.asarray(profile.identity, np.float32))
@@ -96,11 +97,15 @@ class FacePipeline:
 
     @property
     def model_versions(self) -> dict[str, str]:
-        from bridge.models import manifest
+        """Active model versions (sha256 prefixes), announced by sinks such as the gRPC header. Computed once:
+        a model swap builds a new pipeline."""
+        if self._model_versions is None:
+            from bridge.models import manifest
 
-        versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
-        versions.update(getattr(self.expression, "model_versions", {}) or {})
-        return versions
+            versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
+            versions.update(getattr(self.expression, "model_versions", {}) or {})
+            self._model_versions = versions
+        return self._model_versions
 
     def _warm_up(self) -> None:
         """Run every model once so the first real frame is not slowed by lazy allocation and kernel choice
@@ -118,6 +123,7 @@ class FacePipeline:
 
     def reset(self) -> None:
         self._roi = None
+        self._tracked = 0
         self.head_pose.reset()
         self.blink.reset()
         for f in self._filters.values():
