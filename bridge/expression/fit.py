@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from bridge.expression.model import FLIP, GAZE_SHAPES, VISUAL, MorphableModel, project
 
@@ -172,6 +171,8 @@ class ExpressionFit:
         schur = hess[np.ix_(box, box)] - h_bf @ h_ff_inv @ h_bf.T
         g_box = grad[box] - h_bf @ h_ff_inv @ grad[free]
         chol = np.linalg.cholesky(0.5 * (schur + schur.T))
+        from scipy.optimize import lsq_linear  # here, not at the top: the regressor path never needs scipy
+
         w_box = lsq_linear(chol.T, np.linalg.solve(chol, g_box), bounds=(0.0, 1.0), method="bvls").x
         x = np.empty(6 + ne + ni)
         x[box] = w_box
