@@ -5,25 +5,27 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> Path:
-    """Write `data` to `path` so that readers see the old file or the new one, never a part."""
+def atomic_write_with(path: str | Path, write: Callable[[Path], None], suffix: str = ".tmp",
+                      mode: int = 0o644) -> Path:
+    """Have `write(tmp)` fill a temporary file beside `path`, then fsync it and rename it over `path`, so
+    readers see the old file or the new one, never a part. `suffix` is for writers that choose the format by
+    the file name (USD)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode)  # mkstemp makes 0600 files; results and takes are for sharing
-            f.write(data)
-            f.flush()
+        write(tmp)
+        os.chmod(tmp, mode)  # mkstemp makes 0600 files; results and takes are for sharing
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        tmp.unlink(missing_ok=True)
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -31,6 +33,10 @@ def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> Path
     finally:
         os.close(dir_fd)
     return path
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, mode: int = 0o644) -> Path:
+    return atomic_write_with(path, lambda tmp: tmp.write_bytes(data), mode=mode)
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:

@@ -9,8 +9,6 @@ captured frame, and each frame sits at (t_capture - start) * frame_rate, so unev
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -18,7 +16,7 @@ from typing import Callable
 from bridge import __version__
 from bridge.errors import FaceBridgeError
 from bridge.frame import FaceFrame
-from bridge.fsutil import atomic_write_text
+from bridge.fsutil import atomic_write_with
 
 ROOT_PRIM = "/Take"
 USD_SUFFIXES = (".usda", ".usd", ".usdc")
@@ -56,7 +54,7 @@ def export_take(take: str | Path, out: str | Path, progress: Callable[[int, int]
     if out.suffix.lower() not in USD_SUFFIXES:
         raise UsdExportError(f"{out} does not end in .usda, .usdc or .usd", "name the output e.g. take.usda")
     _import_pxr()
-    from pxr import Sdf, Usd
+    from pxr import Usd
 
     from bridge.omniverse.usd_face import FaceRig, prepare_stage, prim_name
 
@@ -119,7 +117,7 @@ def export_take(take: str | Path, out: str | Path, progress: Callable[[int, int]
         "facebridge:frameRate": frame_rate,
     }
     layer.documentation = f"FaceBridge take {Path(take).name}: {summary.frames} frames at {frame_rate:g} fps"
-    _save(layer, out, Sdf)
+    _save(layer, out)
     return summary
 
 
@@ -136,20 +134,11 @@ def _emotion_names(frame: FaceFrame) -> list[str]:
     return list(EMOTION_NAMES) if len(frame.emotion) == len(EMOTION_NAMES) else []
 
 
-def _save(layer, out: Path, Sdf) -> None:
-    """Text layers go through bridge.fsutil; binary ones are exported next to the target, fsynced, renamed."""
-    if out.suffix.lower() == ".usda":
-        atomic_write_text(out, layer.ExportToString())
-        return
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.stem}.", suffix=out.suffix, dir=out.parent)
-    os.close(fd)
-    try:
-        if not layer.Export(tmp):
+def _save(layer, out: Path) -> None:
+    """Write the layer through bridge.fsutil: a temporary file of the same suffix (USD picks the format by it),
+    fsynced and renamed."""
+    def export(tmp: Path) -> None:
+        if not layer.Export(str(tmp)):
             raise UsdExportError(f"USD could not write {out}", "check free disk space and permissions")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write_with(out, export, suffix=out.suffix)

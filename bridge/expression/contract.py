@@ -19,7 +19,6 @@ Manifest ("format": "facebridge-expression-model/1"):
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ import cv2
 import numpy as np
 
 from bridge.errors import ModelError
+from bridge.models import sha256_file
 
 FORMAT = "facebridge-expression-model/1"
 LAYOUTS = ("landmarks-2d-v1", "face-image-v1")
@@ -88,7 +88,7 @@ def load_contract(model_dir: str | Path) -> ModelContract:
     if not onnx_path.is_file():
         raise ModelError(f"expression model file {onnx_path} is missing", "put the ONNX file beside its manifest")
     if m.get("sha256"):
-        digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()
+        digest = sha256_file(onnx_path)
         if digest != m["sha256"]:
             raise ModelError(f"expression model {onnx_path} does not match the sha256 in {path.name}",
                              "restore the file, or update 'sha256' if you replaced the model on purpose")
