@@ -31,3 +31,21 @@ def subprocess_env(home: Path | None = None) -> dict:
     if home is not None:
         env["FACEBRIDGE_HOME"] = str(home)
     return env
+
+
+def tool_module(name: str):
+    """A script in tools/ imported as a module (tools are not a package)."""
+    import importlib
+
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools"))
+    return importlib.import_module(name)
+
+
+def espeak_or_skip():
+    """(tools/gen_lipsync_data, an espeak-ng synthesizer), or skip the test where espeak-ng is not installed."""
+    gen = tool_module("gen_lipsync_data")
+    try:
+        return gen, gen.Espeak()
+    except gen.EspeakError as e:
+        pytest.skip(str(e))

@@ -21,6 +21,7 @@ from bridge.frame import ARKIT_NAMES, FaceFrame
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from bridge.grpc.server import GrpcSink
+from tests.conftest import tool_module
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT = ROOT / "tests" / "grpc_standalone_client.py"
@@ -78,11 +79,7 @@ def stub_for(sink: GrpcSink, **channel_kw):
 
 def test_generated_code_matches_proto():
     """The committed code in bridge/grpc/gen/ is what tools/gen_proto.py makes from proto/ today."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        import gen_proto
-    finally:
-        sys.path.pop(0)
+    gen_proto = tool_module("gen_proto")
     fresh = gen_proto.generate()
     # The descriptor (every message, field number, type and service) must match exactly.
     committed = (gen_proto.OUT_DIR / "facebridge_pb2.py").read_text()

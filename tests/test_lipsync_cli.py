@@ -3,30 +3,19 @@ on 127.0.0.1, Live Link Face packets decoded independently. JawOpen must move wi
 the silences."""
 from __future__ import annotations
 
-import importlib
 import socket
 import struct
 import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.conftest import facebridge_cmd, subprocess_env
+from tests.conftest import espeak_or_skip, facebridge_cmd, subprocess_env
 
-ROOT = Path(__file__).resolve().parents[1]
 JAW_WIRE_INDEX = 17
 SILENCE_S = (1.0, 1.5, 1.0)  # before, between and after the two phrases
-
-
-def _gen_module():
-    """tools/gen_lipsync_data.py (espeak-ng through ctypes; used offline and in tests only)."""
-    if str(ROOT / "tools") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tools"))
-    return importlib.import_module("gen_lipsync_data")
 
 
 def _jaw(packet: bytes) -> float:
@@ -40,11 +29,7 @@ def _jaw(packet: bytes) -> float:
 
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory):
-    gen = _gen_module()
-    try:
-        espeak = gen.Espeak()
-    except gen.EspeakError as e:
-        pytest.skip(str(e))
+    gen, espeak = espeak_or_skip()
     phrases = []
     for text in ("Good morning, how are you?", "Please open the window."):
         pcm, _ = gen.render(espeak, gen.UtteranceSpec(text, "en-us", "f3", 170, 50, 50, 0), None, (0.0, 0.0))

@@ -2,10 +2,7 @@
 held-out speech synthesized here with espeak-ng (a language, voice variant and rate never used in training)."""
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,16 +14,9 @@ from bridge.audio.vad import AUDIO_DIR, shipped_model
 from bridge.audio.visemes import MOUTH_CHANNELS, frame_targets, phoneme_visemes, segments_from_events
 from bridge.errors import ModelError
 from bridge.frame import ARKIT_NAMES, VISEME_NAMES
+from tests.conftest import espeak_or_skip
 
-ROOT = Path(__file__).resolve().parents[1]
 JAW = MOUTH_CHANNELS.index("jawOpen")
-
-
-def _gen_module():
-    """tools/gen_lipsync_data.py (espeak-ng through ctypes; used offline and in tests only)."""
-    if str(ROOT / "tools") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tools"))
-    return importlib.import_module("gen_lipsync_data")
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +27,7 @@ def model():
 @pytest.fixture(scope="module")
 def heldout_speech():
     """Italian, voice variant m7, 255 words per minute: none of the three was in the training data."""
-    gen = _gen_module()
-    try:
-        espeak = gen.Espeak()
-    except gen.EspeakError as e:
-        pytest.skip(str(e))
+    gen, espeak = espeak_or_skip()
     assert "it" in gen.HELDOUT_LANGUAGES and "m7" in gen.HELDOUT_VARIANTS and 255 in gen.HELDOUT_RATES
     spec = gen.UtteranceSpec("Buongiorno, come stai oggi? Domani andiamo al mare con i nostri amici.", "it", "m7",
                              255, 50, 50, 0)

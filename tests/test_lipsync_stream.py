@@ -1,11 +1,8 @@
 """LipSyncStream on real audio files, source failures and stalls, and audio/video mouth fusion."""
 from __future__ import annotations
 
-import importlib
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,25 +12,14 @@ from bridge.audio.fusion import AUDIO_SHARE_WHEN_VISIBLE, fuse_mouth
 from bridge.audio.lipsync import MOUTH_MASK, LipSyncResult, LipSyncStream
 from bridge.audio.sources import AudioChunk, AudioSource, FileSource
 from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame
+from tests.conftest import espeak_or_skip
 
-ROOT = Path(__file__).resolve().parents[1]
 JAW = ARKIT_INDEX["jawOpen"]
-
-
-def _gen_module():
-    """tools/gen_lipsync_data.py (espeak-ng through ctypes; used offline and in tests only)."""
-    if str(ROOT / "tools") not in sys.path:
-        sys.path.insert(0, str(ROOT / "tools"))
-    return importlib.import_module("gen_lipsync_data")
 
 
 @pytest.fixture(scope="module")
 def speech_wav(tmp_path_factory):
-    gen = _gen_module()
-    try:
-        espeak = gen.Espeak()
-    except gen.EspeakError as e:
-        pytest.skip(str(e))
+    gen, espeak = espeak_or_skip()
     ex = gen.example(espeak, gen.UtteranceSpec("Hello there, how are you today?", "en-us", "f5", 170, 50, 50, 0),
                      rng=None, pad_s=(0.6, 0.6))
     path = tmp_path_factory.mktemp("audio") / "speech.wav"

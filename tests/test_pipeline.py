@@ -5,7 +5,7 @@ import pytest
 
 from bridge.frame import ARKIT_INDEX, FaceFrame
 from bridge.sources.base import Frame
-from tests.conftest import ROOT
+from tests.conftest import tool_module
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +46,8 @@ def test_sample_face_found_in_95_percent_and_tracking_spares_the_detector(pipeli
     assert {"landmarks", "iris", "head_pose", "expression", "filter"} <= set(last.latencies_ms)
     assert [o.seq for o in outs] == list(range(300))
     # the head pose follows the clip's known motion (tools/make_sample.py)
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tools"))
-    from make_sample import FPS, motion
+    sample = tool_module("make_sample")
+    FPS, motion, expression = sample.FPS, sample.motion, sample.expression
 
     truth = np.array([[motion(o.seq / FPS)[k] for k in ("yaw", "pitch", "roll")] for o in outs])
     est = np.array([o.head_rotation for o in outs])
@@ -57,8 +55,6 @@ def test_sample_face_found_in_95_percent_and_tracking_spares_the_detector(pipeli
         r = np.corrcoef(est[:, axis], truth[:, axis])[0, 1]
         assert r > 0.9, f"{name} should follow the clip's motion (r = {r:.2f})"
     # ... and so do the blinks and mouth openings the clip was made with
-    from make_sample import expression
-
     true_blink = np.array([expression(o.seq / FPS)["eyeBlinkLeft"] for o in outs])
     true_jaw = np.array([expression(o.seq / FPS)["jawOpen"] for o in outs])
     blink = np.array([[o.weight("eyeBlinkLeft"), o.weight("eyeBlinkRight")] for o in outs])
