@@ -1,16 +1,17 @@
 """Blinks from the lid opening against the subject's own open eye (bridge/stages/blink.py)."""
 import numpy as np
 
-from bridge.stages.blink import CORNERS, LID_PAIRS, BlinkEstimator, eye_openings
+from bridge.stages.blink import BlinkEstimator, eye_openings
+from bridge.stages.landmarks import EYE_CORNERS, EYE_LID_PAIRS
 
 
 def eye_points(opening: float) -> np.ndarray:
     """468 points where both eyes are 30 px wide and open by `opening` x width."""
     pts = np.zeros((468, 3), np.float32)
     for eye, x0 in ((0, 200.0), (1, 100.0)):
-        a, b = CORNERS[eye]
+        a, b = EYE_CORNERS[eye]
         pts[a, :2], pts[b, :2] = (x0, 100), (x0 + 30, 100)
-        for up, down in LID_PAIRS[eye]:
+        for up, down in EYE_LID_PAIRS[eye]:
             pts[up, :2] = (x0 + 15, 100 - 15 * opening)
             pts[down, :2] = (x0 + 15, 100 + 15 * opening)
     return pts

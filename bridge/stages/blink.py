@@ -11,9 +11,8 @@ from collections import deque
 
 import numpy as np
 
-# (upper lid, lower lid) pairs across the eye, and the corners, per eye: subject's left, subject's right.
-LID_PAIRS = (((385, 380), (386, 374), (387, 373)), ((158, 153), (159, 145), (160, 144)))
-CORNERS = ((362, 263), (133, 33))
+from bridge.stages.landmarks import EYE_CORNERS, EYE_LID_PAIRS
+
 HISTORY = 150  # frames (5 s at 30 fps) the open reference is taken from
 DEFAULT_OPEN = 0.33  # opening / width of a typical open eye, used until the history fills
 CLOSED_FRACTION = 0.25  # a closed eye reads about a quarter of the open opening (lashes, lid thickness)
@@ -24,8 +23,8 @@ def eye_openings(points: np.ndarray) -> np.ndarray:
     """(2,) lid opening / eye width for the subject's left and right eye."""
     out = np.zeros(2, np.float32)
     for eye in range(2):
-        width = np.linalg.norm(points[CORNERS[eye][0], :2] - points[CORNERS[eye][1], :2])
-        gaps = [np.linalg.norm(points[u, :2] - points[d, :2]) for u, d in LID_PAIRS[eye]]
+        width = np.linalg.norm(points[EYE_CORNERS[eye][0], :2] - points[EYE_CORNERS[eye][1], :2])
+        gaps = [np.linalg.norm(points[u, :2] - points[d, :2]) for u, d in EYE_LID_PAIRS[eye]]
         out[eye] = float(np.mean(gaps)) / max(width, 1e-6)
     return out
 

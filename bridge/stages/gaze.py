@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from bridge.frame import ARKIT_INDEX
+from bridge.stages.landmarks import EYE_CORNERS, EYE_LID_PAIRS
 
 # Face-mesh indices per eye (subject's left, subject's right): corners (toward image-left first) and lids.
-EYE_CORNERS = ((362, 263), (33, 133))
-EYE_LIDS = ((386, 374), (159, 145))  # upper, lower
+EYE_LIDS = tuple(pairs[1] for pairs in EYE_LID_PAIRS)  # the middle (upper, lower) pair of each eye
 MAX_YAW_DEG = 35.0  # iris at the corner ~ this rotation
 MAX_PITCH_DEG = 25.0
 LOOK_RANGE_YAW = 25.0  # degrees of eye yaw that give eyeLookIn/Out = 1

@@ -14,9 +14,11 @@ from bridge.stages.geometry import Roi, angle_between, apply_affine
 
 LANDMARK_SIZE = 192
 IRIS_SIZE = 64
-# Face-mesh indices (subject's right eye appears on the image left for an unmirrored camera).
-RIGHT_EYE_CORNERS = (33, 133)  # outer, inner
-LEFT_EYE_CORNERS = (362, 263)  # inner, outer
+# Face-mesh eye indices, per eye in ARKit's order: [subject's left eye, subject's right eye]. The subject's
+# right eye appears on the image left for an unmirrored camera. Corners are given image-left first.
+EYE_CORNERS = ((362, 263), (33, 133))
+# (upper, lower) lid point pairs across each eye, outer third, middle, inner third
+EYE_LID_PAIRS = (((385, 380), (386, 374), (387, 373)), ((158, 153), (159, 145), (160, 144)))
 
 
 # The iris model's first 16 contour points (lower lid corner to corner, then the upper lid) and the face-mesh
@@ -106,7 +108,7 @@ class IrisLandmarker:
                    angle=angle_between(a, b) if a[0] <= b[0] else angle_between(b, a))
 
     def run(self, image: np.ndarray, points: np.ndarray) -> IrisResult:
-        rois = [self.eye_roi(points, LEFT_EYE_CORNERS), self.eye_roi(points, RIGHT_EYE_CORNERS)]
+        rois = [self.eye_roi(points, corners) for corners in EYE_CORNERS]
         patches, backs = [], []
         for i, roi in enumerate(rois):
             patch, back = roi.crop(image, IRIS_SIZE)
