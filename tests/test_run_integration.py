@@ -177,3 +177,11 @@ def test_calibrate_stores_a_profile_that_run_applies(isolated_home, tmp_path):
     assert smile < 0.2
     yaw0 = frames[0]["head_rotation"][0]
     assert abs(yaw0) < 10
+
+
+def test_devices_lists_backends_with_reasons(isolated_home):
+    proc = subprocess.run(facebridge_cmd("devices"), env=subprocess_env(isolated_home), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    backends = proc.stdout.split("Inference backends", 1)[1]
+    assert "yes onnxruntime" in backends and "tensorrt " in backends  # every candidate, usable or not, with why

@@ -28,14 +28,9 @@ def run(args) -> int:
     for d in inputs:
         default = "  (default)" if d.get("default") else ""
         print(f"  mic:{d['index']}  {d['name']}  {d['channels']} ch  {d['samplerate']:.0f} Hz{default}")
-    print("Inference backends:")
-    try:
-        from bridge.engines.select import describe_backends
+    print("Inference backends (automatic order; `--backend auto` takes the first usable one):")
+    from bridge.engines.select import explain
 
-        for line in describe_backends():
-            print(f"  {line}")
-    except ImportError:
-        import onnxruntime as ort
-
-        print(f"  onnxruntime {ort.__version__}: {', '.join(ort.get_available_providers())}")
+    for a in explain("auto"):
+        print(f"  {'yes' if a.ok else 'no ':3} {a.backend:17} {a.reason}")
     return 0
