@@ -227,7 +227,7 @@ class FacePipeline:
             out.head_rotation = last.head_rotation.copy()
             out.head_translation = last.head_translation.copy()
             out.blendshapes = (last.blendshapes * 0.8).astype(np.float32)
-            last.blendshapes = out.blendshapes
+            self._last = out  # the next lost frame relaxes further (never touch a frame already handed on)
         else:
             out.blendshapes = np.zeros(NUM_BLENDSHAPES, np.float32)
         out.face_found = False
