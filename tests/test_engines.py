@@ -416,3 +416,74 @@ def test_cuda_driver_check_says_what_is_missing():
     with pytest.raises(EngineUnavailable, match="no NVIDIA driver|driver supports CUDA") as info:
         check_driver()
     assert "--backend onnxruntime" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["face_detection_short_range", "face_landmark", "iris_landmark", "emotion"])
+def test_torch_conversion_matches_onnx_runtime_on_real_frames(name):
+    torch = pytest.importorskip("torch")
+    from bridge.engines.onnx_torch import load_torch_module
+    from bridge.engines.onnxruntime_backend import OrtSession
+    from bridge.engines.shipped import find_model, frames_as_input, value_range_of
+
+    torch.set_num_threads(1)
+    model = find_model(name)
+    session = OrtSession(model.path, threads=1)
+    spec = session.inputs[0]
+    x = frames_as_input(tuple(spec.shape[1:]), value_range_of(model.entry), count=3)
+    want = list(session.run({spec.name: x}).values())
+    with torch.inference_mode():
+        got = load_torch_module(model.path, x.shape).eval()(torch.from_numpy(x))
+    for g, w in zip(got, want):
+        assert tuple(g.shape) == w.shape
+        assert float(np.abs(g.numpy() - w).max()) <= 2e-5 * max(float(np.abs(w).max()), 1.0)
+
+
+def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
+    pytest.importorskip("torch")
+    from bridge.engines.base import EngineError
+    from bridge.engines.onnx_torch import load_torch_module
+    from bridge.engines.shipped import find_model
+
+    with pytest.raises(EngineError, match="cannot run Resize") as info:
+        load_torch_module(find_model("face_detection_full_range").path, (1, 3, 192, 192))
+    assert "ONNX Runtime" in str(info.value)
+
+
+def test_batched_crops_read_from_uint8_frames_match_grid_sample():
+    torch = pytest.importorskip("torch")
+    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.shipped import sample_frames
+
+    frames = torch.from_numpy(np.stack(sample_frames(3)))
+    h, w = frames.shape[1:3]
+    tracker = BatchedFaceTracker(3, (h, w), make_runners("onnxruntime", 4), device="cpu")
+    # crops inside, across the border and rotated; two of them from the same frame
+    rows = torch.tensor([0, 2, 2, 1])
+    center = torch.tensor([[240.0, 180.0], [10.0, 20.0], [470.0, 350.0], [200.0, 100.0]])
+    size, angle = torch.tensor([150.0, 80.0, 60.0, 300.0]), torch.tensor([0.0, 0.3, -1.0, 2.0])
+    flip = torch.tensor([False, True, False, True])
+    got = tracker._crop(frames, rows, center, size, angle, 64, flip)
+    x, y = tracker._grid(center, size, angle, 64, flip)
+    grid = torch.stack([x / w * 2 - 1, y / h * 2 - 1], dim=-1)
+    want = torch.nn.functional.grid_sample(frames[rows].permute(0, 3, 1, 2).float() / 255, grid, mode="bilinear",
+                                           padding_mode="zeros", align_corners=False)
+    assert float((got - want).abs().max()) < 1e-4
+    assert got.is_contiguous(memory_format=torch.channels_last)  # what an NHWC model wants, without a copy
+
+
+def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
+    torch = pytest.importorskip("torch")
+    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.shipped import sample_frames
+
+    torch.set_num_threads(1)
+    frames = torch.from_numpy(np.stack(sample_frames(3, step=1)))
+    results = []
+    for kind in ("onnxruntime", "torch"):
+        tracker = BatchedFaceTracker(3, tuple(frames.shape[1:3]), make_runners(kind, 4), device="cpu")
+        for _ in range(2):
+            tracker.step(frames, torch.arange(3))
+        assert tracker.detector_runs == 3 and bool(tracker.tracked.all())
+        results.append([tracker.last_landmarks, tracker.last_iris, tracker.last_emotion, tracker.last_blendshapes])
+    for ort_value, torch_value in zip(*results):
+        assert float((ort_value - torch_value).abs().max()) < 1e-2

@@ -8,9 +8,18 @@ import pytest
 from bridge.engines.gpu import probe_gpu
 from bridge.engines.onnxruntime_backend import cuda_provider_available
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(probe_gpu().gpu is None or not cuda_provider_available(),
-                                 reason="needs an NVIDIA GPU and onnxruntime-gpu")]
+def _torch_cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+pytestmark = pytest.mark.gpu
+needs_ort_cuda = pytest.mark.skipif(probe_gpu().gpu is None or not cuda_provider_available(),
+                                    reason="needs an NVIDIA GPU and onnxruntime-gpu")
+needs_torch_cuda = pytest.mark.skipif(not _torch_cuda(), reason="needs an NVIDIA GPU and torch with CUDA")
 
 FACE_MODELS = ["face_detection_short_range", "face_detection_full_range", "face_landmark", "iris_landmark",
                "emotion"]
@@ -30,6 +39,7 @@ def _close(a, b, rel=2e-3):
     assert float(np.abs(a - b).max()) <= rel * scale, (float(np.abs(a - b).max()), scale)
 
 
+@needs_ort_cuda
 @pytest.mark.parametrize("name", FACE_MODELS)
 def test_ort_cuda_matches_cpu_on_real_frames(name):
     from bridge.engines import create_session
@@ -43,6 +53,7 @@ def test_ort_cuda_matches_cpu_on_real_frames(name):
         _close(gpu[key], cpu[key])
 
 
+@needs_ort_cuda
 @pytest.mark.parametrize("name", ["face_landmark", "iris_landmark"])
 def test_device_bound_cuda_graph_runner_matches_cpu(name):
     import torch
@@ -61,6 +72,7 @@ def test_device_bound_cuda_graph_runner_matches_cpu(name):
             _close(got.cpu().numpy(), want)
 
 
+@needs_ort_cuda
 def test_batched_tracker_on_gpu_matches_cpu():
     import torch
 
@@ -83,6 +95,7 @@ def test_batched_tracker_on_gpu_matches_cpu():
     assert np.abs(results["cuda"][2] - results["cpu"][2]).max() < 0.02
 
 
+@needs_ort_cuda
 def test_auto_selection_on_this_gpu_explains_itself(capsys):
     from bridge.engines import create_session
     from bridge.engines.select import check_available
@@ -96,3 +109,59 @@ def test_auto_selection_on_this_gpu_explains_itself(capsys):
         assert not rtx.ok
         assert "not installed" in rtx.reason or "9.0" in rtx.reason
         assert session.backend_name in ("tensorrt", "onnxruntime-cuda")
+
+
+TORCH_MODELS = ["face_detection_short_range", "face_landmark", "iris_landmark", "emotion", "regressor"]
+
+
+def _torch_feeds(name: str, batch: int):
+    if name != "regressor":
+        return _feeds(name, batch)
+    from bridge.engines.shipped import find_model
+
+    return find_model(name), "features", np.random.default_rng(0).normal(size=(batch, 944)).astype(np.float32)
+
+
+@needs_torch_cuda
+@pytest.mark.parametrize("name", TORCH_MODELS)
+def test_torch_cuda_graph_runner_matches_ort_cpu_and_fp16_stays_close(name):
+    import torch
+
+    from bridge.engines import create_session
+    from bridge.engines.torch_runner import TorchRunner
+
+    model, input_name, x = _torch_feeds(name, batch=3)
+    cpu = list(create_session(model.path, "onnxruntime").run({input_name: x}).values())
+    xd = torch.from_numpy(x).cuda()
+    fp32 = TorchRunner(model.path, 4, "cuda", buckets=[2, 4])
+    half = TorchRunner(model.path, 4, "cuda", fp16=True, channels_last=True, buckets=[4])
+    for _ in range(3):  # replays of the captured graphs must keep giving the same answer
+        for got, want in zip(fp32(xd), cpu):
+            _close(got.cpu().numpy(), want)
+        for got, want in zip(half(xd), cpu):  # the same check the FP16 engine build makes: 1% of the range
+            _close(got.cpu().numpy(), want, rel=0.01)
+
+
+@needs_torch_cuda
+def test_batched_tracker_torch_cuda_fp16_matches_cpu():
+    import torch
+
+    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.shipped import sample_frames
+
+    frames = np.stack(sample_frames(6, step=1))
+    streams = torch.arange(6)
+    results = {}
+    for device, kind in (("cpu", "onnxruntime"), ("cuda", "torch-cuda")):
+        tracker = BatchedFaceTracker(6, frames.shape[1:3], make_runners(kind, 8, fp16=True, buckets=[4, 8]),
+                                     device=device)
+        f = torch.from_numpy(frames).to(device)
+        for _ in range(3):
+            tracker.step(f, streams.to(device))
+        assert tracker.detector_runs == 6  # once per stream, then tracked
+        results[device] = [v.cpu().numpy() for v in (tracker.tracked, tracker.last_landmarks, tracker.last_emotion,
+                                                      tracker.last_blendshapes)]
+    assert results["cuda"][0].all() and results["cpu"][0].all(), "the sample face must stay tracked"
+    assert np.abs(results["cuda"][1][..., :2] - results["cpu"][1][..., :2]).max() < 1.5  # pixels, fp16
+    assert np.abs(results["cuda"][2] - results["cpu"][2]).max() < 0.03
+    assert np.abs(results["cuda"][3] - results["cpu"][3]).max() < 0.05

@@ -36,6 +36,8 @@ def add_arguments(p) -> None:
     p.add_argument("--sections", default="models,pipeline,multistream,builds",
                    help="which sections to run, in this order (results are saved after each)")
     p.add_argument("--precisions", default="fp32", help="multi-stream precisions, e.g. fp32,fp16")
+    p.add_argument("--runners", default="auto",
+                   help="multi-stream model runners, e.g. torch-cuda,onnxruntime-cuda (auto: every one usable here)")
     p.add_argument("--no-pipeline", action="store_true", help="skip the whole-pipeline section")
     p.add_argument("--no-builds", action="store_true", help="skip the TensorRT-RTX build section")
     p.add_argument("--multistream", choices=("auto", "on", "off"), default="auto",
@@ -243,10 +245,11 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
     result_host = torch.empty((num_streams, 468 * 3 + 7 + 30 + 52), dtype=torch.float32)
     result_host = result_host.pin_memory() if on_gpu else result_host
     sync = torch.cuda.current_stream().synchronize if on_gpu else (lambda: None)
+    staging = torch.empty((num_streams, *frames_dev.shape[1:]), dtype=torch.uint8, device=device)
     # warm up: detect every stream once, then a few tracked passes
     all_streams = torch.arange(num_streams, device=device)
     for _ in range(3):
-        tracker.step(frames_dev[all_streams % n_frames], all_streams)
+        tracker.step(frames_dev[all_streams * 37 % n_frames], all_streams)
     sync()
     latencies, batch_sizes, pass_ms, warm = [], [], [], 0.5
     start = time.perf_counter() + 0.01
@@ -264,11 +267,13 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
             lost = ready[rng.random(len(ready)) < redetect_fraction]
             if len(lost):
                 tracker.tracked[torch.from_numpy(lost).to(device)] = False
-        frame_idx = (streams * 7 + torch.from_numpy(next_k[ready]).to(device)) % n_frames
-        if from_host is not None:
-            batch = from_host[: len(ready)].to(device, non_blocking=True)  # frames land in pinned host memory
+        frame_idx = (ready * 37 + next_k[ready]) % n_frames  # each stream walks the clip frame by frame
+        if from_host is not None:  # each stream's decoded frame sits in pinned host memory: one upload each
+            batch = staging[: len(ready)]
+            for row, k in enumerate(frame_idx):
+                batch[row].copy_(from_host[k], non_blocking=True)
         else:
-            batch = frames_dev[frame_idx]  # frames decoded on the GPU (NVDEC) already sit there
+            batch = frames_dev[torch.from_numpy(frame_idx).to(device)]  # frames decoded on the GPU (NVDEC)
         t_pass = time.perf_counter()
         tracker.step(batch, streams)
         packed = torch.cat([tracker.last_landmarks[streams].flatten(1), tracker.last_emotion[streams],
@@ -295,26 +300,35 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
 STREAM_BUCKETS = [1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 
 
-def multistream_section(args, device: str = "cuda", precision: str = "fp32") -> dict:
+def multistream_runners(args, gpu_ort: bool) -> list[str]:
+    """Which runner kinds the multi-stream section compares: --runners, or every GPU kind usable here."""
+    if args.runners != "auto":
+        return args.runners.split(",")
+    kinds = ["torch-cuda"] if _torch_cuda() is not None else []
+    return kinds + (["onnxruntime-cuda"] if gpu_ort else []) or ["onnxruntime"]
+
+
+def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32") -> dict:
     import torch
 
     from bridge.engines.batched_face import BatchedFaceTracker, make_runners
 
     max_n = args.max_streams
+    device = "cuda" if runner.endswith("-cuda") else "cpu"
     t0 = time.perf_counter()
     if device == "cuda":
-        runners = make_runners("onnxruntime-cuda", max_n, fp16=precision == "fp16",
+        runners = make_runners(runner, max_n, fp16=precision == "fp16",
                                buckets=[b for b in STREAM_BUCKETS if b < max_n] + [max_n], graph_limit=args.graph_limit)
     else:
-        runners = make_runners("onnxruntime", max_n, threads=args.threads or os.cpu_count() or 1)
+        runners = make_runners(runner, max_n, threads=args.threads or os.cpu_count() or 1)
     setup_s = time.perf_counter() - t0
-    frames = np.stack(sample_frames(32))
+    frames = np.stack(sample_frames(300, step=1))  # the whole clip: consecutive frames, real motion
     frames_dev = torch.from_numpy(frames).to(device)
-    host = torch.from_numpy(np.concatenate([frames] * (-(-max_n // len(frames))))[:max_n])
+    host = torch.from_numpy(frames)
     host = host.pin_memory() if device == "cuda" else host
     hw = frames.shape[1:3]
     tracker_for = lambda n: BatchedFaceTracker(n, hw, runners, device=device)  # noqa: E731
-    out = {"setup_seconds": round(setup_s, 1), "precision": precision, "frame_size": list(hw),
+    out = {"runner": runner, "setup_seconds": round(setup_s, 1), "precision": precision, "frame_size": list(hw),
            "p99_limit_ms": P99_LIMIT_MS, "fps_per_stream": FPS, "redetect_fraction": 0.01}
     for mode, from_host in (("frames_on_gpu", None), ("frames_from_host", host)):
         trials = []
@@ -426,7 +440,7 @@ def run(args) -> dict:
     backends = usable if args.backends == "all" else [b for b in args.backends.split(",") if b in usable]
     on_gpu = _torch_cuda() is not None
     threads = args.threads or os.cpu_count() or 1
-    gpu_streams = on_gpu and env["backends"]["onnxruntime-cuda"]["usable"]
+    gpu_ort = on_gpu and env["backends"]["onnxruntime-cuda"]["usable"]
     results = {"environment": env, "threads": threads}
     for section in args.sections.split(","):
         started = time.perf_counter()
@@ -434,9 +448,9 @@ def run(args) -> dict:
             results["models"] = models_section(args, backends, on_gpu)
         elif section == "pipeline" and not args.no_pipeline:
             results["pipeline"] = pipeline_section(backends, args.seconds, threads)
-        elif section == "multistream" and (args.multistream == "on" or (args.multistream == "auto" and gpu_streams)):
-            results["multistream"] = {p: multistream_section(args, "cuda" if gpu_streams else "cpu", p)
-                                      for p in args.precisions.split(",")}
+        elif section == "multistream" and (args.multistream == "on" or (args.multistream == "auto" and on_gpu)):
+            results["multistream"] = {f"{r}-{p}": multistream_section(args, r, p)
+                                      for r in multistream_runners(args, gpu_ort) for p in args.precisions.split(",")}
         elif section == "builds" and not args.no_builds:
             results["trt_builds"] = builds_section()
         else:

@@ -17,19 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from bridge.engines.shipped import find_model
+from bridge.engines.torch_runner import TorchRunner, batch_buckets
 
 LANDMARK_SIZE, EYE_SIZE, EMOTION_SIZE, DETECT_SIZE = 192, 64, 64, 128
 EYE_CORNERS = ((33, 133), (362, 263))  # image-left eye, image-right eye (flipped for the iris model)
 FACE_SCALE, EYE_SCALE = 1.5, 2.3
 PRESENCE_THRESHOLD, DETECT_THRESHOLD = 0.5, 0.5
-
-
-def _buckets(max_batch: int) -> list[int]:
-    sizes, b = [], 1
-    while b < max_batch:
-        sizes.append(b)
-        b *= 2
-    return sizes + [max_batch]
 
 
 class OrtCpuRunner:
@@ -71,7 +64,7 @@ class OrtCudaRunner:
         self._input = probe.get_inputs()[0]
         self._outputs = probe.get_outputs()
         self._item_shape = tuple(self._input.shape[1:])
-        self.buckets = sorted(set(buckets or _buckets(max_batch)))
+        self.buckets = sorted(set(buckets or batch_buckets(max_batch)))
         stream = str(torch.cuda.current_stream().cuda_stream)
 
         def session(graph: bool):
@@ -166,7 +159,7 @@ class BatchedFaceTracker:
 
     # --- geometry ------------------------------------------------------------------------------------------
     def _grid(self, center, size, angle, out: int, flip=None):
-        """Sampling grid (N, out, out, 2) in grid_sample's normalized coordinates for rotated square crops."""
+        """Frame-pixel sample positions (N, out, out) x and y for rotated square crops (pixel i spans i..i+1)."""
         t = self.t
         lin = (t.arange(out, device=self.device, dtype=t.float32) + 0.5) / out - 0.5  # -0.5..0.5
         gy, gx = t.meshgrid(lin, lin, indexing="ij")
@@ -175,13 +168,31 @@ class BatchedFaceTracker:
         if flip is not None:
             gx = t.where(flip[:, None, None], -gx, gx)
         cos, sin = t.cos(angle)[:, None, None], t.sin(angle)[:, None, None]
-        x = center[:, 0, None, None] + gx * cos - gy * sin
-        y = center[:, 1, None, None] + gx * sin + gy * cos
-        return t.stack([x / self.width * 2 - 1, y / self.height * 2 - 1], dim=-1)
+        return center[:, 0, None, None] + gx * cos - gy * sin, center[:, 1, None, None] + gx * sin + gy * cos
 
-    def _crop(self, images, center, size, angle, out: int, flip=None):
-        return self.t.nn.functional.grid_sample(images, self._grid(center, size, angle, out, flip),
-                                                mode="bilinear", padding_mode="zeros", align_corners=False)
+    def _crop(self, frames_u8, frame_index, center, size, angle, out: int, flip=None):
+        """Bilinear crops (N, 3, out, out) in 0..1, read straight from the uint8 frames (zeros outside).
+
+        Only the crop's own pixels are touched: no float copy of whole frames, and several crops of one frame
+        (both eyes) just name the same `frame_index`. The result is NHWC in memory, i.e. channels_last.
+        """
+        t = self.t
+        x, y = self._grid(center, size, angle, out, flip)
+        x, y = x - 0.5, y - 0.5  # to pixel-centre coordinates
+        x0, y0 = x.floor(), y.floor()
+        wx, wy = (x - x0)[..., None], (y - y0)[..., None]
+        x0, y0 = x0.long(), y0.long()
+        flat = frames_u8.reshape(-1, 3)
+        base = frame_index.long()[:, None, None] * (self.height * self.width)
+
+        def tap(xi, yi):
+            inside = ((xi >= 0) & (xi < self.width) & (yi >= 0) & (yi < self.height))[..., None]
+            index = base + yi.clamp(0, self.height - 1) * self.width + xi.clamp(0, self.width - 1)
+            return flat[index].float() * inside
+
+        top = tap(x0, y0) * (1 - wx) + tap(x0 + 1, y0) * wx
+        bottom = tap(x0, y0 + 1) * (1 - wx) + tap(x0 + 1, y0 + 1) * wx
+        return ((top * (1 - wy) + bottom * wy) * (1.0 / 255.0)).permute(0, 3, 1, 2)
 
     def _to_image(self, points, center, size, angle, out: int):
         """Crop-pixel points (N, P, >=2) back to frame pixels."""
@@ -196,14 +207,17 @@ class BatchedFaceTracker:
         """frames_u8: (B, H, W, 3) uint8 on the device, one frame per stream in `streams` (LongTensor)."""
         t = self.t
         with t.inference_mode():
-            images = frames_u8.permute(0, 3, 1, 2).float().div_(255.0)
             lost = ~self.tracked[streams]
             n_lost = int(lost.sum())  # the one host sync per pass
             if n_lost:
-                self._detect(images[lost], streams[lost])
-            active = self.tracked[streams]
-            if n_lost == 0 or bool(active.any()):
-                self._track(images[active], streams[active])
+                lost_frames = frames_u8[lost].permute(0, 3, 1, 2).float().div_(255.0)
+                self._detect(lost_frames, streams[lost])
+            rows = t.arange(len(streams), device=self.device)
+            if n_lost:  # only the frames whose face was just found (or still tracked) go on
+                active = self.tracked[streams]
+                rows, streams = rows[active], streams[active]
+            if len(rows):
+                self._track(frames_u8, rows, streams)
 
     def _detect(self, images, streams) -> None:
         t = self.t
@@ -233,14 +247,13 @@ class BatchedFaceTracker:
         self.angle[streams] = t.where(found, angle, self.angle[streams])
         self.tracked[streams] = found
 
-    def _track(self, images, streams) -> None:
+    def _track(self, frames_u8, rows, streams) -> None:
+        """Landmarks, irises, expression and emotion for frames_u8[rows], which belong to `streams`."""
         t = self.t
-        n = images.shape[0]
-        if n == 0:
-            return
+        n = len(rows)
         self.tracked_runs += n
         center, size, angle = self.center[streams], self.size[streams], self.angle[streams]
-        crops = self._crop(images, center, size, angle, LANDMARK_SIZE)
+        crops = self._crop(frames_u8, rows, center, size, angle, LANDMARK_SIZE)
         mesh, presence = self.runners["landmarks"](crops)[:2]
         points = mesh.reshape(n, 468, 3)
         xy = self._to_image(points, center, size, angle, LANDMARK_SIZE)
@@ -254,8 +267,7 @@ class BatchedFaceTracker:
         eye_side = (t.linalg.norm(b - a, dim=-1) * EYE_SCALE).reshape(2 * n)
         eye_angle = angle.repeat_interleave(2)
         flip = t.tensor([False, True], device=self.device).repeat(n)
-        eye_images = images.repeat_interleave(2, dim=0)
-        eye_crops = self._crop(eye_images, eye_center, eye_side, eye_angle, EYE_SIZE, flip)
+        eye_crops = self._crop(frames_u8, rows.repeat_interleave(2), eye_center, eye_side, eye_angle, EYE_SIZE, flip)
         _contours, iris = self.runners["iris"](eye_crops)[:2]
         iris = iris.reshape(2 * n, 5, 3)
         self.last_iris[streams] = iris.reshape(n, 2, 5, 3)
@@ -268,9 +280,9 @@ class BatchedFaceTracker:
             self.last_blendshapes[streams] = self.runners["expression"](features)[0]
 
         # emotion: grey face crop in [-1, 1]
-        grey = (images * t.tensor([0.299, 0.587, 0.114], device=self.device)[None, :, None, None]).sum(1, True)
-        face = self._crop(grey, center, size / FACE_SCALE * 1.1, t.zeros_like(angle), EMOTION_SIZE)
-        self.last_emotion[streams] = self.runners["emotion"](face * 2 - 1)[0]
+        face = self._crop(frames_u8, rows, center, size / FACE_SCALE * 1.1, t.zeros_like(angle), EMOTION_SIZE)
+        grey = (face * t.tensor([0.299, 0.587, 0.114], device=self.device)[None, :, None, None]).sum(1, True)
+        self.last_emotion[streams] = self.runners["emotion"](grey * 2 - 1)[0]
 
         # next crop from this frame's landmarks (square, 1.5x, eyes level)
         lo, hi = xy.min(dim=1).values, xy.max(dim=1).values
@@ -298,9 +310,16 @@ def landmark_features_torch(xy, iris_xy, focal: float, centre: tuple[float, floa
                       (mean[:, 0, :] - centre_t) / focal, s[:, 0, :] / focal], dim=1)
 
 
+RUNNER_KINDS = ("torch-cuda", "onnxruntime-cuda", "torch", "onnxruntime")
+
+
 def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: bool = True, threads: int = 1,
                  detector: str = "face_detection_short_range", conv_search: str = "HEURISTIC",
                  buckets: list[int] | None = None, graph_limit: int = 32) -> dict:
+    """One runner per role. kind: torch-cuda (fp16 means half precision, channels_last), onnxruntime-cuda,
+    or the CPU runners torch / onnxruntime (tests, machines without a GPU)."""
+    if kind not in RUNNER_KINDS:
+        raise ValueError(f"unknown runner kind {kind!r}; choose one of {', '.join(RUNNER_KINDS)}")
     names = {"detector": detector, "landmarks": "face_landmark", "iris": "iris_landmark", "emotion": "emotion",
              "expression": "regressor"}
     runners = {}
@@ -311,14 +330,19 @@ def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: boo
             if role == "expression":  # optional: an install without the expression engine still tracks
                 continue
             raise
-        if kind == "onnxruntime-cuda":
-            batch = max_batch * 2 if role == "iris" else max_batch
-            sizes = None if buckets is None else sorted({*buckets, *(2 * b for b in buckets)} if role == "iris"
-                                                        else set(buckets))
+        batch = max_batch * 2 if role == "iris" else max_batch  # two eyes per face
+        sizes = None
+        if buckets is not None:
+            sizes = sorted({b for b in (*buckets, *(2 * b for b in buckets)) if b <= batch} if role == "iris"
+                           else {b for b in buckets if b <= batch})
+        if kind == "torch-cuda":
+            runners[role] = TorchRunner(path, batch, "cuda", fp16=fp16, channels_last=fp16, cuda_graphs=cuda_graphs,
+                                        buckets=sizes)
+        elif kind == "onnxruntime-cuda":
             runners[role] = OrtCudaRunner(path, batch, cuda_graphs=cuda_graphs, fp16=fp16, conv_search=conv_search,
-                                          buckets=[b for b in sizes if b <= batch] if sizes else None,
-                                          graph_limit=graph_limit * (2 if role == "iris" else 1))
+                                          buckets=sizes, graph_limit=graph_limit * (2 if role == "iris" else 1))
+        elif kind == "torch":
+            runners[role] = TorchRunner(path, batch, "cpu")
         else:
             runners[role] = OrtCpuRunner(path, threads=threads)
     return runners
-

@@ -87,22 +87,23 @@ def find_model(name_or_path: str) -> ShippedModel:
     raise EngineError(f"no shipped model or ONNX file named '{name_or_path}'", f"choose one of: {names}")
 
 
-def sample_frames(count: int = 4) -> list[np.ndarray]:
-    """Real RGB frames (uint8 HxWx3) from the bundled sample clip, for parity checks and benchmarks."""
+def sample_frames(count: int = 4, step: int = 15) -> list[np.ndarray]:
+    """Real RGB frames (uint8 HxWx3) from the bundled sample clip, for parity checks and benchmarks: every
+    `step`-th frame (15 = half a second apart, varied content; 1 = consecutive, real motion between frames)."""
     import cv2
 
     clip = PACKAGE_DIR / "data" / "sample.mp4"
     frames = []
     capture = cv2.VideoCapture(str(clip))
     try:
-        step = 0
+        index = 0
         while len(frames) < count:
             ok, bgr = capture.read()
             if not ok:
                 break
-            if step % 15 == 0:  # spread over the clip: half a second apart
+            if index % step == 0:
                 frames.append(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
-            step += 1
+            index += 1
     finally:
         capture.release()
     if not frames:  # no clip (stripped install): a deterministic gradient image still exercises every layer
