@@ -52,26 +52,33 @@ class TorchRunner:
         if on_gpu:
             torch.backends.cudnn.benchmark = True
             if cuda_graphs:
-                for bucket in self.buckets:
-                    self._graphs[bucket] = self._capture(bucket)
+                self._capture_all()
             torch.cuda.synchronize()
 
     def _forward(self, x):
         return [o.float() for o in self.module(x.to(self.dtype).contiguous(memory_format=self._format))]
 
-    def _capture(self, bucket: int):
+    def _capture_all(self) -> None:
+        """One graph per bucket, all in one memory pool: a call replays one graph at a time, and each graph's
+        outputs stay allocated, so the graphs can share their intermediate memory (largest captured first)."""
         torch = self._torch
-        static_in = torch.zeros((bucket, *self.item_shape), device=self.device)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.inference_mode(), torch.cuda.stream(side):
-            for _ in range(3):  # cuDNN benchmarks its algorithms here, outside the capture
-                self._forward(static_in)
+            for bucket in self.buckets:  # cuDNN benchmarks its algorithms here, outside any capture
+                x = torch.zeros((bucket, *self.item_shape), device=self.device)
+                for _ in range(2):
+                    self._forward(x)
         torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(graph):
-            static_out = self._forward(static_in)
-        return graph, static_in, static_out
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # the benchmarks' workspaces: cached memory a graph pool cannot reuse
+        pool = torch.cuda.graph_pool_handle()
+        for bucket in sorted(self.buckets, reverse=True):
+            static_in = torch.zeros((bucket, *self.item_shape), device=self.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.inference_mode(), torch.cuda.graph(graph, pool=pool):
+                static_out = self._forward(static_in)
+            self._graphs[bucket] = (graph, static_in, static_out)
 
     def __call__(self, x):
         n = x.shape[0]
