@@ -165,3 +165,31 @@ def test_batched_tracker_torch_cuda_fp16_matches_cpu():
     assert np.abs(results["cuda"][1][..., :2] - results["cpu"][1][..., :2]).max() < 1.5  # pixels, fp16
     assert np.abs(results["cuda"][2] - results["cpu"][2]).max() < 0.03
     assert np.abs(results["cuda"][3] - results["cpu"][3]).max() < 0.05
+
+
+@needs_torch_cuda
+def test_captured_tracked_pass_matches_the_eager_pass_with_padding_and_a_lost_stream():
+    import torch
+
+    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.shipped import sample_frames
+
+    frames = torch.from_numpy(np.stack(sample_frames(8, step=1))).cuda()
+    runners = make_runners("torch-cuda", 8, buckets=[4, 8], tracked_pass_graphs=True)
+    eager = BatchedFaceTracker(5, frames.shape[1:3], runners)
+    graphed = BatchedFaceTracker(5, frames.shape[1:3], runners)
+    graphed.capture_cuda_graphs([4, 8])
+    passes = [torch.arange(5), torch.arange(5), torch.tensor([0, 2, 4]), torch.arange(5)]
+    for k, streams in enumerate(passes):
+        streams = streams.cuda()
+        if k == 3:  # stream 1 loses its face: the detector runs for it, the rest replay the graph
+            eager.tracked[1] = graphed.tracked[1] = False
+        batch = frames[(streams + k) % 8]
+        eager.step(batch, streams)
+        graphed.step(batch, streams)
+        torch.cuda.synchronize()
+        assert bool((eager.tracked == graphed.tracked).all())
+        for a, b in ((eager.last_landmarks, graphed.last_landmarks), (eager.last_iris, graphed.last_iris),
+                     (eager.last_emotion, graphed.last_emotion), (eager.last_blendshapes, graphed.last_blendshapes)):
+            assert float((a - b).abs().max()) < 1e-3
+    assert graphed.detector_runs == 6 and graphed.tracked.all()

@@ -144,15 +144,30 @@ class BatchedFaceTracker:
         self.device = device
         self.runners = runners  # detector, landmarks, iris, emotion -> ModelRunner
         self.height, self.width = frame_hw
-        self.center = torch.zeros((num_streams, 2), device=device)
-        self.size = torch.ones(num_streams, device=device)
-        self.angle = torch.zeros(num_streams, device=device)
-        self.tracked = torch.zeros(num_streams, dtype=torch.bool, device=device)
+        self.num_streams = num_streams
+        slots = num_streams + 1  # the last slot is scratch: padding rows of a captured pass write there
+        self.center = torch.zeros((slots, 2), device=device)
+        self.size = torch.ones(slots, device=device)
+        self.angle = torch.zeros(slots, device=device)
+        self._tracked_all = torch.zeros(slots, dtype=torch.bool, device=device)
         self.anchors = torch.from_numpy(_detector_anchors(find_model(detector).entry)).to(device)
-        self.last_landmarks = torch.zeros((num_streams, 468, 3), device=device)
-        self.last_emotion = torch.zeros((num_streams, 7), device=device)
-        self.last_iris = torch.zeros((num_streams, 2, 5, 3), device=device)  # crop pixels; eye 0 = image left
-        self.last_blendshapes = torch.zeros((num_streams, 52), device=device)
+        self._last_landmarks_all = torch.zeros((slots, 468, 3), device=device)
+        self._last_emotion_all = torch.zeros((slots, 7), device=device)
+        self._last_iris_all = torch.zeros((slots, 2, 5, 3), device=device)  # crop pixels; eye 0 = image left
+        self._last_blendshapes_all = torch.zeros((slots, 52), device=device)
+        # what callers read and write: one row per stream (views, without the scratch row)
+        self.tracked = self._tracked_all[:num_streams]
+        self.last_landmarks = self._last_landmarks_all[:num_streams]  # frame pixels x, y and relative depth
+        self.last_emotion = self._last_emotion_all[:num_streams]
+        self.last_iris = self._last_iris_all[:num_streams]
+        self.last_blendshapes = self._last_blendshapes_all[:num_streams]
+        # constants made once: creating them per pass would copy from the host (a sync, and not capturable)
+        self._eye_corners = torch.tensor(EYE_CORNERS, device=device)
+        self._eye_flip = torch.tensor([False, True], device=device)
+        self._grey = torch.tensor([0.299, 0.587, 0.114], device=device)[None, :, None, None]
+        self._image_centre = torch.tensor([self.width / 2, self.height / 2], device=device)
+        self._graphs = {}  # bucket -> captured tracked pass (see capture_cuda_graphs)
+        self._frame_buffer = self._streams_buffer = None
         self.focal = float(self.width)  # intrinsics unknown: the expression contract's default
         self.detector_runs = 0
         self.tracked_runs = 0
@@ -202,22 +217,75 @@ class BatchedFaceTracker:
         cos, sin = t.cos(angle)[:, None], t.sin(angle)[:, None]
         return t.stack([center[:, 0, None] + u * cos - v * sin, center[:, 1, None] + u * sin + v * cos], dim=-1)
 
+    # --- CUDA graphs of the steady state ------------------------------------------------------------------
+    def capture_cuda_graphs(self, buckets: list[int]) -> None:
+        """Capture the tracked pass once per batch bucket, so a steady-state pass is one copy and one graph
+        launch: no per-kernel launch cost on the host and no host round trip between stages.
+
+        Needs runners that can run inside a capture (`eager`, the torch runners). A pass of n tracked faces
+        replays the next bucket up; the padding rows read stale frames and write to the scratch slot.
+        """
+        t = self.t
+        tracked_roles = [r for r in self.runners if r != "detector"]
+        if self.device == "cpu" or not all(hasattr(self.runners[r], "eager") for r in tracked_roles):
+            raise ValueError("CUDA-graph capture of the tracked pass needs the torch-cuda runners")
+        buckets = sorted({min(b, self.num_streams) for b in buckets})
+        largest = buckets[-1]
+        self._frame_buffer = t.zeros((largest, self.height, self.width, 3), dtype=t.uint8, device=self.device)
+        self._streams_buffer = t.full((largest,), self.num_streams, dtype=t.long, device=self.device)
+        rows = t.arange(largest, device=self.device)
+        self._graphs = {}
+        side = t.cuda.Stream()
+        side.wait_stream(t.cuda.current_stream())
+        with t.inference_mode(), t.cuda.stream(side):
+            for b in buckets:  # cuDNN benchmarks every shape here, outside the capture
+                for _ in range(2):
+                    self._track(self._frame_buffer[:b], rows[:b], self._streams_buffer[:b], eager=True)
+        t.cuda.current_stream().wait_stream(side)
+        t.cuda.synchronize()
+        t.cuda.empty_cache()
+        pool = t.cuda.graph_pool_handle()  # one pool: passes never overlap, so the buckets share memory
+        for b in reversed(buckets):
+            graph = t.cuda.CUDAGraph()
+            with t.inference_mode(), t.cuda.graph(graph, pool=pool):
+                self._track(self._frame_buffer[:b], rows[:b], self._streams_buffer[:b], eager=True)
+            self._graphs[b] = graph
+
+    def frame_buffer(self, n: int):
+        """Where to put the next pass's n frames to save the tracker a copy (None without captured graphs)."""
+        if self._frame_buffer is None or n > self._frame_buffer.shape[0]:
+            return None
+        return self._frame_buffer[:n]
+
+    def _replay(self, frames_u8, streams) -> bool:
+        n = len(streams)
+        bucket = next((b for b in sorted(self._graphs) if b >= n), None)
+        if bucket is None:
+            return False
+        if frames_u8.data_ptr() != self._frame_buffer.data_ptr():
+            self._frame_buffer[:n].copy_(frames_u8)
+        self._streams_buffer[:n].copy_(streams)
+        self._streams_buffer[n:bucket].fill_(self.num_streams)
+        self._graphs[bucket].replay()
+        return True
+
     # --- one pass ------------------------------------------------------------------------------------------
     def step(self, frames_u8, streams) -> None:
         """frames_u8: (B, H, W, 3) uint8 on the device, one frame per stream in `streams` (LongTensor)."""
         t = self.t
         with t.inference_mode():
-            lost = ~self.tracked[streams]
+            lost = ~self._tracked_all[streams]
             n_lost = int(lost.sum())  # the one host sync per pass
             if n_lost:
                 lost_frames = frames_u8[lost].permute(0, 3, 1, 2).float().div_(255.0)
                 self._detect(lost_frames, streams[lost])
-            rows = t.arange(len(streams), device=self.device)
-            if n_lost:  # only the frames whose face was just found (or still tracked) go on
-                active = self.tracked[streams]
-                rows, streams = rows[active], streams[active]
-            if len(rows):
-                self._track(frames_u8, rows, streams)
+                active = self._tracked_all[streams]  # only the frames whose face was just found (or still tracked)
+                frames_u8, streams = frames_u8[active], streams[active]
+            if len(streams) == 0:
+                return
+            self.tracked_runs += len(streams)
+            if not self._replay(frames_u8, streams):
+                self._track(frames_u8, t.arange(len(streams), device=self.device), streams)
 
     def _detect(self, images, streams) -> None:
         t = self.t
@@ -245,44 +313,47 @@ class BatchedFaceTracker:
         self.center[streams] = t.where(found[:, None], center, self.center[streams])
         self.size[streams] = t.where(found, side, self.size[streams])
         self.angle[streams] = t.where(found, angle, self.angle[streams])
-        self.tracked[streams] = found
+        self._tracked_all[streams] = found
 
-    def _track(self, frames_u8, rows, streams) -> None:
-        """Landmarks, irises, expression and emotion for frames_u8[rows], which belong to `streams`."""
+    def _track(self, frames_u8, rows, streams, eager: bool = False) -> None:
+        """Landmarks, irises, expression and emotion for frames_u8[rows], which belong to `streams`.
+        eager: run the models as plain modules (inside a graph capture) rather than through their own graphs."""
         t = self.t
         n = len(rows)
-        self.tracked_runs += n
+
+        def run(role, x):
+            return self.runners[role].eager(x) if eager else self.runners[role](x)
+
         center, size, angle = self.center[streams], self.size[streams], self.angle[streams]
         crops = self._crop(frames_u8, rows, center, size, angle, LANDMARK_SIZE)
-        mesh, presence = self.runners["landmarks"](crops)[:2]
+        mesh, presence = run("landmarks", crops)[:2]
         points = mesh.reshape(n, 468, 3)
         xy = self._to_image(points, center, size, angle, LANDMARK_SIZE)
         present = t.sigmoid(presence.reshape(n)) > PRESENCE_THRESHOLD
-        self.last_landmarks[streams] = t.cat([xy, points[..., 2:] * (size / LANDMARK_SIZE)[:, None, None]], -1)
+        self._last_landmarks_all[streams] = t.cat([xy, points[..., 2:] * (size / LANDMARK_SIZE)[:, None, None]], -1)
 
         # irises: both eyes of every face in one batch, the image-right eye flipped
-        corners = t.tensor(EYE_CORNERS, device=self.device)
-        a, b = xy[:, corners[:, 0]], xy[:, corners[:, 1]]  # (n, 2 eyes, 2)
+        a, b = xy[:, self._eye_corners[:, 0]], xy[:, self._eye_corners[:, 1]]  # (n, 2 eyes, 2)
         eye_center = ((a + b) / 2).reshape(2 * n, 2)
         eye_side = (t.linalg.norm(b - a, dim=-1) * EYE_SCALE).reshape(2 * n)
         eye_angle = angle.repeat_interleave(2)
-        flip = t.tensor([False, True], device=self.device).repeat(n)
+        flip = self._eye_flip.repeat(n)
         eye_crops = self._crop(frames_u8, rows.repeat_interleave(2), eye_center, eye_side, eye_angle, EYE_SIZE, flip)
-        _contours, iris = self.runners["iris"](eye_crops)[:2]
+        _contours, iris = run("iris", eye_crops)[:2]
         iris = iris.reshape(2 * n, 5, 3)
-        self.last_iris[streams] = iris.reshape(n, 2, 5, 3)
+        self._last_iris_all[streams] = iris.reshape(n, 2, 5, 3)
         centre = iris[:, :1, :2].clone()
         centre[..., 0] = t.where(flip[:, None], EYE_SIZE - centre[..., 0], centre[..., 0])  # un-flip
         iris_xy = self._to_image(centre, eye_center, eye_side, eye_angle, EYE_SIZE).reshape(n, 2, 2)
 
         if "expression" in self.runners:  # subject's left eye first (the image-right one), as the contract says
-            features = landmark_features_torch(xy, iris_xy.flip(1), self.focal, (self.width / 2, self.height / 2))
-            self.last_blendshapes[streams] = self.runners["expression"](features)[0]
+            features = landmark_features_torch(xy, iris_xy.flip(1), self.focal, self._image_centre)
+            self._last_blendshapes_all[streams] = run("expression", features)[0]
 
         # emotion: grey face crop in [-1, 1]
         face = self._crop(frames_u8, rows, center, size / FACE_SCALE * 1.1, t.zeros_like(angle), EMOTION_SIZE)
-        grey = (face * t.tensor([0.299, 0.587, 0.114], device=self.device)[None, :, None, None]).sum(1, True)
-        self.last_emotion[streams] = self.runners["emotion"](grey * 2 - 1)[0]
+        grey = (face * self._grey).sum(1, True)
+        self._last_emotion_all[streams] = run("emotion", grey * 2 - 1)[0]
 
         # next crop from this frame's landmarks (square, 1.5x, eyes level)
         lo, hi = xy.min(dim=1).values, xy.max(dim=1).values
@@ -293,18 +364,19 @@ class BatchedFaceTracker:
         self.center[streams] = new_center
         self.size[streams] = new_size.clamp(min=8.0)
         self.angle[streams] = new_angle
-        self.tracked[streams] = present
+        self._tracked_all[streams] = present
 
 
-def landmark_features_torch(xy, iris_xy, focal: float, centre: tuple[float, float]):
-    """bridge.expression.features.features_batch ("landmarks-2d-v1", 944 values) on the GPU, iris present."""
+def landmark_features_torch(xy, iris_xy, focal: float, centre):
+    """bridge.expression.features.features_batch ("landmarks-2d-v1", 944 values) on the GPU, iris present.
+    centre: the image centre (x, y), as a tensor on xy's device (or a pair of floats)."""
     import torch
 
     mean = xy.mean(dim=1, keepdim=True)
     centred = xy - mean
     s = centred.pow(2).sum(-1).mean(-1).sqrt()[:, None, None]
     n = xy.shape[0]
-    centre_t = torch.tensor(centre, device=xy.device, dtype=xy.dtype)
+    centre_t = centre if torch.is_tensor(centre) else torch.tensor(centre, device=xy.device, dtype=xy.dtype)
     return torch.cat([(centred / s).reshape(n, -1), ((iris_xy - mean) / s).reshape(n, -1),
                       torch.ones((n, 1), device=xy.device, dtype=xy.dtype),
                       (mean[:, 0, :] - centre_t) / focal, s[:, 0, :] / focal], dim=1)
@@ -315,9 +387,11 @@ RUNNER_KINDS = ("torch-cuda", "onnxruntime-cuda", "torch", "onnxruntime")
 
 def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: bool = True, threads: int = 1,
                  detector: str = "face_detection_short_range", conv_search: str = "HEURISTIC",
-                 buckets: list[int] | None = None, graph_limit: int = 32) -> dict:
+                 buckets: list[int] | None = None, graph_limit: int = 32, tracked_pass_graphs: bool = False) -> dict:
     """One runner per role. kind: torch-cuda (fp16 means half precision, channels_last), onnxruntime-cuda,
-    or the CPU runners torch / onnxruntime (tests, machines without a GPU)."""
+    or the CPU runners torch / onnxruntime (tests, machines without a GPU).
+    tracked_pass_graphs: the tracker will capture its whole tracked pass (`capture_cuda_graphs`), so the
+    torch-cuda runners of the tracked models need no graphs of their own (the detector keeps its own)."""
     if kind not in RUNNER_KINDS:
         raise ValueError(f"unknown runner kind {kind!r}; choose one of {', '.join(RUNNER_KINDS)}")
     names = {"detector": detector, "landmarks": "face_landmark", "iris": "iris_landmark", "emotion": "emotion",
@@ -336,7 +410,8 @@ def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: boo
             sizes = sorted({b for b in (*buckets, *(2 * b for b in buckets)) if b <= batch} if role == "iris"
                            else {b for b in buckets if b <= batch})
         if kind == "torch-cuda":
-            runners[role] = TorchRunner(path, batch, "cuda", fp16=fp16, channels_last=fp16, cuda_graphs=cuda_graphs,
+            own_graphs = cuda_graphs and (role == "detector" or not tracked_pass_graphs)
+            runners[role] = TorchRunner(path, batch, "cuda", fp16=fp16, channels_last=fp16, cuda_graphs=own_graphs,
                                         buckets=sizes)
         elif kind == "onnxruntime-cuda":
             runners[role] = OrtCudaRunner(path, batch, cuda_graphs=cuda_graphs, fp16=fp16, conv_search=conv_search,

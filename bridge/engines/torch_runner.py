@@ -80,6 +80,10 @@ class TorchRunner:
                 static_out = self._forward(static_in)
             self._graphs[bucket] = (graph, static_in, static_out)
 
+    def eager(self, x):
+        """The model as plain kernels: for a caller that captures its own, larger graph around it."""
+        return self._forward(x)
+
     def __call__(self, x):
         n = x.shape[0]
         bucket = next((b for b in self.buckets if b >= n), None)
