@@ -167,7 +167,7 @@ class BatchedFaceTracker:
         self._grey = torch.tensor([0.299, 0.587, 0.114], device=device)[None, :, None, None]
         self._image_centre = torch.tensor([self.width / 2, self.height / 2], device=device)
         self._graphs = {}  # bucket -> captured tracked pass (see capture_cuda_graphs)
-        self._frame_buffer = self._streams_buffer = None
+        self._frame_buffer = self._streams_buffer = self._rows_buffer = None
         self.focal = float(self.width)  # intrinsics unknown: the expression contract's default
         self.detector_runs = 0
         self.tracked_runs = 0
@@ -233,7 +233,8 @@ class BatchedFaceTracker:
         largest = buckets[-1]
         self._frame_buffer = t.zeros((largest, self.height, self.width, 3), dtype=t.uint8, device=self.device)
         self._streams_buffer = t.full((largest,), self.num_streams, dtype=t.long, device=self.device)
-        rows = t.arange(largest, device=self.device)
+        # every tensor a graph reads must outlive the capture: a freed one's memory would be reused under it
+        self._rows_buffer = rows = t.arange(largest, device=self.device)
         self._graphs = {}
         side = t.cuda.Stream()
         side.wait_stream(t.cuda.current_stream())
