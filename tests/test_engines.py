@@ -449,26 +449,25 @@ def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
     assert "ONNX Runtime" in str(info.value)
 
 
-def test_batched_crops_read_from_uint8_frames_match_grid_sample():
+def test_batched_eye_pair_crops_are_the_single_crops_in_face_order():
     torch = pytest.importorskip("torch")
     from bridge.engines.batched_face import BatchedFaceTracker, make_runners
     from bridge.engines.shipped import sample_frames
 
-    frames = torch.from_numpy(np.stack(sample_frames(3)))
-    h, w = frames.shape[1:3]
-    tracker = BatchedFaceTracker(3, (h, w), make_runners("onnxruntime", 4), device="cpu")
-    # crops inside, across the border and rotated; two of them from the same frame
-    rows = torch.tensor([0, 2, 2, 1])
+    frames = torch.from_numpy(np.stack(sample_frames(2)))
+    images = frames.permute(0, 3, 1, 2).float()
+    tracker = BatchedFaceTracker(2, tuple(frames.shape[1:3]), make_runners("onnxruntime", 4), device="cpu")
+    # two crops per frame: inside, across the border, rotated, flipped
     center = torch.tensor([[240.0, 180.0], [10.0, 20.0], [470.0, 350.0], [200.0, 100.0]])
     size, angle = torch.tensor([150.0, 80.0, 60.0, 300.0]), torch.tensor([0.0, 0.3, -1.0, 2.0])
     flip = torch.tensor([False, True, False, True])
-    got = tracker._crop(frames, rows, center, size, angle, 64, flip)
-    x, y = tracker._grid(center, size, angle, 64, flip)
-    grid = torch.stack([x / w * 2 - 1, y / h * 2 - 1], dim=-1)
-    want = torch.nn.functional.grid_sample(frames[rows].permute(0, 3, 1, 2).float() / 255, grid, mode="bilinear",
-                                           padding_mode="zeros", align_corners=False)
-    assert float((got - want).abs().max()) < 1e-4
-    assert got.is_contiguous(memory_format=torch.channels_last)  # what an NHWC model wants, without a copy
+    pairs = tracker._crop(images, center, size, angle, 64, flip, per_image=2)
+    assert pairs.shape == (4, 3, 64, 64)
+    for i in range(4):
+        single = tracker._crop(images[i // 2:i // 2 + 1], center[i:i + 1], size[i:i + 1], angle[i:i + 1], 64,
+                               flip[i:i + 1])
+        assert float((pairs[i] - single[0]).abs().max()) < 1e-3
+    assert bool((pairs[1] == 0).any()) and bool((pairs[1] > 0).any())  # partly outside the frame: zeros there
 
 
 def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():

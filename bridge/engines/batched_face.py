@@ -167,7 +167,7 @@ class BatchedFaceTracker:
         self._grey = torch.tensor([0.299, 0.587, 0.114], device=device)[None, :, None, None]
         self._image_centre = torch.tensor([self.width / 2, self.height / 2], device=device)
         self._graphs = {}  # bucket -> captured tracked pass (see capture_cuda_graphs)
-        self._frame_buffer = self._streams_buffer = self._rows_buffer = None
+        self._frame_buffer = self._streams_buffer = None
         self.focal = float(self.width)  # intrinsics unknown: the expression contract's default
         self.detector_runs = 0
         self.tracked_runs = 0
@@ -185,29 +185,20 @@ class BatchedFaceTracker:
         cos, sin = t.cos(angle)[:, None, None], t.sin(angle)[:, None, None]
         return center[:, 0, None, None] + gx * cos - gy * sin, center[:, 1, None, None] + gx * sin + gy * cos
 
-    def _crop(self, frames_u8, frame_index, center, size, angle, out: int, flip=None):
-        """Bilinear crops (N, 3, out, out) in 0..1, read straight from the uint8 frames (zeros outside).
+    def _crop(self, images, center, size, angle, out: int, flip=None, per_image: int = 1):
+        """Bilinear crops (N * per_image, C, out, out) of images (N, C, H, W); zeros outside the frame.
 
-        Only the crop's own pixels are touched: no float copy of whole frames, and several crops of one frame
-        (both eyes) just name the same `frame_index`. The result is NHWC in memory, i.e. channels_last.
-        """
+        per_image > 1: that many crops of each image (both eyes), given in image order, sampled in one call
+        by stacking their grids (grid_sample pairs grid n with image n)."""
         t = self.t
         x, y = self._grid(center, size, angle, out, flip)
-        x, y = x - 0.5, y - 0.5  # to pixel-centre coordinates
-        x0, y0 = x.floor(), y.floor()
-        wx, wy = (x - x0)[..., None], (y - y0)[..., None]
-        x0, y0 = x0.long(), y0.long()
-        flat = frames_u8.reshape(-1, 3)
-        base = frame_index.long()[:, None, None] * (self.height * self.width)
-
-        def tap(xi, yi):
-            inside = ((xi >= 0) & (xi < self.width) & (yi >= 0) & (yi < self.height))[..., None]
-            index = base + yi.clamp(0, self.height - 1) * self.width + xi.clamp(0, self.width - 1)
-            return flat[index].float() * inside
-
-        top = tap(x0, y0) * (1 - wx) + tap(x0 + 1, y0) * wx
-        bottom = tap(x0, y0 + 1) * (1 - wx) + tap(x0 + 1, y0 + 1) * wx
-        return ((top * (1 - wy) + bottom * wy) * (1.0 / 255.0)).permute(0, 3, 1, 2)
+        grid = t.stack([x * (2.0 / self.width) - 1, y * (2.0 / self.height) - 1], dim=-1)
+        n = images.shape[0]
+        grid = grid.reshape(n, per_image * out, out, 2)
+        crops = t.nn.functional.grid_sample(images, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+        if per_image == 1:
+            return crops
+        return crops.reshape(n, -1, per_image, out, out).transpose(1, 2).reshape(n * per_image, -1, out, out)
 
     def _to_image(self, points, center, size, angle, out: int):
         """Crop-pixel points (N, P, >=2) back to frame pixels."""
@@ -234,14 +225,13 @@ class BatchedFaceTracker:
         self._frame_buffer = t.zeros((largest, self.height, self.width, 3), dtype=t.uint8, device=self.device)
         self._streams_buffer = t.full((largest,), self.num_streams, dtype=t.long, device=self.device)
         # every tensor a graph reads must outlive the capture: a freed one's memory would be reused under it
-        self._rows_buffer = rows = t.arange(largest, device=self.device)
         self._graphs = {}
         side = t.cuda.Stream()
         side.wait_stream(t.cuda.current_stream())
         with t.inference_mode(), t.cuda.stream(side):
             for b in buckets:  # cuDNN benchmarks every shape here, outside the capture
                 for _ in range(2):
-                    self._track(self._frame_buffer[:b], rows[:b], self._streams_buffer[:b], eager=True)
+                    self._track(self._frame_buffer[:b], self._streams_buffer[:b], eager=True)
         t.cuda.current_stream().wait_stream(side)
         t.cuda.synchronize()
         t.cuda.empty_cache()
@@ -249,7 +239,7 @@ class BatchedFaceTracker:
         for b in reversed(buckets):
             graph = t.cuda.CUDAGraph()
             with t.inference_mode(), t.cuda.graph(graph, pool=pool):
-                self._track(self._frame_buffer[:b], rows[:b], self._streams_buffer[:b], eager=True)
+                self._track(self._frame_buffer[:b], self._streams_buffer[:b], eager=True)
             self._graphs[b] = graph
 
     def frame_buffer(self, n: int):
@@ -286,7 +276,7 @@ class BatchedFaceTracker:
                 return
             self.tracked_runs += len(streams)
             if not self._replay(frames_u8, streams):
-                self._track(frames_u8, t.arange(len(streams), device=self.device), streams)
+                self._track(frames_u8, streams)
 
     def _detect(self, images, streams) -> None:
         t = self.t
@@ -316,17 +306,19 @@ class BatchedFaceTracker:
         self.angle[streams] = t.where(found, angle, self.angle[streams])
         self._tracked_all[streams] = found
 
-    def _track(self, frames_u8, rows, streams, eager: bool = False) -> None:
-        """Landmarks, irises, expression and emotion for frames_u8[rows], which belong to `streams`.
+    def _track(self, frames_u8, streams, eager: bool = False) -> None:
+        """Landmarks, irises, expression and emotion for frames_u8[i] of stream streams[i].
         eager: run the models as plain modules (inside a graph capture) rather than through their own graphs."""
         t = self.t
-        n = len(rows)
+        n = len(streams)
+        # one float copy of the frames (channels_last, as the uint8 frames lie), 0..255: crops scale themselves
+        images = frames_u8.permute(0, 3, 1, 2).float()
 
         def run(role, x):
             return self.runners[role].eager(x) if eager else self.runners[role](x)
 
         center, size, angle = self.center[streams], self.size[streams], self.angle[streams]
-        crops = self._crop(frames_u8, rows, center, size, angle, LANDMARK_SIZE)
+        crops = self._crop(images, center, size, angle, LANDMARK_SIZE) * (1.0 / 255.0)
         mesh, presence = run("landmarks", crops)[:2]
         points = mesh.reshape(n, 468, 3)
         xy = self._to_image(points, center, size, angle, LANDMARK_SIZE)
@@ -339,7 +331,7 @@ class BatchedFaceTracker:
         eye_side = (t.linalg.norm(b - a, dim=-1) * EYE_SCALE).reshape(2 * n)
         eye_angle = angle.repeat_interleave(2)
         flip = self._eye_flip.repeat(n)
-        eye_crops = self._crop(frames_u8, rows.repeat_interleave(2), eye_center, eye_side, eye_angle, EYE_SIZE, flip)
+        eye_crops = self._crop(images, eye_center, eye_side, eye_angle, EYE_SIZE, flip, per_image=2) * (1.0 / 255.0)
         _contours, iris = run("iris", eye_crops)[:2]
         iris = iris.reshape(2 * n, 5, 3)
         self._last_iris_all[streams] = iris.reshape(n, 2, 5, 3)
@@ -352,8 +344,8 @@ class BatchedFaceTracker:
             self._last_blendshapes_all[streams] = run("expression", features)[0]
 
         # emotion: grey face crop in [-1, 1]
-        face = self._crop(frames_u8, rows, center, size / FACE_SCALE * 1.1, t.zeros_like(angle), EMOTION_SIZE)
-        grey = (face * self._grey).sum(1, True)
+        face = self._crop(images, center, size / FACE_SCALE * 1.1, t.zeros_like(angle), EMOTION_SIZE)
+        grey = (face * self._grey).sum(1, True) * (1.0 / 255.0)
         self._last_emotion_all[streams] = run("emotion", grey * 2 - 1)[0]
 
         # next crop from this frame's landmarks (square, 1.5x, eyes level)
