@@ -486,3 +486,25 @@ def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
         results.append([tracker.last_landmarks, tracker.last_iris, tracker.last_emotion, tracker.last_blendshapes])
     for ort_value, torch_value in zip(*results):
         assert float((ort_value - torch_value).abs().max()) < 1e-2
+
+
+def test_batched_tracker_with_bounded_detector_slots_acquires_lost_streams_over_passes():
+    torch = pytest.importorskip("torch")
+    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.shipped import sample_frames
+
+    torch.set_num_threads(1)
+    frames = torch.from_numpy(np.stack(sample_frames(4, step=1)))
+    tracker = BatchedFaceTracker(4, tuple(frames.shape[1:3]), make_runners("torch", 4), device="cpu")
+    streams = torch.arange(4)
+    # this is the pass a CUDA graph captures: two detector rows, picked on the device among the lost streams
+    tracker.step(frames, streams, detect_slots=2)
+    assert tracker.tracked.tolist() == [True, True, False, False]
+    assert bool((tracker.last_landmarks[2:] == 0).all())  # not tracked yet: no results written
+    tracker.step(frames, streams, detect_slots=2)
+    assert bool(tracker.tracked.all())
+    before = tracker.last_landmarks.clone()
+    tracker.tracked[1] = False  # one stream loses its face: the spare slot lands on a tracked row, harmlessly
+    tracker.step(frames, streams, detect_slots=2)
+    assert bool(tracker.tracked.all()) and tracker.detector_runs == 6
+    assert float((tracker.last_landmarks[..., :2] - before[..., :2]).abs().max()) < 6.0  # same frames, same faces

@@ -12,6 +12,7 @@ keeps this code testable on machines without a GPU.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -209,29 +210,32 @@ class BatchedFaceTracker:
         return t.stack([center[:, 0, None] + u * cos - v * sin, center[:, 1, None] + u * sin + v * cos], dim=-1)
 
     # --- CUDA graphs of the steady state ------------------------------------------------------------------
-    def capture_cuda_graphs(self, buckets: list[int]) -> None:
-        """Capture the tracked pass once per batch bucket, so a steady-state pass is one copy and one graph
-        launch: no per-kernel launch cost on the host and no host round trip between stages.
+    def capture_cuda_graphs(self, buckets: list[int], detect_fraction: float = 1 / 16, min_detect: int = 2) -> None:
+        """Capture the whole pass once per batch bucket: a pass is then one copy in, one graph launch and no
+        host round trip at all (no launch cost per kernel, no sync to learn how many faces were lost).
 
-        Needs runners that can run inside a capture (`eager`, the torch runners). A pass of n tracked faces
-        replays the next bucket up; the padding rows read stale frames and write to the scratch slot.
+        That needs a fixed amount of detector work per pass: each captured pass runs the detector on
+        `detect_slots[bucket]` frames (ceil(bucket * detect_fraction), at least `min_detect`), picked on the
+        device among the streams whose face is lost. Lost streams beyond that wait for a later pass and are
+        not tracked meanwhile. Needs runners that can run inside a capture (the torch runners). A pass of n
+        frames replays the next bucket up; padding rows write to the scratch slot.
         """
         t = self.t
-        tracked_roles = [r for r in self.runners if r != "detector"]
-        if self.device == "cpu" or not all(hasattr(self.runners[r], "eager") for r in tracked_roles):
-            raise ValueError("CUDA-graph capture of the tracked pass needs the torch-cuda runners")
+        if self.device == "cpu" or not all(hasattr(r, "eager") for r in self.runners.values()):
+            raise ValueError("CUDA-graph capture of the pass needs the torch-cuda runners")
         buckets = sorted({min(b, self.num_streams) for b in buckets})
+        self.detect_slots = {b: min(b, max(min_detect, math.ceil(b * detect_fraction))) for b in buckets}
         largest = buckets[-1]
+        # every tensor a graph reads must outlive the capture: a freed one's memory would be reused under it
         self._frame_buffer = t.zeros((largest, self.height, self.width, 3), dtype=t.uint8, device=self.device)
         self._streams_buffer = t.full((largest,), self.num_streams, dtype=t.long, device=self.device)
-        # every tensor a graph reads must outlive the capture: a freed one's memory would be reused under it
         self._graphs = {}
         side = t.cuda.Stream()
         side.wait_stream(t.cuda.current_stream())
         with t.inference_mode(), t.cuda.stream(side):
             for b in buckets:  # cuDNN benchmarks every shape here, outside the capture
                 for _ in range(2):
-                    self._track(self._frame_buffer[:b], self._streams_buffer[:b], eager=True)
+                    self._pass(self._frame_buffer[:b], self._streams_buffer[:b], self.detect_slots[b], eager=True)
         t.cuda.current_stream().wait_stream(side)
         t.cuda.synchronize()
         t.cuda.empty_cache()
@@ -239,7 +243,7 @@ class BatchedFaceTracker:
         for b in reversed(buckets):
             graph = t.cuda.CUDAGraph()
             with t.inference_mode(), t.cuda.graph(graph, pool=pool):
-                self._track(self._frame_buffer[:b], self._streams_buffer[:b], eager=True)
+                self._pass(self._frame_buffer[:b], self._streams_buffer[:b], self.detect_slots[b], eager=True)
             self._graphs[b] = graph
 
     def frame_buffer(self, n: int):
@@ -258,29 +262,45 @@ class BatchedFaceTracker:
         self._streams_buffer[:n].copy_(streams)
         self._streams_buffer[n:bucket].fill_(self.num_streams)
         self._graphs[bucket].replay()
+        self.detector_runs += self.detect_slots[bucket]
         return True
 
     # --- one pass ------------------------------------------------------------------------------------------
-    def step(self, frames_u8, streams) -> None:
-        """frames_u8: (B, H, W, 3) uint8 on the device, one frame per stream in `streams` (LongTensor)."""
-        t = self.t
-        with t.inference_mode():
-            lost = ~self._tracked_all[streams]
-            n_lost = int(lost.sum())  # the one host sync per pass
-            if n_lost:
-                lost_frames = frames_u8[lost].permute(0, 3, 1, 2).float().div_(255.0)
-                self._detect(lost_frames, streams[lost])
-                active = self._tracked_all[streams]  # only the frames whose face was just found (or still tracked)
-                frames_u8, streams = frames_u8[active], streams[active]
-            if len(streams) == 0:
-                return
+    def step(self, frames_u8, streams, detect_slots: int | None = None) -> None:
+        """frames_u8: (B, H, W, 3) uint8 on the device, one frame per stream in `streams` (LongTensor).
+
+        After the pass, `tracked` says which streams have a face; their `last_*` rows hold this frame's
+        results. A stream whose face is lost keeps its last results. Without captured graphs the detector runs
+        for every lost stream, or for at most `detect_slots` of them (bounded work per pass, no host sync)."""
+        with self.t.inference_mode():
             self.tracked_runs += len(streams)
             if not self._replay(frames_u8, streams):
-                self._track(frames_u8, streams)
+                if detect_slots is not None:
+                    detect_slots = min(detect_slots, len(streams))
+                    self.detector_runs += detect_slots
+                self._pass(frames_u8, streams, detect_slots)
 
-    def _detect(self, images, streams) -> None:
+    def _pass(self, frames_u8, streams, detect_slots: int | None, eager: bool = False) -> None:
+        """Detect where the face is lost, then track. detect_slots None: every lost stream, now (costs a host
+        sync); else that many detector rows picked on the device, lost rows first (capturable)."""
         t = self.t
-        self.detector_runs += images.shape[0]
+        lost = ~self._tracked_all[streams]
+        if detect_slots is None:
+            if bool(lost.any()):
+                self._detect(frames_u8[lost], streams[lost])
+        else:
+            n = len(streams)  # rank: lost rows first, then by row (padding rows, at the end, come last)
+            rank = lost.float() * 2 - t.arange(n, device=self.device) / n
+            pick = rank.topk(detect_slots).indices
+            self._detect(frames_u8[pick], streams[pick], only=lost[pick], eager=eager)
+        self._track(frames_u8, streams, eager)
+
+    def _detect(self, frames_u8, streams, only=None, eager: bool = False) -> None:
+        """BlazeFace on whole frames; a found face starts tracking. only: the rows whose result counts."""
+        t = self.t
+        if only is None:
+            self.detector_runs += len(streams)
+        images = frames_u8.permute(0, 3, 1, 2).float() * (1.0 / 255.0)
         h, w = self.height, self.width
         scale = DETECT_SIZE / max(h, w)
         nh, nw = round(h * scale), round(w * scale)
@@ -288,7 +308,8 @@ class BatchedFaceTracker:
         top, left = (DETECT_SIZE - nh) // 2, (DETECT_SIZE - nw) // 2
         boxed = t.zeros((images.shape[0], 3, DETECT_SIZE, DETECT_SIZE), device=self.device)
         boxed[:, :, top:top + nh, left:left + nw] = resized * 2 - 1
-        regressors, scores = self.runners["detector"](boxed)[:2]
+        detector = self.runners["detector"]
+        regressors, scores = (detector.eager(boxed) if eager else detector(boxed))[:2]
         best = scores[..., 0].argmax(dim=1)
         score = t.sigmoid(scores[t.arange(len(best)), best, 0].clamp(-80, 80))
         reg = regressors[t.arange(len(best)), best] / DETECT_SIZE
@@ -301,6 +322,9 @@ class BatchedFaceTracker:
         eye_px = t.stack([to_px(eyes[..., 0], left), to_px(eyes[..., 1], top)], dim=-1)
         angle = t.atan2(eye_px[:, 1, 1] - eye_px[:, 0, 1], eye_px[:, 1, 0] - eye_px[:, 0, 0])
         found = score > DETECT_THRESHOLD
+        if only is not None:  # rows picked only to fill the slots must not touch their stream's state
+            found = found & only
+            streams = t.where(only, streams, self.num_streams)
         self.center[streams] = t.where(found[:, None], center, self.center[streams])
         self.size[streams] = t.where(found, side, self.size[streams])
         self.angle[streams] = t.where(found, angle, self.angle[streams])
@@ -318,6 +342,7 @@ class BatchedFaceTracker:
             return self.runners[role].eager(x) if eager else self.runners[role](x)
 
         center, size, angle = self.center[streams], self.size[streams], self.angle[streams]
+        streams = t.where(self._tracked_all[streams], streams, self.num_streams)  # lost: results go to scratch
         crops = self._crop(images, center, size, angle, LANDMARK_SIZE) * (1.0 / 255.0)
         mesh, presence = run("landmarks", crops)[:2]
         points = mesh.reshape(n, 468, 3)
