@@ -46,6 +46,8 @@ def add_arguments(p) -> None:
     p.add_argument("--first-streams", type=int, default=256, help="first stream count tried (then doubled)")
     p.add_argument("--graph-limit", type=int, default=4096, help="largest batch bucket captured as a CUDA graph")
     p.add_argument("--stream-seconds", type=float, default=2.0, help="measured seconds per stream count")
+    p.add_argument("--frames-from", default="gpu,host",
+                   help="multi-stream frame sources: gpu (decoded on the GPU), host (uploaded from pinned memory)")
 
 
 def _stats(samples_ms: list[float], batch: int) -> dict:
@@ -348,7 +350,8 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
 
     out = {"runner": runner, "tracked_pass_cuda_graphs": whole_pass, "setup_seconds": round(setup_s, 1), "precision": precision, "frame_size": list(hw),
            "p99_limit_ms": P99_LIMIT_MS, "fps_per_stream": FPS, "redetect_fraction": 0.01}
-    for mode, from_host in (("frames_on_gpu", None), ("frames_from_host", host)):
+    modes = {"gpu": ("frames_on_gpu", None), "host": ("frames_from_host", host)}
+    for mode, from_host in (modes[m] for m in args.frames_from.split(",")):
         trials = []
         lo, hi, n = 0, None, args.first_streams
         while n <= max_n:  # grow until p99 breaks, then bisect
