@@ -311,8 +311,8 @@ class BatchedFaceTracker:
         detector = self.runners["detector"]
         regressors, scores = (detector.eager(boxed) if eager else detector(boxed))[:2]
         best = scores[..., 0].argmax(dim=1)
-        score = t.sigmoid(scores[t.arange(len(best)), best, 0].clamp(-80, 80))
-        reg = regressors[t.arange(len(best)), best] / DETECT_SIZE
+        score = t.sigmoid(scores[t.arange(len(best), device=self.device), best, 0].clamp(-80, 80))
+        reg = regressors[t.arange(len(best), device=self.device), best] / DETECT_SIZE
         anchor = self.anchors[best]
         cx, cy = anchor[:, 0] + reg[:, 0], anchor[:, 1] + reg[:, 1]
         eyes = anchor[:, None, :] + reg[:, 4:8].view(-1, 2, 2)
