@@ -508,3 +508,38 @@ def test_batched_tracker_with_bounded_detector_slots_acquires_lost_streams_over_
     tracker.step(frames, streams, detect_slots=2)
     assert bool(tracker.tracked.all()) and tracker.detector_runs == 6
     assert float((tracker.last_landmarks[..., :2] - before[..., :2]).abs().max()) < 6.0  # same frames, same faces
+
+
+def test_the_captured_pass_is_pure_device_work():
+    """What a CUDA graph captures may not touch host tensors (a copy) nor read values (a sync). Checked without a
+    GPU: the pass runs on the meta device (shapes only: reading a value fails) while every op is inspected for
+    a host tensor argument."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.shipped import find_model
+    from bridge.engines.torch_runner import TorchRunner
+
+    class HostTensorSpy(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if any(isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() > 0
+                   for a in tree_flatten((args, kwargs))[0]):
+                self.ops.add(str(func))
+            return func(*args, **kwargs)
+
+    names = {"detector": "face_detection_short_range", "landmarks": "face_landmark", "iris": "iris_landmark",
+             "emotion": "emotion", "expression": "regressor"}
+    runners = {role: TorchRunner(find_model(name).path, 8, "meta") for role, name in names.items()}
+    tracker = BatchedFaceTracker(6, (360, 480), runners, device="meta")
+    frames = torch.zeros((8, 360, 480, 3), dtype=torch.uint8, device="meta")
+    streams = torch.full((8,), 6, dtype=torch.long, device="meta")  # all padding rows: the scratch slot
+    with torch.inference_mode(), HostTensorSpy() as spy:
+        tracker._pass(frames, streams, detect_slots=2, eager=True)
+    assert not spy.ops, f"host tensors inside the captured pass: {sorted(spy.ops)}"
