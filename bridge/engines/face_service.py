@@ -1,0 +1,119 @@
+"""Many face streams, one device, as a service: `submit(stream, frame)` returns a future of that frame's face.
+
+The `DeadlineBatcher` gathers whatever frames have arrived from all streams whenever the device is free (a lone
+stream never waits for company), and the `BatchedFaceTracker` runs them as one pass. A pass holds at most one frame
+per stream (tracking state is per stream), so a stream that queued two frames gets the second in a following pass:
+results always come back per stream in submission order. Frames may be uint8 HxWx3 RGB numpy arrays (decoded on
+the host) or torch uint8 tensors already on the device (decoded by NVDEC: no host copy at all).
+"""
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+
+from bridge.engines.batcher import DeadlineBatcher
+
+# one packed row per frame, copied back once per pass: tracked flag, landmarks, irises, emotion, blendshapes
+FIELDS = (("tracked", ()), ("landmarks", (468, 3)), ("irises", (2, 5, 3)), ("emotion", (7,)), ("blendshapes", (52,)))
+
+
+@dataclass(frozen=True)
+class StreamFace:
+    """One frame's result for one stream. Without a face (`tracked` False) the arrays hold the last face seen."""
+    stream: int
+    tracked: bool
+    landmarks: np.ndarray  # (468, 3): frame pixels x, y and relative depth
+    irises: np.ndarray  # (2, 5, 3): iris points in each 64x64 eye crop, image-left eye first
+    emotion: np.ndarray  # (7,) probabilities, bridge.frame.EMOTION_NAMES order
+    blendshapes: np.ndarray  # (52,) ARKit weights, bridge.frame.ARKIT_NAMES order (zeros without the regressor)
+
+
+class MultiStreamFaceService:
+    def __init__(self, num_streams: int, frame_hw: tuple[int, int], runners: dict, device: str = "cuda",
+                 max_batch: int | None = None, graph_buckets: list[int] | None = None, max_wait_s: float = 0.0):
+        """runners: `batched_face.make_runners(...)`. graph_buckets: capture the pass as CUDA graphs for these
+        batch sizes (torch-cuda runners only)."""
+        import torch
+
+        from bridge.engines.batched_face import BatchedFaceTracker
+
+        self._torch = torch
+        self.num_streams = num_streams
+        self.frame_hw = tuple(frame_hw)
+        self.device = device
+        self.tracker = BatchedFaceTracker(num_streams, frame_hw, runners, device=device)
+        if graph_buckets:
+            self.tracker.capture_cuda_graphs(graph_buckets)
+        self._max_batch = min(max_batch or num_streams, num_streams)
+        self._staging = torch.empty((self._max_batch, *self.frame_hw, 3), dtype=torch.uint8, device=device)
+        width = sum(int(np.prod(shape)) for _, shape in FIELDS)
+        self._results_host = torch.empty((self._max_batch, width), dtype=torch.float32)
+        if device != "cpu":
+            self._results_host = self._results_host.pin_memory()
+        self.passes = 0
+        self._batcher = DeadlineBatcher(self._run, max_batch=self._max_batch, max_wait_s=max_wait_s,
+                                        name="face-service")
+
+    # --- the caller's side ----------------------------------------------------------------------------------
+    def submit(self, stream: int, frame) -> Future:
+        """Queue one frame of `stream`; the future gives its `StreamFace`. Bad input raises here, at once."""
+        if not 0 <= int(stream) < self.num_streams:
+            raise ValueError(f"stream {stream} is out of range: this service has streams 0..{self.num_streams - 1}")
+        shape, dtype = tuple(frame.shape), str(frame.dtype).replace("torch.", "")
+        if shape != (*self.frame_hw, 3) or dtype != "uint8":
+            raise ValueError(f"stream {stream}: a frame must be uint8 RGB of shape {(*self.frame_hw, 3)} (got "
+                             f"{dtype} {shape}); resize or convert it before submitting")
+        return self._batcher.submit(int(stream), frame)
+
+    def close(self) -> None:
+        self._batcher.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- the worker's side -----------------------------------------------------------------------------------
+    def _run(self, streams: list[int], frames: list) -> list[StreamFace]:
+        results: list[StreamFace | None] = [None] * len(frames)
+        remaining = list(range(len(frames)))
+        while remaining:  # one frame per stream per pass; a stream's later frames wait for the next pass
+            seen, now, later = set(), [], []
+            for i in remaining:
+                (later if streams[i] in seen else now).append(i)
+                seen.add(streams[i])
+            for i, face in zip(now, self._pass([streams[i] for i in now], [frames[i] for i in now])):
+                results[i] = face
+            remaining = later
+        return results
+
+    def _pass(self, streams: list[int], frames: list) -> list[StreamFace]:
+        torch = self._torch
+        n = len(streams)
+        batch = self.tracker.frame_buffer(n)  # a captured pass's own input buffer saves a copy
+        batch = self._staging[:n] if batch is None else batch
+        for row, frame in enumerate(frames):
+            batch[row].copy_(torch.from_numpy(np.ascontiguousarray(frame)) if isinstance(frame, np.ndarray)
+                             else frame)
+        index = torch.tensor(streams, device=self.device)
+        self.tracker.step(batch, index)
+        t = self.tracker
+        packed = torch.cat([t.tracked[index].float()[:, None], t.last_landmarks[index].flatten(1),
+                            t.last_iris[index].flatten(1), t.last_emotion[index], t.last_blendshapes[index]], dim=1)
+        out = self._results_host[:n]
+        out.copy_(packed)  # one copy back per pass (waits for the pass)
+        self.passes += 1
+        return [_unpack(stream, row) for stream, row in zip(streams, out.numpy().copy())]
+
+
+def _unpack(stream: int, row: np.ndarray) -> StreamFace:
+    values, start = {}, 0
+    for name, shape in FIELDS:
+        size = int(np.prod(shape))
+        values[name] = row[start:start + size].reshape(shape)
+        start += size
+    values["tracked"] = bool(values["tracked"] > 0.5)
+    return StreamFace(stream=stream, **values)
