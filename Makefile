@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
-# For `make tools`: a local CPU torch wheel avoids a multi-GB CUDA download where one lies on disk.
+# For `make tools` and the batched multi-stream tests: a local CPU torch wheel avoids a multi-GB CUDA download
+# where one lies on disk (without one, `make test` skips the tests that need torch and says so).
 TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
 .PHONY: run test install tools clean
@@ -27,6 +28,9 @@ run: $(STAMP)
 	$(VENV)/bin/facebridge run --source sample --max-frames 300
 
 test: $(STAMP)
+ifneq ($(TORCH_WHEEL),)
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_WHEEL)
+endif
 	$(PY) -m pytest -q
 
 clean:
