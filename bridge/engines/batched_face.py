@@ -3,12 +3,12 @@
 Per frame: the detector only for streams whose face is lost; for tracked streams the 468-point landmark model
 on a rotated 192x192 crop, both irises as one batch on 64x64 eye crops, the emotion model on a 64x64 grey face
 crop, and the expression regressor (ARKit-52) on the landmark features; then the next crop is taken from this
-frame's landmarks. All crops are one `grid_sample` per stage
-over the whole batch, so the host only launches work and reads back one count per pass.
+frame's landmarks. Every crop of a stage is one `grid_sample` over the whole batch.
 
-Models run through a `ModelRunner` (outputs in the ONNX output order): ONNX Runtime with the CUDA execution
-provider over device tensors (IOBinding, CUDA graphs per batch bucket), or plain ONNX Runtime on the CPU, which
-keeps this code testable on machines without a GPU.
+Models run through runners (outputs in the ONNX output order): `TorchRunner` (fp16 / channels_last, CUDA graphs;
+the fastest path on GPUs where TensorRT cannot run), ONNX Runtime CUDA over device tensors (IOBinding, CUDA
+graphs per batch bucket), or either on the CPU, which keeps this code testable without a GPU. With torch runners
+on a GPU, `capture_cuda_graphs` turns a whole pass into one graph launch.
 """
 from __future__ import annotations
 
@@ -143,10 +143,10 @@ class BatchedFaceTracker:
 
         self.t = torch
         self.device = device
-        self.runners = runners  # detector, landmarks, iris, emotion -> ModelRunner
+        self.runners = runners  # detector, landmarks, iris, emotion, expression -> runner (see make_runners)
         self.height, self.width = frame_hw
         self.num_streams = num_streams
-        slots = num_streams + 1  # the last slot is scratch: padding rows of a captured pass write there
+        slots = num_streams + 1  # the last slot is scratch: padding rows and lost streams write there
         self.center = torch.zeros((slots, 2), device=device)
         self.size = torch.ones(slots, device=device)
         self.angle = torch.zeros(slots, device=device)
@@ -167,7 +167,7 @@ class BatchedFaceTracker:
         self._eye_flip = torch.tensor([False, True], device=device)
         self._grey = torch.tensor([0.299, 0.587, 0.114], device=device)[None, :, None, None]
         self._image_centre = torch.tensor([self.width / 2, self.height / 2], device=device)
-        self._graphs = {}  # bucket -> captured tracked pass (see capture_cuda_graphs)
+        self._graphs = {}  # bucket -> captured pass (see capture_cuda_graphs)
         self._frame_buffer = self._streams_buffer = None
         self.focal = float(self.width)  # intrinsics unknown: the expression contract's default
         self.detector_runs = 0
