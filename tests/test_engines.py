@@ -545,12 +545,12 @@ def test_the_captured_pass_is_pure_device_work():
     assert not spy.ops, f"host tensors inside the captured pass: {sorted(spy.ops)}"
 
 
-def _service(torch, streams: int = 3):
+def _service(torch, streams: int = 3, **options):
     from bridge.engines.batched_face import make_runners
     from bridge.engines.face_service import MultiStreamFaceService
 
     torch.set_num_threads(1)
-    return MultiStreamFaceService(streams, (360, 480), make_runners("torch", 4), device="cpu")
+    return MultiStreamFaceService(streams, (360, 480), make_runners("torch", 4), device="cpu", **options)
 
 
 def test_face_service_serves_concurrent_streams_in_order_like_one_tracker_per_stream():
@@ -600,3 +600,13 @@ def test_face_service_gives_a_stream_one_frame_per_pass_and_refuses_bad_frames()
             service.submit(0, clip[0][:100])
         with pytest.raises(ValueError, match="float32"):
             service.submit(0, clip[0].astype(np.float32))
+
+
+def test_face_service_serves_without_graphs_when_capture_is_impossible(caplog):
+    torch = pytest.importorskip("torch")
+    from bridge.engines.shipped import sample_frames
+
+    with _service(torch, streams=1, graph_buckets=[1]) as service:  # the CPU cannot capture CUDA graphs
+        face = service.submit(0, sample_frames(1)[0]).result(timeout=60)
+    assert not service.graphs and face.tracked
+    assert "CUDA-graph capture failed" in caplog.text and "eager passes" in caplog.text

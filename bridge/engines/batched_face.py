@@ -246,6 +246,11 @@ class BatchedFaceTracker:
                 self._pass(self._frame_buffer[:b], self._streams_buffer[:b], self.detect_slots[b], eager=True)
             self._graphs[b] = graph
 
+    def release_cuda_graphs(self) -> None:
+        """Back to eager passes (same results, more host work); frees the graphs' memory pool."""
+        self._graphs = {}
+        self._frame_buffer = self._streams_buffer = None
+
     def frame_buffer(self, n: int):
         """Where to put the next pass's n frames to save the tracker a copy (None without captured graphs)."""
         if self._frame_buffer is None or n > self._frame_buffer.shape[0]:

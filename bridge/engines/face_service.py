@@ -8,12 +8,15 @@ the host) or torch uint8 tensors already on the device (decoded by NVDEC: no hos
 """
 from __future__ import annotations
 
+import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 import numpy as np
 
 from bridge.engines.batcher import DeadlineBatcher
+
+log = logging.getLogger(__name__)
 
 # one packed row per frame, copied back once per pass: tracked flag, landmarks, irises, emotion, blendshapes
 FIELDS = (("tracked", ()), ("landmarks", (468, 3)), ("irises", (2, 5, 3)), ("emotion", (7,)), ("blendshapes", (52,)))
@@ -44,8 +47,16 @@ class MultiStreamFaceService:
         self.frame_hw = tuple(frame_hw)
         self.device = device
         self.tracker = BatchedFaceTracker(num_streams, frame_hw, runners, device=device)
+        self.graphs = False
         if graph_buckets:
-            self.tracker.capture_cuda_graphs(graph_buckets)
+            try:
+                self.tracker.capture_cuda_graphs(graph_buckets)
+                self.graphs = True
+            except (RuntimeError, ValueError) as e:  # a service that runs slower beats one that does not start
+                self.tracker.release_cuda_graphs()
+                log.warning("CUDA-graph capture failed (%s); serving with eager passes (same results, more host "
+                            "work per pass). Use the torch-cuda runners on an NVIDIA GPU to capture.",
+                            str(e).splitlines()[0][:200])
         self._max_batch = min(max_batch or num_streams, num_streams)
         self._staging = torch.empty((self._max_batch, *self.frame_hw, 3), dtype=torch.uint8, device=device)
         width = sum(int(np.prod(shape)) for _, shape in FIELDS)
