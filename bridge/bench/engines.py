@@ -10,6 +10,7 @@ Sections of the JSON:
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import tempfile
@@ -236,6 +237,8 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
     stream) and runs the batched pipeline; latency = results back on the host - frame arrival."""
     import torch
 
+    from bridge.engines.batched_face import RESULT_WIDTH
+
     tracker = tracker_for(num_streams)
     rng = np.random.default_rng(seed)
     period = 1.0 / FPS
@@ -244,7 +247,7 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
     n_frames = frames_dev.shape[0]
     device = frames_dev.device
     on_gpu = device.type == "cuda"
-    result_host = torch.empty((num_streams, 468 * 3 + 7 + 30 + 52), dtype=torch.float32)
+    result_host = torch.empty((num_streams, RESULT_WIDTH), dtype=torch.float32)
     result_host = result_host.pin_memory() if on_gpu else result_host
     sync = torch.cuda.current_stream().synchronize if on_gpu else (lambda: None)
     staging = torch.empty((num_streams, *frames_dev.shape[1:]), dtype=torch.uint8, device=device)
@@ -283,9 +286,7 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
             torch.index_select(frames_dev, 0, torch.from_numpy(frame_idx).to(device), out=batch)
         t_pass = time.perf_counter()
         tracker.step(batch, streams)
-        packed = torch.cat([tracker.last_landmarks[streams].flatten(1), tracker.last_emotion[streams],
-                            tracker.last_iris[streams].flatten(1), tracker.last_blendshapes[streams]], dim=1)
-        result_host[: len(ready)].copy_(packed, non_blocking=True)
+        result_host[: len(ready)].copy_(tracker.packed_results(streams), non_blocking=True)
         sync()
         done = time.perf_counter() - start
         if now >= warm:
@@ -338,18 +339,18 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
     host = torch.from_numpy(frames)
     host = host.pin_memory() if device == "cuda" else host
     hw = frames.shape[1:3]
+
     def tracker_for(n: int):
         tracker = BatchedFaceTracker(n, hw, runners, device=device)
         if whole_pass:
-            import gc
-
             gc.collect()  # the last trial's graphs and their memory pool
             torch.cuda.empty_cache()
             tracker.capture_cuda_graphs(buckets)
         return tracker
 
-    out = {"runner": runner, "tracked_pass_cuda_graphs": whole_pass, "setup_seconds": round(setup_s, 1), "precision": precision, "frame_size": list(hw),
-           "p99_limit_ms": P99_LIMIT_MS, "fps_per_stream": FPS, "redetect_fraction": 0.01}
+    out = {"runner": runner, "tracked_pass_cuda_graphs": whole_pass, "setup_seconds": round(setup_s, 1),
+           "precision": precision, "frame_size": list(hw), "p99_limit_ms": P99_LIMIT_MS, "fps_per_stream": FPS,
+           "redetect_fraction": 0.01}
     modes = {"gpu": ("frames_on_gpu", None), "host": ("frames_from_host", host)}
     for mode, from_host in (modes[m] for m in args.frames_from.split(",")):
         trials = []

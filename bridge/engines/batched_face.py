@@ -18,12 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from bridge.engines.shipped import find_model
-from bridge.engines.torch_runner import TorchRunner, batch_buckets
+from bridge.engines.torch_runner import TorchRunner, batch_buckets, capture_graphs
 
 LANDMARK_SIZE, EYE_SIZE, EMOTION_SIZE, DETECT_SIZE = 192, 64, 64, 128
 EYE_CORNERS = ((33, 133), (362, 263))  # image-left eye, image-right eye (flipped for the iris model)
 FACE_SCALE, EYE_SCALE = 1.5, 2.3
 PRESENCE_THRESHOLD, DETECT_THRESHOLD = 0.5, 0.5
+# one row per frame, as `packed_results` lays it out for a single copy back to the host
+RESULT_FIELDS = (("tracked", ()), ("landmarks", (468, 3)), ("irises", (2, 5, 3)), ("emotion", (7,)),
+                 ("blendshapes", (52,)))
+RESULT_WIDTH = sum(math.prod(shape) for _, shape in RESULT_FIELDS)
 
 
 class OrtCpuRunner:
@@ -226,25 +230,12 @@ class BatchedFaceTracker:
         buckets = sorted({min(b, self.num_streams) for b in buckets})
         self.detect_slots = {b: min(b, max(min_detect, math.ceil(b * detect_fraction))) for b in buckets}
         largest = buckets[-1]
-        # every tensor a graph reads must outlive the capture: a freed one's memory would be reused under it
+        # the graphs' inputs: they must outlive the graphs (see capture_graphs)
         self._frame_buffer = t.zeros((largest, self.height, self.width, 3), dtype=t.uint8, device=self.device)
         self._streams_buffer = t.full((largest,), self.num_streams, dtype=t.long, device=self.device)
-        self._graphs = {}
-        side = t.cuda.Stream()
-        side.wait_stream(t.cuda.current_stream())
-        with t.inference_mode(), t.cuda.stream(side):
-            for b in buckets:  # cuDNN benchmarks every shape here, outside the capture
-                for _ in range(2):
-                    self._pass(self._frame_buffer[:b], self._streams_buffer[:b], self.detect_slots[b], eager=True)
-        t.cuda.current_stream().wait_stream(side)
-        t.cuda.synchronize()
-        t.cuda.empty_cache()
-        pool = t.cuda.graph_pool_handle()  # one pool: passes never overlap, so the buckets share memory
-        for b in reversed(buckets):
-            graph = t.cuda.CUDAGraph()
-            with t.inference_mode(), t.cuda.graph(graph, pool=pool):
-                self._pass(self._frame_buffer[:b], self._streams_buffer[:b], self.detect_slots[b], eager=True)
-            self._graphs[b] = graph
+        graphs = capture_graphs(buckets, lambda b: self._pass(self._frame_buffer[:b], self._streams_buffer[:b],
+                                                              self.detect_slots[b], eager=True))
+        self._graphs = {b: graph for b, (graph, _) in graphs.items()}
 
     def release_cuda_graphs(self) -> None:
         """Back to eager passes (same results, more host work); frees the graphs' memory pool."""
@@ -256,6 +247,14 @@ class BatchedFaceTracker:
         if self._frame_buffer is None or n > self._frame_buffer.shape[0]:
             return None
         return self._frame_buffer[:n]
+
+    def packed_results(self, streams):
+        """(len(streams), RESULT_WIDTH) float rows in RESULT_FIELDS order, on the device: one copy brings a pass's
+        results to the host."""
+        t = self.t
+        return t.cat([self.tracked[streams].float()[:, None], self.last_landmarks[streams].flatten(1),
+                      self.last_iris[streams].flatten(1), self.last_emotion[streams], self.last_blendshapes[streams]],
+                     dim=1)
 
     def _replay(self, frames_u8, streams) -> bool:
         n = len(streams)

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bridge.engines.batched_face import RESULT_FIELDS, RESULT_WIDTH, BatchedFaceTracker
 from bridge.engines.batcher import DeadlineBatcher
 
 log = logging.getLogger(__name__)
 
-# one packed row per frame, copied back once per pass: tracked flag, landmarks, irises, emotion, blendshapes
-FIELDS = (("tracked", ()), ("landmarks", (468, 3)), ("irises", (2, 5, 3)), ("emotion", (7,)), ("blendshapes", (52,)))
 
 
 @dataclass(frozen=True)
@@ -40,8 +39,6 @@ class MultiStreamFaceService:
         batch sizes (torch-cuda runners only)."""
         import torch
 
-        from bridge.engines.batched_face import BatchedFaceTracker
-
         self._torch = torch
         self.num_streams = num_streams
         self.frame_hw = tuple(frame_hw)
@@ -59,8 +56,7 @@ class MultiStreamFaceService:
                             str(e).splitlines()[0][:200])
         self._max_batch = min(max_batch or num_streams, num_streams)
         self._staging = torch.empty((self._max_batch, *self.frame_hw, 3), dtype=torch.uint8, device=device)
-        width = sum(int(np.prod(shape)) for _, shape in FIELDS)
-        self._results_host = torch.empty((self._max_batch, width), dtype=torch.float32)
+        self._results_host = torch.empty((self._max_batch, RESULT_WIDTH), dtype=torch.float32)
         if device != "cpu":
             self._results_host = self._results_host.pin_memory()
         self.passes = 0
@@ -111,18 +107,15 @@ class MultiStreamFaceService:
                              else frame)
         index = torch.tensor(streams, device=self.device)
         self.tracker.step(batch, index)
-        t = self.tracker
-        packed = torch.cat([t.tracked[index].float()[:, None], t.last_landmarks[index].flatten(1),
-                            t.last_iris[index].flatten(1), t.last_emotion[index], t.last_blendshapes[index]], dim=1)
         out = self._results_host[:n]
-        out.copy_(packed)  # one copy back per pass (waits for the pass)
+        out.copy_(self.tracker.packed_results(index))  # one copy back per pass (waits for the pass)
         self.passes += 1
         return [_unpack(stream, row) for stream, row in zip(streams, out.numpy().copy())]
 
 
 def _unpack(stream: int, row: np.ndarray) -> StreamFace:
     values, start = {}, 0
-    for name, shape in FIELDS:
+    for name, shape in RESULT_FIELDS:
         size = int(np.prod(shape))
         values[name] = row[start:start + size].reshape(shape)
         start += size

@@ -36,10 +36,11 @@ def _spatial_pads(attrs: dict, x_shape, kernel, strides, dilations) -> list[int]
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     if auto in ("SAME_UPPER", "SAME_LOWER"):
-        (t, b), (l, r) = (_same_upper_pads(x_shape[2 + i], kernel[i], strides[i], dilations[i]) for i in range(2))
+        (top, bottom), (left, right) = (_same_upper_pads(x_shape[2 + i], kernel[i], strides[i], dilations[i])
+                                        for i in range(2))
         if auto == "SAME_LOWER":
-            t, b, l, r = b, t, r, l
-        return [l, r, t, b]
+            top, bottom, left, right = bottom, top, right, left
+        return [left, right, top, bottom]
     if auto == "VALID":
         return [0, 0, 0, 0]
     p = list(attrs.get("pads", [0, 0, 0, 0]))

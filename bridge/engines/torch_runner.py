@@ -22,6 +22,35 @@ def batch_buckets(max_batch: int) -> list[int]:
     return sizes + [max_batch]
 
 
+def capture_graphs(buckets: list[int], run) -> dict:
+    """CUDA graphs of `run(bucket)` for each bucket: {bucket: (graph, what run returned)}.
+
+    Every bucket first runs twice on a side stream, so cuDNN benchmarks its algorithms outside any capture. The
+    graphs share one memory pool (captured largest first): callers replay one at a time and every graph's outputs
+    stay allocated, so they can share their intermediates. Every tensor `run` reads must outlive the graphs: a freed
+    one's memory would be reused under them.
+    """
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.inference_mode(), torch.cuda.stream(side):
+        for bucket in buckets:
+            for _ in range(2):
+                run(bucket)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the benchmarks' workspaces: cached memory a graph pool cannot reuse
+    pool = torch.cuda.graph_pool_handle()
+    graphs = {}
+    for bucket in sorted(buckets, reverse=True):
+        graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(graph, pool=pool):
+            out = run(bucket)
+        graphs[bucket] = (graph, out)
+    return graphs
+
+
 class TorchRunner:
     """`runner(x)` -> outputs in the ONNX output order, float32, first `len(x)` rows.
 
@@ -59,26 +88,10 @@ class TorchRunner:
         return [o.float() for o in self.module(x.to(self.dtype).contiguous(memory_format=self._format))]
 
     def _capture_all(self) -> None:
-        """One graph per bucket, all in one memory pool: a call replays one graph at a time, and each graph's
-        outputs stay allocated, so the graphs can share their intermediate memory (largest captured first)."""
         torch = self._torch
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.inference_mode(), torch.cuda.stream(side):
-            for bucket in self.buckets:  # cuDNN benchmarks its algorithms here, outside any capture
-                x = torch.zeros((bucket, *self.item_shape), device=self.device)
-                for _ in range(2):
-                    self._forward(x)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()  # the benchmarks' workspaces: cached memory a graph pool cannot reuse
-        pool = torch.cuda.graph_pool_handle()
-        for bucket in sorted(self.buckets, reverse=True):
-            static_in = torch.zeros((bucket, *self.item_shape), device=self.device)
-            graph = torch.cuda.CUDAGraph()
-            with torch.inference_mode(), torch.cuda.graph(graph, pool=pool):
-                static_out = self._forward(static_in)
-            self._graphs[bucket] = (graph, static_in, static_out)
+        inputs = {b: torch.zeros((b, *self.item_shape), device=self.device) for b in self.buckets}
+        graphs = capture_graphs(self.buckets, lambda b: self._forward(inputs[b]))
+        self._graphs = {b: (graph, inputs[b], outputs) for b, (graph, outputs) in graphs.items()}
 
     def eager(self, x):
         """The model as plain kernels: for a caller that captures its own, larger graph around it."""
