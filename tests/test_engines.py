@@ -438,6 +438,39 @@ def test_torch_conversion_matches_onnx_runtime_on_real_frames(name):
         assert float(np.abs(g.numpy() - w).max()) <= 2e-5 * max(float(np.abs(w).max()), 1.0)
 
 
+def test_compile_traces_each_model_once_and_its_batch_dimension_stays_dynamic(tmp_path, monkeypatch):
+    """The compiled GPU runners rely on this: one compile per model serves every batch bucket. A regression
+    (an example input that is not an inference tensor, a shape the converter fixes) compiles again per call
+    shape, which on a GPU costs half a minute per bucket and model. Traced here with a backend that counts."""
+    torch = pytest.importorskip("torch")
+    from bridge.engines.onnx_torch import load_torch_module
+    from bridge.engines.shipped import find_model
+    from bridge.engines.torch_runner import compile_module
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    traced = []
+
+    def counting_backend(graph_module, example_inputs):
+        traced.append(graph_module)
+        return graph_module.forward
+
+    item = (3, 64, 64)
+    module = load_torch_module(find_model("iris_landmark").path, (1, *item)).eval()
+    lines = []
+    compiled = compile_module(module, item, torch.float32, torch.contiguous_format, "iris_landmark",
+                              report=lines.append, batch=8, backend=counting_backend)
+    assert len(traced) == 1 and "compiling iris_landmark" in lines[0] and lines[1].startswith("compiled")
+    # CPU convolutions guard on batch < 16 (oneDNN's choice), so these stay on one side of it
+    with torch.inference_mode():
+        for batch in (2, 5, 15):
+            x = torch.rand((batch, *item))
+            for got, want in zip(compiled(x), module(x)):
+                assert tuple(got.shape) == tuple(want.shape) and bool(torch.equal(got, want))
+    assert len(traced) == 1, "a new batch size compiled the model again"
+    torch._dynamo.reset()
+
+
 def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
     pytest.importorskip("torch")
     from bridge.engines.base import EngineError
@@ -610,3 +643,35 @@ def test_face_service_serves_without_graphs_when_capture_is_impossible(caplog):
         face = service.submit(0, sample_frames(1)[0]).result(timeout=60)
     assert not service.graphs and face.tracked
     assert "CUDA-graph capture failed" in caplog.text and "eager passes" in caplog.text
+
+
+def test_bench_multistream_search_writes_every_trial_as_it_ends(tmp_path):
+    """The multi-stream search through the real CLI, on the CPU runners (the GPU runs use the same code): the
+    JSON holds the trials and the answer. Each trial is also on disk as it ends (`.partial`), so a run cut short
+    by a wall-clock limit keeps what it measured: checked by running the section alone, as a cut run leaves it."""
+    pytest.importorskip("torch")
+    import argparse
+    import json
+    import sys
+
+    from bridge.bench import engines as bench
+
+    flags = ["--sections", "multistream", "--multistream", "on", "--runners", "onnxruntime", "--first-streams", "1",
+             "--max-streams", "2", "--stream-seconds", "0.3", "--frames-from", "gpu", "--threads", "1"]
+    out = tmp_path / "ms.json"
+    proc = subprocess.run([sys.executable, "-m", "bridge", "bench", "engines", *flags, "--json", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    section = json.loads(out.read_text())["results"]["multistream"]["onnxruntime-fp32"]
+    trials = section["frames_on_gpu"]["trials"]
+    assert trials[0]["streams"] == 1 and all(t["frames"] > 0 for t in trials)
+    assert section["compiled_models"] == [] and section["frames_on_gpu"]["max_streams_at_p99_limit"] in (0, 1, 2)
+
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    parser.add_argument("--json")  # `facebridge bench` adds it to every benchmark
+    args = parser.parse_args([*flags, "--json", str(tmp_path / "cut.json")])
+    bench.multistream_section(args, "onnxruntime", "fp32")
+    partial = json.loads((tmp_path / "cut.json.partial").read_text())
+    kept = partial["multistream_in_progress"]["onnxruntime-fp32"]["frames_on_gpu"]["trials"]
+    assert kept and kept[0]["streams"] == 1 and kept[0]["frames"] > 0

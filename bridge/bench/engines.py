@@ -47,6 +47,8 @@ def add_arguments(p) -> None:
     p.add_argument("--first-streams", type=int, default=256, help="first stream count tried (then doubled)")
     p.add_argument("--graph-limit", type=int, default=4096, help="largest batch bucket captured as a CUDA graph")
     p.add_argument("--stream-seconds", type=float, default=2.0, help="measured seconds per stream count")
+    p.add_argument("--torch-compile", choices=("on", "off"), default="on",
+                   help="torch-cuda runners: Inductor-fused kernels (on, the product default) or eager kernels")
     p.add_argument("--frames-from", default="gpu,host",
                    help="multi-stream frame sources: gpu (decoded on the GPU), host (uploaded from pinned memory)")
 
@@ -330,7 +332,8 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
     whole_pass = runner == "torch-cuda"  # torch runners can be captured with the glue around them
     if device == "cuda":
         runners = make_runners(runner, max_n, fp16=precision == "fp16", buckets=buckets, graph_limit=args.graph_limit,
-                               tracked_pass_graphs=whole_pass)
+                               tracked_pass_graphs=whole_pass, compile=args.torch_compile == "on",
+                               report=lambda line: _say(line))
     else:
         runners = make_runners(runner, max_n, threads=args.threads or os.cpu_count() or 1)
     setup_s = time.perf_counter() - t0
@@ -349,15 +352,24 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
         return tracker
 
     out = {"runner": runner, "tracked_pass_cuda_graphs": whole_pass, "setup_seconds": round(setup_s, 1),
+           "compiled_models": sorted(role for role, r in runners.items() if getattr(r, "compiled", False)),
            "precision": precision, "frame_size": list(hw), "p99_limit_ms": P99_LIMIT_MS, "fps_per_stream": FPS,
            "redetect_fraction": 0.01}
     modes = {"gpu": ("frames_on_gpu", None), "host": ("frames_from_host", host)}
+
+    def checkpoint(partial: dict) -> None:  # every trial on disk as it ends: a run cut short keeps what it measured
+        if getattr(args, "json", None):
+            from bridge.fsutil import atomic_write_json
+
+            atomic_write_json(args.json + ".partial", {"multistream_in_progress": {f"{runner}-{precision}": partial}})
+
     for mode, from_host in (modes[m] for m in args.frames_from.split(",")):
         trials = []
         lo, hi, n = 0, None, args.first_streams
         while n <= max_n:  # grow until p99 breaks, then bisect
             r = simulate_streams(tracker_for, frames_dev, n, args.stream_seconds, from_host)
             trials.append(r)
+            checkpoint({**out, mode: {"trials": trials}})
             _say(f"multistream {mode}: {n} streams p99 {r['p99_ms']} ms, mean batch {r['mean_batch']}")
             if r["p99_ms"] is not None and r["p99_ms"] <= P99_LIMIT_MS and r["fps_served"] >= 0.97 * n * FPS:
                 lo, n = n, n * 2
@@ -369,6 +381,7 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
             mid = (lo + hi) // 2
             r = simulate_streams(tracker_for, frames_dev, mid, args.stream_seconds, from_host)
             trials.append(r)
+            checkpoint({**out, mode: {"trials": trials}})
             _say(f"multistream {mode}: {mid} streams p99 {r['p99_ms']} ms, mean batch {r['mean_batch']}")
             ok = r["p99_ms"] is not None and r["p99_ms"] <= P99_LIMIT_MS and r["fps_served"] >= 0.97 * mid * FPS
             lo, hi = (mid, hi) if ok else (lo, mid)

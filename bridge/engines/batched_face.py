@@ -409,9 +409,11 @@ RUNNER_KINDS = ("torch-cuda", "onnxruntime-cuda", "torch", "onnxruntime")
 
 def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: bool = True, threads: int = 1,
                  detector: str = "face_detection_short_range", conv_search: str = "HEURISTIC",
-                 buckets: list[int] | None = None, graph_limit: int = 32, tracked_pass_graphs: bool = False) -> dict:
-    """One runner per role. kind: torch-cuda (fp16 means half precision, channels_last), onnxruntime-cuda,
-    or the CPU runners torch / onnxruntime (tests, machines without a GPU).
+                 buckets: list[int] | None = None, graph_limit: int = 32, tracked_pass_graphs: bool = False,
+                 compile: bool = True, report=None) -> dict:
+    """One runner per role. kind: torch-cuda (fp16 means half precision, channels_last; compile: Inductor-fused
+    kernels, see torch_runner), onnxruntime-cuda, or the CPU runners torch / onnxruntime (tests, machines
+    without a GPU).
     tracked_pass_graphs: the tracker will capture its whole tracked pass (`capture_cuda_graphs`), so the
     torch-cuda runners of the tracked models need no graphs of their own (the detector keeps its own)."""
     if kind not in RUNNER_KINDS:
@@ -434,7 +436,7 @@ def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: boo
         if kind == "torch-cuda":
             own_graphs = cuda_graphs and (role == "detector" or not tracked_pass_graphs)
             runners[role] = TorchRunner(path, batch, "cuda", fp16=fp16, channels_last=fp16, cuda_graphs=own_graphs,
-                                        buckets=sizes)
+                                        buckets=sizes, compile=compile and role != "expression", report=report)
         elif kind == "onnxruntime-cuda":
             runners[role] = OrtCudaRunner(path, batch, cuda_graphs=cuda_graphs, fp16=fp16, conv_search=conv_search,
                                           buckets=sizes, graph_limit=graph_limit * (2 if role == "iris" else 1))
