@@ -671,7 +671,11 @@ def test_bench_multistream_search_writes_every_trial_as_it_ends(tmp_path):
     bench.add_arguments(parser)
     parser.add_argument("--json")  # `facebridge bench` adds it to every benchmark
     args = parser.parse_args([*flags, "--json", str(tmp_path / "cut.json")])
+    from torch._dynamo.utils import counters
+
+    counters.clear()  # process-wide: other tests compile
     bench.multistream_section(args, "onnxruntime", "fp32")
     partial = json.loads((tmp_path / "cut.json.partial").read_text())
     kept = partial["multistream_in_progress"]["onnxruntime-fp32"]["frames_on_gpu"]["trials"]
     assert kept and kept[0]["streams"] == 1 and kept[0]["frames"] > 0
+    assert partial["multistream_in_progress"]["onnxruntime-fp32"]["compiled_graphs"] == 0  # nothing compiled on CPU

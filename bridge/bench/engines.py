@@ -361,6 +361,7 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
         if getattr(args, "json", None):
             from bridge.fsutil import atomic_write_json
 
+            partial = {**partial, "compiled_graphs": _compiled_graphs()}
             atomic_write_json(args.json + ".partial", {"multistream_in_progress": {f"{runner}-{precision}": partial}})
 
     for mode, from_host in (modes[m] for m in args.frames_from.split(",")):
@@ -388,8 +389,17 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
         out[mode] = {"max_streams_at_p99_limit": lo, "trials": trials}
     if device == "cuda":
         out["gpu_memory_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
+        out["compiled_graphs"] = _compiled_graphs()
         out["stage_ms"] = stage_breakdown(tracker_for, frames_dev, [b for b in (64, 256, 512) if b <= max_n])
     return out
+
+
+def _compiled_graphs() -> int:
+    """Graphs torch.compile made in this process: one per compiled model while the batch stays dynamic as meant;
+    more means a model compiled again for some batch size (slow starts, and a sign to investigate)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"].get("unique_graphs", 0)
 
 
 def stage_breakdown(tracker_for, frames_dev, batches: list[int]) -> dict:
