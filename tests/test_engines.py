@@ -471,6 +471,30 @@ def test_compile_traces_each_model_once_and_its_batch_dimension_stays_dynamic(tm
     torch._dynamo.reset()
 
 
+def test_a_compiled_model_that_fails_at_run_time_falls_back_to_its_eager_kernels_with_a_warning():
+    torch = pytest.importorskip("torch")
+    from bridge.engines.shipped import find_model
+    from bridge.engines.torch_runner import TorchRunner
+
+    lines = []
+    runner = TorchRunner(find_model("emotion").path, 4, "cpu", report=lines.append)
+    x = torch.rand((3, 1, 64, 64))
+    with torch.inference_mode():
+        want = runner(x)
+
+    def broken(_x):  # what Inductor raises when, say, Triton cannot build a kernel on this machine
+        raise RuntimeError("backend compiler failed\nlong traceback")
+
+    runner._compiled = broken
+    assert runner.compiled
+    with torch.inference_mode():
+        got = runner(x)
+    assert all(bool(torch.equal(g, w)) for g, w in zip(got, want))
+    assert not runner.compiled and len(lines) == 1
+    assert "torch.compile failed for emotion (RuntimeError: backend compiler failed)" in lines[0]
+    assert "eager kernels" in lines[0] and "pip install triton" in lines[0]
+
+
 def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
     pytest.importorskip("torch")
     from bridge.engines.base import EngineError

@@ -131,19 +131,42 @@ class TorchRunner:
         self.precision = "fp16" if self.dtype == torch.float16 else "fp32"
         self._graphs = {}  # bucket -> (graph, static input, static outputs)
         self._compiled = None
+        self._report = report or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.label = Path(path).stem
         if on_gpu and compile and max(self.buckets) >= 2:
-            self._compiled = compile_module(self.module, item_shape, self.dtype, self._format, Path(path).stem,
-                                            report, batch=max(self.buckets))
-        self.compiled = self._compiled is not None
+            try:
+                self._compiled = compile_module(self.module, item_shape, self.dtype, self._format, self.label,
+                                                report, batch=max(self.buckets))
+            except Exception as e:  # no Triton, no C compiler, an Inductor bug: slower, but serving
+                self._give_up_compiling(e)
         if on_gpu:
             torch.backends.cudnn.benchmark = True
             if cuda_graphs:
                 self._capture_all()
             torch.cuda.synchronize()
 
+    @property
+    def compiled(self) -> bool:
+        return self._compiled is not None
+
+    def _give_up_compiling(self, error: Exception) -> None:
+        self._compiled = None
+        first_line = (str(error).strip().splitlines() or ["no message"])[0][:200]
+        self._report(f"warning: torch.compile failed for {self.label} ({type(error).__name__}: {first_line}); "
+                     "running its eager kernels instead: same results, about half the speed. To compile, the GPU machine "
+                     "needs Triton and a C compiler (pip install triton; apt-get install gcc).")
+
     def _forward(self, x):
-        module = self._compiled if self._compiled is not None and x.shape[0] >= 2 else self.module
-        return [o.float() for o in module(x.to(self.dtype).contiguous(memory_format=self._format))]
+        x = x.to(self.dtype).contiguous(memory_format=self._format)
+        if self._compiled is not None and x.shape[0] >= 2:
+            try:
+                return [o.float() for o in self._compiled(x)]
+            except Exception as e:
+                # a failure inside a CUDA-graph capture has spoilt the capture: the capturing caller handles it
+                if self.device.type == "cuda" and self._torch.cuda.is_current_stream_capturing():
+                    raise
+                self._give_up_compiling(e)
+        return [o.float() for o in self.module(x)]
 
     def _capture_all(self) -> None:
         torch = self._torch
@@ -152,7 +175,7 @@ class TorchRunner:
         self._graphs = {b: (graph, inputs[b], outputs) for b, (graph, outputs) in graphs.items()}
 
     def eager(self, x):
-        """The model as plain kernels: for a caller that captures its own, larger graph around it."""
+        """The model without this runner's CUDA graphs: for a caller that captures its own, larger graph around it."""
         return self._forward(x)
 
     def __call__(self, x):
