@@ -297,13 +297,17 @@ def test_engines_command_build_list_verify_clear(tmp_path, capsys):
     assert "emotion: built in" in capsys.readouterr().out
     assert main(["engines", "build", "emotion", "--opt-level", "0", *args]) == 0
     assert "emotion: cached" in capsys.readouterr().out
+    kernel = tmp_path / "torch-inductor" / "fxgraph" / "ab" / "kernel"  # what torch.compile leaves there
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("{}")
+    (tmp_path / "torch-inductor" / "index.json").write_text("{}")  # not an engine's metadata, though it looks so
     assert main(["engines", "list", *args]) == 0
     out = capsys.readouterr().out
-    assert "onnxruntime" in out and "emotion" in out and "sm86" in out
+    assert "onnxruntime" in out and "emotion" in out and "sm86" in out and "torch-inductor" not in out
     assert main(["engines", "verify", *args]) == 0
     assert capsys.readouterr().out.strip().endswith("ok")
     assert main(["engines", "clear", *args]) == 0
-    assert not list(tmp_path.rglob("*.engine"))
+    assert not list(tmp_path.rglob("*.engine")) and not (tmp_path / "torch-inductor").exists()
 
 
 def test_engines_build_of_an_unparsable_model_fails_with_the_node(tmp_path, capsys):

@@ -5,6 +5,7 @@ Layout under the cache directory:
     <model>/<key>.json        what it was built from (the key fields), its sha256, size, build time, parity
     <model>/<key>.fp16.onnx   the converted FP16 graph, when precision is fp16
     timing/<flavour>-<version>-<target>.cache   TensorRT timing caches, one per flavour, version and GPU
+    torch-inductor/           torch.compile's kernels for the torch-cuda runners (Inductor's own layout)
 
 An entry is used only if its metadata matches the wanted key fields and the plan still hashes to the recorded
 sha256; anything else (stale, corrupt, another version or GPU) is reported, evicted and rebuilt, never loaded.
@@ -15,6 +16,7 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ from bridge.engines.builder import EngineBuildError
 from bridge.fsutil import atomic_write_bytes, atomic_write_json
 
 KEY_VERSION = 1
+NOT_MODELS = ("timing", "torch-inductor")  # folders of the cache that hold no engines
 
 
 def default_cache_dir() -> Path:
@@ -121,6 +124,8 @@ class EngineCache:
         if not self.root.is_dir():
             return found
         for meta_path in sorted(self.root.glob(f"{model or '*'}/*.json")):
+            if meta_path.parent.name in NOT_MODELS:
+                continue
             try:
                 meta = json.loads(meta_path.read_text())
             except (OSError, json.JSONDecodeError):
@@ -129,8 +134,13 @@ class EngineCache:
         return found
 
     def clear(self, model: str | None = None) -> int:
-        """Remove engines (of one model, or all, plus timing caches). Returns how many files went."""
+        """Remove engines (of one model, or all, plus timing caches and compiled torch kernels). Returns how many
+        files went."""
         removed = 0
+        inductor = self.root / "torch-inductor"
+        if model is None and inductor.is_dir():
+            removed += sum(1 for path in inductor.rglob("*") if path.is_file())
+            shutil.rmtree(inductor)
         patterns = [f"{model}/*"] if model else ["*/*"]
         for pattern in patterns:
             for path in self.root.glob(pattern) if self.root.is_dir() else []:
