@@ -685,7 +685,7 @@ def test_bench_multistream_search_writes_every_trial_as_it_ends(tmp_path):
     from bridge.bench import engines as bench
 
     flags = ["--sections", "multistream", "--multistream", "on", "--runners", "onnxruntime", "--first-streams", "1",
-             "--max-streams", "2", "--stream-seconds", "0.3", "--frames-from", "gpu", "--threads", "1"]
+             "--max-streams", "2", "--stream-seconds", "0.3", "--frames-from", "gpu,host-async", "--threads", "1"]
     out = tmp_path / "ms.json"
     proc = subprocess.run([sys.executable, "-m", "bridge", "bench", "engines", *flags, "--json", str(out)],
                           capture_output=True, text=True, timeout=300)
@@ -693,6 +693,9 @@ def test_bench_multistream_search_writes_every_trial_as_it_ends(tmp_path):
     section = json.loads(out.read_text())["results"]["multistream"]["onnxruntime-fp32"]
     trials = section["frames_on_gpu"]["trials"]
     assert trials[0]["streams"] == 1 and all(t["frames"] > 0 for t in trials)
+    # uploads on arrival: results come back, and never more than the frames that arrived (none counted twice)
+    uploaded = section["frames_from_host_uploaded_on_arrival"]["trials"][0]
+    assert uploaded["streams"] == 1 and 0 < uploaded["frames"] <= 0.3 * 30 + 2
     assert section["compiled_models"] == [] and section["frames_on_gpu"]["max_streams_at_p99_limit"] in (0, 1, 2)
 
     parser = argparse.ArgumentParser()

@@ -49,8 +49,9 @@ def add_arguments(p) -> None:
     p.add_argument("--stream-seconds", type=float, default=2.0, help="measured seconds per stream count")
     p.add_argument("--torch-compile", choices=("on", "off"), default="on",
                    help="torch-cuda runners: Inductor-fused kernels (on, the product default) or eager kernels")
-    p.add_argument("--frames-from", default="gpu,host",
-                   help="multi-stream frame sources: gpu (decoded on the GPU), host (uploaded from pinned memory)")
+    p.add_argument("--frames-from", default="gpu,host,host-async",
+                   help="multi-stream frame sources: gpu (decoded on the GPU), host (uploaded from pinned memory "
+                        "when the pass starts), host-async (uploaded on a copy stream as each frame arrives)")
 
 
 def _stats(samples_ms: list[float], batch: int) -> dict:
@@ -233,10 +234,47 @@ def pipeline_section(backends: list[str], seconds: float, threads: int) -> dict:
 
 
 # --- multi-stream ---------------------------------------------------------------------------------------------
+def _warm_up(tracker, frames_dev, num_streams: int) -> None:
+    """Detect every stream once, then one tracked pass: trials measure the steady state."""
+    import torch
+
+    all_streams = torch.arange(num_streams, device=frames_dev.device)
+    first_frames = frames_dev[all_streams * 37 % frames_dev.shape[0]]
+    for _ in range(num_streams):  # a captured pass detects a few lost streams at a time
+        tracker.step(first_frames, all_streams)
+        if bool(tracker.tracked.all()):
+            break
+    tracker.step(first_frames, all_streams)
+    if frames_dev.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _trial(num_streams: int, seconds: float, tracker, latencies, batch_sizes, pass_ms) -> dict:
+    lat = np.asarray(latencies)
+    return {"streams": num_streams, "frames": int(len(lat)),
+            "fps_served": round(len(lat) / seconds, 1),
+            "p50_ms": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
+            "p99_ms": round(float(np.percentile(lat, 99)), 2) if len(lat) else None,
+            "mean_batch": round(float(np.mean(batch_sizes)), 1) if batch_sizes else 0,
+            "passes": len(batch_sizes), "detector_items": tracker.detector_runs,
+            "pass_ms_p50": round(float(np.median(pass_ms)), 2) if pass_ms else None,
+            "pass_ms_max": round(float(np.max(pass_ms)), 2) if pass_ms else None}
+
+
+def _lose_some(tracker, ready: np.ndarray, rng, fraction: float, device) -> None:
+    """Occlusions: a few streams lose the face and need the detector again."""
+    import torch
+
+    lost = ready[rng.random(len(ready)) < fraction]
+    if len(lost):
+        tracker.tracked[torch.from_numpy(lost).to(device)] = False
+
+
 def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, from_host=None,
                      redetect_fraction: float = 0.01, seed: int = 0) -> dict:
     """N streams at 30 fps with evenly spread phases; each pass takes every frame that has arrived (one per
-    stream) and runs the batched pipeline; latency = results back on the host - frame arrival."""
+    stream) and runs the batched pipeline; latency = results back on the host - frame arrival.
+    from_host: the frames in pinned host memory, uploaded one copy each when their pass starts."""
     import torch
 
     from bridge.engines.batched_face import RESULT_WIDTH
@@ -253,15 +291,7 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
     result_host = result_host.pin_memory() if on_gpu else result_host
     sync = torch.cuda.current_stream().synchronize if on_gpu else (lambda: None)
     staging = torch.empty((num_streams, *frames_dev.shape[1:]), dtype=torch.uint8, device=device)
-    # warm up: detect every stream once, then a few tracked passes
-    all_streams = torch.arange(num_streams, device=device)
-    first_frames = frames_dev[all_streams * 37 % n_frames]
-    for _ in range(num_streams):  # a captured pass detects a few lost streams at a time
-        tracker.step(first_frames, all_streams)
-        if bool(tracker.tracked.all()):
-            break
-    tracker.step(first_frames, all_streams)
-    sync()
+    _warm_up(tracker, frames_dev, num_streams)
     latencies, batch_sizes, pass_ms, warm = [], [], [], 0.5
     start = time.perf_counter() + 0.01
     while True:
@@ -274,10 +304,8 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
             time.sleep(max(0.0, min(arrivals.min() - now, 0.001)))
             continue
         streams = torch.from_numpy(ready).to(device, non_blocking=True)
-        if redetect_fraction > 0:  # occlusions: a few streams lose the face and need the detector again
-            lost = ready[rng.random(len(ready)) < redetect_fraction]
-            if len(lost):
-                tracker.tracked[torch.from_numpy(lost).to(device)] = False
+        if redetect_fraction > 0:
+            _lose_some(tracker, ready, rng, redetect_fraction, device)
         frame_idx = (ready * 37 + next_k[ready]) % n_frames  # each stream walks the clip frame by frame
         batch = tracker.frame_buffer(len(ready))  # the captured pass's own input buffer, if it has one
         batch = staging[: len(ready)] if batch is None else batch
@@ -296,15 +324,85 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
             batch_sizes.append(len(ready))
             pass_ms.append((done + start - t_pass) * 1000.0)
         next_k[ready] += 1
-    lat = np.asarray(latencies)
-    return {"streams": num_streams, "frames": int(len(lat)),
-            "fps_served": round(len(lat) / seconds, 1),
-            "p50_ms": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
-            "p99_ms": round(float(np.percentile(lat, 99)), 2) if len(lat) else None,
-            "mean_batch": round(float(np.mean(batch_sizes)), 1) if batch_sizes else 0,
-            "passes": len(batch_sizes), "detector_items": tracker.detector_runs,
-            "pass_ms_p50": round(float(np.median(pass_ms)), 2) if pass_ms else None,
-            "pass_ms_max": round(float(np.max(pass_ms)), 2) if pass_ms else None}
+    return _trial(num_streams, seconds, tracker, latencies, batch_sizes, pass_ms)
+
+
+def simulate_streams_uploading_on_arrival(tracker_for, frames_dev, num_streams: int, seconds: float, from_host,
+                                          redetect_fraction: float = 0.01, seed: int = 0) -> dict:
+    """As `simulate_streams` with frames in pinned host memory, but each frame is uploaded the moment it arrives,
+    on a copy stream into its stream's slot on the device, while the GPU runs the current pass (copy engines and
+    compute overlap); a pass then gathers its frames from the slots with one device-side copy. The host never
+    blocks on a pass: it polls the pass's event and keeps uploading meanwhile."""
+    import contextlib
+
+    import torch
+
+    from bridge.engines.batched_face import RESULT_WIDTH
+
+    tracker = tracker_for(num_streams)
+    rng = np.random.default_rng(seed)
+    period = 1.0 / FPS
+    phases = np.arange(num_streams) / num_streams * period
+    next_k = np.zeros(num_streams, dtype=np.int64)
+    n_frames = frames_dev.shape[0]
+    device = frames_dev.device
+    on_gpu = device.type == "cuda"
+    result_host = torch.empty((num_streams, RESULT_WIDTH), dtype=torch.float32)
+    result_host = result_host.pin_memory() if on_gpu else result_host
+    slots = torch.empty((num_streams, *frames_dev.shape[1:]), dtype=torch.uint8, device=device)
+    staging = torch.empty_like(slots)
+    copy_stream = torch.cuda.Stream() if on_gpu else None
+    uploaded = np.zeros(num_streams, dtype=bool)  # this stream's next frame already sits in its slot
+    in_pass = np.zeros(num_streams, dtype=bool)  # its frame is in the running pass (the next has not arrived)
+    _warm_up(tracker, frames_dev, num_streams)
+    latencies, batch_sizes, pass_ms, warm = [], [], [], 0.5
+    running = None  # the pass in flight: (event, ready streams, their arrivals, start time, counted)
+    start = time.perf_counter() + 0.01
+    while True:
+        now = time.perf_counter() - start
+        if running is not None and (not on_gpu or running[0].query()):
+            done = time.perf_counter() - start
+            _event, ready, arrivals, t_pass, counted = running
+            if counted:
+                latencies.extend((done - arrivals) * 1000.0)
+                batch_sizes.append(len(ready))
+                pass_ms.append((done - t_pass) * 1000.0)
+            next_k[ready] += 1
+            in_pass[ready] = False
+            running = None
+        if now > seconds + warm and running is None:
+            break
+        arrivals = phases + next_k * period
+        arrived = (arrivals <= now) & ~in_pass
+        new = np.nonzero(arrived & ~uploaded)[0]
+        if len(new):
+            with torch.cuda.stream(copy_stream) if on_gpu else contextlib.nullcontext():
+                for stream, k in zip(new, (new * 37 + next_k[new]) % n_frames):
+                    slots[stream].copy_(from_host[k], non_blocking=True)
+            uploaded[new] = True
+        ready = np.nonzero(arrived)[0]
+        if running is None and len(ready):
+            if on_gpu:
+                torch.cuda.current_stream().wait_stream(copy_stream)
+            streams = torch.from_numpy(ready).to(device, non_blocking=True)
+            if redetect_fraction > 0:
+                _lose_some(tracker, ready, rng, redetect_fraction, device)
+            batch = tracker.frame_buffer(len(ready))
+            batch = staging[: len(ready)] if batch is None else batch
+            torch.index_select(slots, 0, streams, out=batch)
+            t_pass = time.perf_counter() - start
+            tracker.step(batch, streams)
+            result_host[: len(ready)].copy_(tracker.packed_results(streams), non_blocking=True)
+            event = None
+            if on_gpu:
+                event = torch.cuda.Event()
+                event.record()
+            running = (event, ready, arrivals[ready], t_pass, now >= warm)
+            in_pass[ready] = True
+            uploaded[ready] = False
+        elif not len(new):
+            time.sleep(0.0002)
+    return _trial(num_streams, seconds, tracker, latencies, batch_sizes, pass_ms)
 
 
 # batch buckets: a pass runs the next bucket up, so steps of about 1.25x keep the padding waste under 25 %
@@ -355,7 +453,8 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
            "compiled_models": sorted(role for role, r in runners.items() if getattr(r, "compiled", False)),
            "precision": precision, "frame_size": list(hw), "p99_limit_ms": P99_LIMIT_MS, "fps_per_stream": FPS,
            "redetect_fraction": 0.01}
-    modes = {"gpu": ("frames_on_gpu", None), "host": ("frames_from_host", host)}
+    modes = {"gpu": ("frames_on_gpu", None, simulate_streams), "host": ("frames_from_host", host, simulate_streams),
+             "host-async": ("frames_from_host_uploaded_on_arrival", host, simulate_streams_uploading_on_arrival)}
 
     def checkpoint(partial: dict) -> None:  # every trial on disk as it ends: a run cut short keeps what it measured
         if getattr(args, "json", None):
@@ -364,11 +463,14 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
             partial = {**partial, "compiled_graphs": _compiled_graphs()}
             atomic_write_json(args.json + ".partial", {"multistream_in_progress": {f"{runner}-{precision}": partial}})
 
-    for mode, from_host in (modes[m] for m in args.frames_from.split(",")):
+    unknown = sorted(set(args.frames_from.split(",")) - set(modes))
+    if unknown:
+        raise SystemExit(f"bench engines: unknown --frames-from {','.join(unknown)}; choose from {','.join(modes)}")
+    for mode, from_host, simulate in (modes[m] for m in args.frames_from.split(",")):
         trials = []
         lo, hi, n = 0, None, args.first_streams
         while n <= max_n:  # grow until p99 breaks, then bisect
-            r = simulate_streams(tracker_for, frames_dev, n, args.stream_seconds, from_host)
+            r = simulate(tracker_for, frames_dev, n, args.stream_seconds, from_host)
             trials.append(r)
             checkpoint({**out, mode: {"trials": trials}})
             _say(f"multistream {mode}: {n} streams p99 {r['p99_ms']} ms, mean batch {r['mean_batch']}")
@@ -380,7 +482,7 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
         hi = hi or max_n + 1
         while hi - lo > max(32, lo // 16) and lo < max_n:
             mid = (lo + hi) // 2
-            r = simulate_streams(tracker_for, frames_dev, mid, args.stream_seconds, from_host)
+            r = simulate(tracker_for, frames_dev, mid, args.stream_seconds, from_host)
             trials.append(r)
             checkpoint({**out, mode: {"trials": trials}})
             _say(f"multistream {mode}: {mid} streams p99 {r['p99_ms']} ms, mean batch {r['mean_batch']}")
