@@ -431,7 +431,7 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
     if device == "cuda":
         runners = make_runners(runner, max_n, fp16=precision == "fp16", buckets=buckets, graph_limit=args.graph_limit,
                                tracked_pass_graphs=whole_pass, compile=args.torch_compile == "on",
-                               report=lambda line: _say(line))
+                               report=_say)
     else:
         runners = make_runners(runner, max_n, threads=args.threads or os.cpu_count() or 1)
     setup_s = time.perf_counter() - t0

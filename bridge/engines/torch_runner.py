@@ -9,9 +9,10 @@ keeps the tracker testable on machines without a GPU.
 
 `compile=True` is what TensorRT's layer fusion would do, done by torch.compile (Inductor): eager torch runs each
 convolution's bias, each PReLU, residual add and channel pad as its own broadcast kernel, and on the H200 those
-took 60 % of the landmark model's time; compiled, they fuse into one kernel after each convolution (2.1x for the
-landmark model, 2.3x for the iris model at batch 256). The batch dimension stays dynamic, so one compile serves
-every bucket; Inductor keeps the compiled kernels on disk, so only the first start pays (about 25 s per model).
+took 60 % of the landmark model's time; compiled, they fuse into one kernel after each convolution. The batch
+dimension stays dynamic, so one compile serves every bucket (1.7x for the landmark model, 2.2x for the iris model
+at batch 256; a fixed batch would give 2.1x and 2.3x but compile once per bucket). Inductor keeps the compiled
+kernels on disk, so only the first start pays (25-45 s per model on the H200).
 """
 from __future__ import annotations
 
