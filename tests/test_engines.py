@@ -303,7 +303,13 @@ def test_engines_command_build_list_verify_clear(tmp_path, capsys):
     (tmp_path / "torch-inductor" / "index.json").write_text("{}")  # not an engine's metadata, though it looks so
     assert main(["engines", "list", *args]) == 0
     out = capsys.readouterr().out
-    assert "onnxruntime" in out and "emotion" in out and "sm86" in out and "torch-inductor" not in out
+    assert "onnxruntime" in out and "emotion" in out and "sm86" in out
+    assert "compiled torch kernels in" in out and "2 files" in out  # reported, not listed as an engine
+    runners = out.split("multi-stream face runners here")[1].split("engines in")[0]
+    torch_cuda_line = next(line for line in runners.splitlines() if " torch-cuda " in line)
+    assert "onnxruntime" in runners and torch_cuda_line.split()[0] in ("yes", "no")
+    if torch_cuda_line.startswith("  no"):  # this machine has no CUDA torch: the line says why
+        assert "torch" in torch_cuda_line and ("CUDA" in torch_cuda_line or "not installed" in torch_cuda_line)
     assert main(["engines", "verify", *args]) == 0
     assert capsys.readouterr().out.strip().endswith("ok")
     assert main(["engines", "clear", *args]) == 0

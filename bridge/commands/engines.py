@@ -68,13 +68,21 @@ def _build(args) -> int:
 
 
 def _list(args) -> int:
+    from bridge.engines.batched_face import runner_availability
     from bridge.engines.cache import EngineCache
     from bridge.engines.select import explain
 
     print("backends here (automatic order):")
     for a in explain("auto"):
         print(f"  {'yes' if a.ok else 'no ':3} {a.backend:17} {a.reason}")
+    print("multi-stream face runners here (batched tracker, fastest first):")
+    for kind, ok, reason in runner_availability():
+        print(f"  {'yes' if ok else 'no ':3} {kind:17} {reason}")
     cache = EngineCache(args.cache_dir)
+    kernels = [f for f in (cache.root / "torch-inductor").rglob("*") if f.is_file()]
+    if kernels:
+        print(f"compiled torch kernels in {cache.root / 'torch-inductor'}: {len(kernels)} files, "
+              f"{sum(f.stat().st_size for f in kernels) / 1e6:.1f} MB (engines clear removes them)")
     entries = cache.entries()
     print(f"engines in {cache.root}: {len(entries)}")
     for e in entries:
