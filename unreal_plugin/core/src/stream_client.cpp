@@ -103,6 +103,17 @@ static void SetDeadline(grpc::ClientContext* ctx, double seconds) {
                     std::chrono::microseconds(static_cast<int64_t>(seconds * 1e6)));
 }
 
+// One unary call with the bearer token and a deadline; on failure `error` (if given) says what went wrong.
+template <typename Invoke>
+static bool CallUnary(const ClientSettings& settings, double timeout_s, std::string* error, Invoke invoke) {
+  grpc::ClientContext ctx;
+  Authorize(&ctx, settings);
+  SetDeadline(&ctx, timeout_s);
+  const grpc::Status status = invoke(&ctx);
+  if (!status.ok() && error) *error = Describe(status);
+  return status.ok();
+}
+
 void StreamClient::Run() {
   Backoff backoff(settings_.backoff_initial_s, settings_.backoff_max_s);
   v1::SubscribeRequest request;
@@ -177,13 +188,10 @@ void StreamClient::Run() {
 }
 
 bool StreamClient::GetStatus(ServerStatus* out, std::string* error, double timeout_s) {
-  grpc::ClientContext ctx;
-  Authorize(&ctx, settings_);
-  SetDeadline(&ctx, timeout_s);
   v1::GetStatusResponse reply;
-  const grpc::Status status = impl_->stub->GetStatus(&ctx, v1::GetStatusRequest(), &reply);
-  if (!status.ok()) {
-    if (error) *error = Describe(status);
+  if (!CallUnary(settings_, timeout_s, error, [&](grpc::ClientContext* ctx) {
+        return impl_->stub->GetStatus(ctx, v1::GetStatusRequest(), &reply);
+      })) {
     return false;
   }
   out->sources.assign(reply.sources().begin(), reply.sources().end());
@@ -198,15 +206,12 @@ bool StreamClient::GetStatus(ServerStatus* out, std::string* error, double timeo
 }
 
 bool StreamClient::Calibrate(const std::string& subject, std::string* message, double timeout_s) {
-  grpc::ClientContext ctx;
-  Authorize(&ctx, settings_);
-  SetDeadline(&ctx, timeout_s);
   v1::CalibrateRequest request;
   request.set_subject(subject);
   v1::CalibrateResponse reply;
-  const grpc::Status status = impl_->stub->Calibrate(&ctx, request, &reply);
-  if (!status.ok()) {
-    if (message) *message = Describe(status);
+  if (!CallUnary(settings_, timeout_s, message, [&](grpc::ClientContext* ctx) {
+        return impl_->stub->Calibrate(ctx, request, &reply);
+      })) {
     return false;
   }
   if (message) *message = reply.message();
@@ -214,13 +219,10 @@ bool StreamClient::Calibrate(const std::string& subject, std::string* message, d
 }
 
 bool StreamClient::ListSubjects(std::vector<std::string>* out, std::string* error, double timeout_s) {
-  grpc::ClientContext ctx;
-  Authorize(&ctx, settings_);
-  SetDeadline(&ctx, timeout_s);
   v1::ListSubjectsResponse reply;
-  const grpc::Status status = impl_->stub->ListSubjects(&ctx, v1::ListSubjectsRequest(), &reply);
-  if (!status.ok()) {
-    if (error) *error = Describe(status);
+  if (!CallUnary(settings_, timeout_s, error, [&](grpc::ClientContext* ctx) {
+        return impl_->stub->ListSubjects(ctx, v1::ListSubjectsRequest(), &reply);
+      })) {
     return false;
   }
   out->assign(reply.subjects().begin(), reply.subjects().end());
