@@ -555,6 +555,42 @@ def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
         assert float((ort_value - torch_value).abs().max()) < 1e-2
 
 
+def test_tracker_passes_of_every_size_reuse_one_compiled_graph_per_model(monkeypatch, tmp_path):
+    """The call pattern of the GPU path (channels_last runners, crops from grid_sample, bounded detector slots,
+    passes of changing size) traced with a counting backend: one graph per compiled model, whatever the batch.
+    On the H200 each extra graph is another half-minute compile."""
+    torch = pytest.importorskip("torch")
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.shipped import find_model, sample_frames
+    from bridge.engines.torch_runner import TorchRunner, compile_module
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    torch.set_num_threads(1)
+    torch._dynamo.reset()
+    traced = []
+
+    def counting_backend(graph_module, example_inputs):
+        traced.append(graph_module)
+        return graph_module.forward
+
+    names = {"detector": "face_detection_short_range", "landmarks": "face_landmark", "iris": "iris_landmark",
+             "emotion": "emotion", "expression": "regressor"}
+    runners = {role: TorchRunner(find_model(name).path, 16, "cpu", channels_last=True)
+               for role, name in names.items()}
+    for role, runner in runners.items():
+        if role != "expression":  # as make_runners does on a GPU
+            runner._compiled = compile_module(runner.module, runner.item_shape, runner.dtype, runner._format, role,
+                                              report=lambda line: None, batch=4, backend=counting_backend)
+    assert len(traced) == 4
+    frames = torch.from_numpy(np.stack(sample_frames(7, step=1)))
+    tracker = BatchedFaceTracker(7, tuple(frames.shape[1:3]), runners, device="cpu")
+    for n in (7, 7, 7, 7, 2, 5, 3, 7):  # 2 detector slots a pass: all 7 found by the 4th; iris batches < 16 (oneDNN)
+        tracker.step(frames[:n], torch.arange(n), detect_slots=2)
+    assert bool(tracker.tracked.all())
+    assert len(traced) == 4, f"{len(traced) - 4} extra compiles for new batch sizes"
+    torch._dynamo.reset()
+
+
 def test_batched_tracker_with_bounded_detector_slots_acquires_lost_streams_over_passes():
     torch = pytest.importorskip("torch")
     from bridge.engines.batched_face import BatchedFaceTracker, make_runners
