@@ -249,6 +249,21 @@ def _warm_up(tracker, frames_dev, num_streams: int) -> None:
         torch.cuda.synchronize()
 
 
+def _trial_setup(tracker_for, frames_dev, num_streams: int, seed: int):
+    """A trial's tracker, random source, stream phases (evenly spread over one frame period), per-stream frame
+    counters and the pinned host rows the results come back to."""
+    import torch
+
+    from bridge.engines.batched_face import RESULT_WIDTH
+
+    result_host = torch.empty((num_streams, RESULT_WIDTH), dtype=torch.float32)
+    if frames_dev.device.type == "cuda":
+        result_host = result_host.pin_memory()
+    phases = np.arange(num_streams) / num_streams / FPS
+    return (tracker_for(num_streams), np.random.default_rng(seed), phases, np.zeros(num_streams, dtype=np.int64),
+            result_host)
+
+
 def _trial(num_streams: int, seconds: float, tracker, latencies, batch_sizes, pass_ms) -> dict:
     lat = np.asarray(latencies)
     return {"streams": num_streams, "frames": int(len(lat)),
@@ -277,18 +292,9 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
     from_host: the frames in pinned host memory, uploaded one copy each when their pass starts."""
     import torch
 
-    from bridge.engines.batched_face import RESULT_WIDTH
-
-    tracker = tracker_for(num_streams)
-    rng = np.random.default_rng(seed)
-    period = 1.0 / FPS
-    phases = np.arange(num_streams) / num_streams * period
-    next_k = np.zeros(num_streams, dtype=np.int64)
-    n_frames = frames_dev.shape[0]
-    device = frames_dev.device
+    tracker, rng, phases, next_k, result_host = _trial_setup(tracker_for, frames_dev, num_streams, seed)
+    period, n_frames, device = 1.0 / FPS, frames_dev.shape[0], frames_dev.device
     on_gpu = device.type == "cuda"
-    result_host = torch.empty((num_streams, RESULT_WIDTH), dtype=torch.float32)
-    result_host = result_host.pin_memory() if on_gpu else result_host
     sync = torch.cuda.current_stream().synchronize if on_gpu else (lambda: None)
     staging = torch.empty((num_streams, *frames_dev.shape[1:]), dtype=torch.uint8, device=device)
     _warm_up(tracker, frames_dev, num_streams)
@@ -337,18 +343,9 @@ def simulate_streams_uploading_on_arrival(tracker_for, frames_dev, num_streams: 
 
     import torch
 
-    from bridge.engines.batched_face import RESULT_WIDTH
-
-    tracker = tracker_for(num_streams)
-    rng = np.random.default_rng(seed)
-    period = 1.0 / FPS
-    phases = np.arange(num_streams) / num_streams * period
-    next_k = np.zeros(num_streams, dtype=np.int64)
-    n_frames = frames_dev.shape[0]
-    device = frames_dev.device
+    tracker, rng, phases, next_k, result_host = _trial_setup(tracker_for, frames_dev, num_streams, seed)
+    period, n_frames, device = 1.0 / FPS, frames_dev.shape[0], frames_dev.device
     on_gpu = device.type == "cuda"
-    result_host = torch.empty((num_streams, RESULT_WIDTH), dtype=torch.float32)
-    result_host = result_host.pin_memory() if on_gpu else result_host
     slots = torch.empty((num_streams, *frames_dev.shape[1:]), dtype=torch.uint8, device=device)
     staging = torch.empty_like(slots)
     copy_stream = torch.cuda.Stream() if on_gpu else None
