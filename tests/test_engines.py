@@ -555,6 +555,20 @@ def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
         assert float((ort_value - torch_value).abs().max()) < 1e-2
 
 
+def test_gpu_runners_where_they_cannot_run_say_why_and_what_works_instead():
+    pytest.importorskip("torch")
+    from bridge.engines.batched_face import make_runners, runner_availability
+
+    usable = {kind: ok for kind, ok, _ in runner_availability()}
+    assert usable["onnxruntime"]
+    for kind in ("torch-cuda", "onnxruntime-cuda"):
+        if usable[kind]:
+            continue  # a GPU machine: nothing to refuse
+        with pytest.raises(EngineUnavailable, match=f"the {kind} runners cannot run on this machine") as info:
+            make_runners(kind, 4)
+        assert "onnxruntime" in str(info.value) and "facebridge engines list" in str(info.value)
+
+
 def test_tracker_passes_of_every_size_reuse_one_compiled_graph_per_model(monkeypatch, tmp_path):
     """The call pattern of the GPU path (channels_last runners, crops from grid_sample, bounded detector slots,
     passes of changing size) traced with a counting backend: one graph per compiled model, whatever the batch.
