@@ -719,6 +719,18 @@ def test_face_service_gives_a_stream_one_frame_per_pass_and_refuses_bad_frames()
             service.submit(0, clip[0].astype(np.float32))
 
 
+def test_face_service_refuses_a_shape_it_cannot_serve_before_loading_anything():
+    pytest.importorskip("torch")
+    from bridge.engines.face_service import MultiStreamFaceService
+
+    for options, message in ((dict(num_streams=0, frame_hw=(360, 480)), "at least one stream"),
+                             (dict(num_streams=2, frame_hw=(0, 480)), r"at least 32x32 pixels .*\(0, 480\)"),
+                             (dict(num_streams=2, frame_hw=(360,)), "height, width"),
+                             (dict(num_streams=2, frame_hw=(360, 480), max_batch=0), "max_batch must be at least 1")):
+        with pytest.raises(ValueError, match=message):
+            MultiStreamFaceService(runners={}, device="cpu", **options)
+
+
 def test_face_service_serves_without_graphs_when_capture_is_impossible(caplog):
     torch = pytest.importorskip("torch")
     from bridge.engines.shipped import sample_frames

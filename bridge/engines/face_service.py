@@ -39,6 +39,14 @@ class MultiStreamFaceService:
         batch sizes (torch-cuda runners only)."""
         import torch
 
+        if int(num_streams) < 1:
+            raise ValueError(f"a face service needs at least one stream (got num_streams={num_streams})")
+        if len(frame_hw) != 2 or min(frame_hw) < 32:
+            raise ValueError(f"frame_hw must be the streams' (height, width), at least 32x32 pixels to hold a face "
+                             f"(got {tuple(frame_hw)})")
+        if max_batch is not None and int(max_batch) < 1:
+            raise ValueError(f"max_batch must be at least 1 frame per pass, or None for num_streams (got {max_batch})")
+
         self._torch = torch
         self.num_streams = num_streams
         self.frame_hw = tuple(frame_hw)
