@@ -450,12 +450,13 @@ def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: boo
     if kind.endswith("-cuda"):  # say why before loading anything, instead of torch's or ORT's deep errors
         from bridge.engines.base import EngineUnavailable
 
-        _kind, usable, reason = next(row for row in runner_availability() if row[0] == kind)
+        availability = runner_availability()
+        _kind, usable, reason = next(row for row in availability if row[0] == kind)
         if not usable:
-            fallbacks = [k for k, ok, _ in runner_availability() if ok]
+            fallbacks = " or ".join(k for k, ok, _ in availability if ok)
             raise EngineUnavailable(f"the {kind} runners cannot run on this machine: {reason}",
-                                    f"Use the {' or '.join(fallbacks)} runners instead (`facebridge engines list` shows "
-                                    "what works here)")
+                                    f"Use the {fallbacks} runners instead (`facebridge engines list` shows what "
+                                    "works here)")
     names = {"detector": detector, "landmarks": "face_landmark", "iris": "iris_landmark", "emotion": "emotion",
              "expression": "regressor"}
     runners = {}

@@ -63,6 +63,10 @@ def capture_graphs(buckets: list[int], run) -> dict:
     return graphs
 
 
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def inductor_cache_dir() -> Path:
     """Where Inductor keeps compiled kernels: beside the TensorRT engines (FACEBRIDGE_ENGINE_CACHE moves both)."""
     from bridge.engines.cache import default_cache_dir
@@ -85,7 +89,7 @@ def compile_module(module, item_shape: tuple[int, ...], dtype, memory_format, la
         if hasattr(config, name):
             setattr(config, name, max(getattr(config, name), 64))
     logging.getLogger("torch.utils._sympy.interp").setLevel(logging.ERROR)  # symbolic-range noise, not errors
-    report = report or (lambda line: print(line, file=sys.stderr, flush=True))
+    report = report or _to_stderr
     device = next(iter(module.state_dict().values())).device
     report(f"compiling {label} for {device} (torch.compile; the first start takes about half a minute per model, "
            f"later starts read {os.environ['TORCHINDUCTOR_CACHE_DIR']})")
@@ -132,7 +136,7 @@ class TorchRunner:
         self.precision = "fp16" if self.dtype == torch.float16 else "fp32"
         self._graphs = {}  # bucket -> (graph, static input, static outputs)
         self._compiled = None
-        self._report = report or (lambda line: print(line, file=sys.stderr, flush=True))
+        self._report = report or _to_stderr
         self.label = Path(path).stem
         if on_gpu and compile and max(self.buckets) >= 2:
             try:
@@ -154,8 +158,8 @@ class TorchRunner:
         self._compiled = None
         first_line = (str(error).strip().splitlines() or ["no message"])[0][:200]
         self._report(f"warning: torch.compile failed for {self.label} ({type(error).__name__}: {first_line}); "
-                     "running its eager kernels instead: same results, about half the speed. To compile, the GPU machine "
-                     "needs Triton and a C compiler (pip install triton; apt-get install gcc).")
+                     "running its eager kernels instead: same results, about half the speed. To compile, the GPU "
+                     "machine needs Triton and a C compiler (pip install triton; apt-get install gcc).")
 
     def _forward(self, x):
         x = x.to(self.dtype).contiguous(memory_format=self._format)
