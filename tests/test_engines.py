@@ -382,7 +382,8 @@ def test_max_wait_gathers_a_fuller_batch_but_respects_the_deadline():
 
 def test_batched_face_tracker_finds_and_tracks_the_sample_face_on_cpu():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
 
     torch.set_num_threads(1)
@@ -518,7 +519,8 @@ def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
 
 def test_batched_eye_pair_crops_are_the_single_crops_in_face_order():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
 
     frames = torch.from_numpy(np.stack(sample_frames(2)))
@@ -539,7 +541,8 @@ def test_batched_eye_pair_crops_are_the_single_crops_in_face_order():
 
 def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
 
     torch.set_num_threads(1)
@@ -557,7 +560,7 @@ def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
 
 def test_gpu_runners_where_they_cannot_run_say_why_and_what_works_instead():
     pytest.importorskip("torch")
-    from bridge.engines.batched_face import make_runners, runner_availability
+    from bridge.engines.face_runners import make_runners, runner_availability
 
     usable = {kind: ok for kind, ok, _ in runner_availability()}
     assert usable["onnxruntime"]
@@ -607,7 +610,8 @@ def test_tracker_passes_of_every_size_reuse_one_compiled_graph_per_model(monkeyp
 
 def test_batched_tracker_with_bounded_detector_slots_acquires_lost_streams_over_passes():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
 
     torch.set_num_threads(1)
@@ -663,7 +667,7 @@ def test_the_captured_pass_is_pure_device_work():
 
 
 def _service(torch, streams: int = 3, **options):
-    from bridge.engines.batched_face import make_runners
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.face_service import MultiStreamFaceService
 
     torch.set_num_threads(1)
@@ -674,7 +678,8 @@ def test_face_service_serves_concurrent_streams_in_order_like_one_tracker_per_st
     torch = pytest.importorskip("torch")
     import threading
 
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
 
     clip = sample_frames(6, step=1)

@@ -59,7 +59,7 @@ def test_device_bound_cuda_graph_runner_matches_cpu(name):
     import torch
 
     from bridge.engines import create_session
-    from bridge.engines.batched_face import OrtCudaRunner
+    from bridge.engines.face_runners import OrtCudaRunner
 
     model, input_name, x = _feeds(name, batch=3)
     cpu = list(create_session(model.path, "onnxruntime").run({input_name: x}).values())
@@ -76,7 +76,8 @@ def test_device_bound_cuda_graph_runner_matches_cpu(name):
 def test_batched_tracker_on_gpu_matches_cpu():
     import torch
 
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
 
     frames = np.stack(sample_frames(4))
@@ -146,7 +147,8 @@ def test_torch_cuda_graph_runner_matches_ort_cpu_and_fp16_stays_close(name):
 def test_batched_tracker_torch_cuda_fp16_matches_cpu():
     import torch
 
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
 
     frames = np.stack(sample_frames(6, step=1))
@@ -171,7 +173,8 @@ def test_batched_tracker_torch_cuda_fp16_matches_cpu():
 def test_captured_tracked_pass_matches_the_eager_pass_with_padding_and_a_lost_stream():
     import torch
 
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
 
     frames = torch.from_numpy(np.stack(sample_frames(8, step=1))).cuda()
@@ -221,7 +224,7 @@ def test_face_service_on_the_gpu_product_path_matches_the_cpu_service():
     graphs with detection inside, host and device frames, against the CPU service on the same frames."""
     import torch
 
-    from bridge.engines.batched_face import make_runners
+    from bridge.engines.face_runners import make_runners
     from bridge.engines.face_service import MultiStreamFaceService
     from bridge.engines.shipped import sample_frames
 

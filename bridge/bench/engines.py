@@ -133,7 +133,7 @@ def bench_model_cuda_device(model, batches: list[int], seconds: float) -> dict:
     """ORT CUDA with device-resident input/output (IOBinding); batch 1 also with a CUDA graph."""
     import torch
 
-    from bridge.engines.batched_face import OrtCudaRunner
+    from bridge.engines.face_runners import OrtCudaRunner
 
     out = {}
     for graphs in (False, True):
@@ -418,7 +418,8 @@ def multistream_runners(args, gpu_ort: bool) -> list[str]:
 def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32") -> dict:
     import torch
 
-    from bridge.engines.batched_face import BatchedFaceTracker, make_runners
+    from bridge.engines.batched_face import BatchedFaceTracker
+    from bridge.engines.face_runners import make_runners
 
     max_n = args.max_streams
     device = "cuda" if runner.endswith("-cuda") else "cpu"

@@ -68,8 +68,8 @@ def _build(args) -> int:
 
 
 def _list(args) -> int:
-    from bridge.engines.batched_face import runner_availability
     from bridge.engines.cache import EngineCache
+    from bridge.engines.face_runners import runner_availability
     from bridge.engines.select import explain
 
     print("backends here (automatic order):")

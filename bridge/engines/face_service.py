@@ -35,7 +35,7 @@ class StreamFace:
 class MultiStreamFaceService:
     def __init__(self, num_streams: int, frame_hw: tuple[int, int], runners: dict, device: str = "cuda",
                  max_batch: int | None = None, graph_buckets: list[int] | None = None, max_wait_s: float = 0.0):
-        """runners: `batched_face.make_runners(...)`. graph_buckets: capture the pass as CUDA graphs for these
+        """runners: `face_runners.make_runners(...)`. graph_buckets: capture the pass as CUDA graphs for these
         batch sizes (torch-cuda runners only)."""
         import torch
 
