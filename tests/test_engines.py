@@ -716,6 +716,7 @@ def test_face_service_gives_a_stream_one_frame_per_pass_and_refuses_bad_frames()
         faces = service._run([0, 0, 1, 0], clip + [clip[2]])  # stream 0 queued three frames
         assert service.passes == 3 and [f.stream for f in faces] == [0, 0, 1, 0]
         assert all(f.tracked for f in faces)
+        assert service.submit(1, torch.from_numpy(clip[1])).result(timeout=60).tracked  # a torch frame works too
         with pytest.raises(ValueError, match="out of range"):
             service.submit(2, clip[0])
         with pytest.raises(ValueError, match=r"uint8 RGB of shape \(360, 480, 3\)"):
