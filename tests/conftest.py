@@ -1,6 +1,8 @@
+import contextlib
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,31 @@ def free_udp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def udp_collector():
+    """A UDP socket on 127.0.0.1 (free port) whose datagrams a thread appends to a list: yields (port, packets)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    packets, stop = [], threading.Event()
+
+    def receive():
+        while not stop.is_set():
+            try:
+                packets.append(sock.recv(65536))
+            except socket.timeout:
+                continue
+
+    reader = threading.Thread(target=receive, daemon=True)
+    reader.start()
+    try:
+        yield sock.getsockname()[1], packets
+    finally:
+        stop.set()
+        reader.join(2)
+        sock.close()
 
 
 def facebridge_cmd(*args: str) -> list[str]:

@@ -3,16 +3,14 @@ on 127.0.0.1, Live Link Face packets decoded independently. JawOpen must move wi
 the silences."""
 from __future__ import annotations
 
-import socket
 import struct
 import subprocess
-import threading
 
 import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.conftest import espeak_or_skip, facebridge_cmd, subprocess_env
+from tests.conftest import espeak_or_skip, facebridge_cmd, subprocess_env, udp_collector
 
 JAW_WIRE_INDEX = 17
 SILENCE_S = (1.0, 1.5, 1.0)  # before, between and after the two phrases
@@ -53,28 +51,10 @@ def _runs(active: np.ndarray) -> list[tuple[bool, int]]:
 
 def test_audio_only_run_sends_llf_jaw_that_follows_the_words(speech_wav, tmp_path):
     path, phrase_s = speech_wav
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(0.2)
-    packets, stop = [], threading.Event()
-
-    def receive():
-        while not stop.is_set():
-            try:
-                packets.append(sock.recv(65536))
-            except socket.timeout:
-                continue
-
-    reader = threading.Thread(target=receive, daemon=True)
-    reader.start()
-    try:
+    with udp_collector() as (port, packets):
         proc = subprocess.run(facebridge_cmd("run", "--audio-only", "--audio", str(path), "--llf",
-                                             f"127.0.0.1:{sock.getsockname()[1]}", "--vmc", "off", "--quiet"),
+                                             f"127.0.0.1:{port}", "--vmc", "off", "--quiet"),
                               env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=60)
-    finally:
-        stop.set()
-        reader.join(2)
-        sock.close()
     assert proc.returncode == 0, proc.stderr
     jaw = np.array([_jaw(p) for p in packets])
     total_s = sum(SILENCE_S) + sum(phrase_s)

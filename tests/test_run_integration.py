@@ -1,6 +1,5 @@
 """`facebridge run` end to end on the bundled sample, received by real sockets on 127.0.0.1."""
 import math
-import socket
 import struct
 import subprocess
 import threading
@@ -11,7 +10,7 @@ from pythonosc.dispatcher import Dispatcher
 from pythonosc.osc_server import ThreadingOSCUDPServer
 
 from bridge.frame import ARKIT_NAMES
-from tests.conftest import facebridge_cmd, free_udp_port, subprocess_env
+from tests.conftest import facebridge_cmd, free_udp_port, subprocess_env, udp_collector
 
 FRAMES = 45
 
@@ -32,32 +31,16 @@ def parse_llf(packet: bytes):
 
 @pytest.fixture
 def receivers():
-    llf_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    llf_sock.bind(("127.0.0.1", 0))
-    llf_sock.settimeout(0.2)
-    packets = []
-
-    def read_llf():
-        while not stop.is_set():
-            try:
-                packets.append(llf_sock.recv(65536))
-            except socket.timeout:
-                continue
-
     osc = {"names": [], "apply": 0}
     dispatcher = Dispatcher()
     dispatcher.map("/VMC/Ext/Blend/Val", lambda addr, name, value: osc["names"].append((name, value)))
     dispatcher.map("/VMC/Ext/Blend/Apply", lambda addr: osc.__setitem__("apply", osc["apply"] + 1))
     server = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
-    stop = threading.Event()
-    threads = [threading.Thread(target=read_llf, daemon=True), threading.Thread(target=server.serve_forever, daemon=True)]
-    for t in threads:
-        t.start()
-    yield {"llf_port": llf_sock.getsockname()[1], "vmc_port": server.server_address[1], "packets": packets, "osc": osc}
-    stop.set()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with udp_collector() as (llf_port, packets):
+        yield {"llf_port": llf_port, "vmc_port": server.server_address[1], "packets": packets, "osc": osc}
     server.shutdown()
     server.server_close()
-    llf_sock.close()
 
 
 def test_run_streams_sample_to_live_link_face_and_vmc(receivers, isolated_home):
