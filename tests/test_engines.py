@@ -713,7 +713,8 @@ def test_face_service_gives_a_stream_one_frame_per_pass_and_refuses_bad_frames()
 
     clip = sample_frames(3, step=1)
     with _service(torch, streams=2) as service:
-        faces = service._run([0, 0, 1, 0], clip + [clip[2]])  # stream 0 queued three frames
+        queued = [torch.from_numpy(frame) for frame in clip + [clip[2]]]  # as `submit` hands them on
+        faces = service._run([0, 0, 1, 0], queued)  # stream 0 queued three frames
         assert service.passes == 3 and [f.stream for f in faces] == [0, 0, 1, 0]
         assert all(f.tracked for f in faces)
         assert service.submit(1, torch.from_numpy(clip[1])).result(timeout=60).tracked  # a torch frame works too

@@ -136,7 +136,7 @@ class MultiStreamFaceService:
         batch = self._staging[:n] if batch is None else batch
         if self._upload_stream is not None:  # every frame of this pass was queued for upload before it was submitted
             torch.cuda.current_stream().wait_stream(self._upload_stream)
-        torch.stack([f if torch.is_tensor(f) else self._to_device(f) for f in frames], out=batch)
+        torch.stack(frames, out=batch)  # `submit` made every frame a tensor on this device
         index = torch.tensor(streams, device=self.device)
         self.tracker.step(batch, index)
         out = self._results_host[:n]

@@ -141,7 +141,7 @@ class TorchRunner:
         if on_gpu and compile and max(self.buckets) >= 2:
             try:
                 self._compiled = compile_module(self.module, item_shape, self.dtype, self._format, self.label,
-                                                report, batch=max(self.buckets))
+                                                self._report, batch=max(self.buckets))
             except Exception as e:  # no Triton, no C compiler, an Inductor bug: slower, but serving
                 self._give_up_compiling(e)
         if on_gpu:
