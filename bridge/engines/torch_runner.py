@@ -91,8 +91,8 @@ def compile_module(module, item_shape: tuple[int, ...], dtype, memory_format, la
     logging.getLogger("torch.utils._sympy.interp").setLevel(logging.ERROR)  # symbolic-range noise, not errors
     report = report or _to_stderr
     device = next(iter(module.state_dict().values())).device
-    report(f"compiling {label} for {device} (torch.compile; the first start takes about half a minute per model, "
-           f"later starts read {os.environ['TORCHINDUCTOR_CACHE_DIR']})")
+    report(f"compiling {label} for {device} (torch.compile, about half a minute per model at every start; "
+           f"Inductor caches kernels in {os.environ['TORCHINDUCTOR_CACHE_DIR']})")
     started = time.perf_counter()
     compiled = torch.compile(module, fullgraph=True, backend=backend)
     # made in inference mode, like every later input: an ordinary tensor has other dispatch keys, and dynamo's
