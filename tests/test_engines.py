@@ -758,6 +758,7 @@ def test_bench_multistream_search_writes_every_trial_as_it_ends(tmp_path):
     import sys
 
     from bridge.bench import engines as bench
+    from bridge.bench.multistream import multistream_section
 
     flags = ["--sections", "multistream", "--multistream", "on", "--runners", "onnxruntime", "--first-streams", "1",
              "--max-streams", "2", "--stream-seconds", "0.3", "--frames-from", "gpu,host-async", "--threads", "1"]
@@ -780,7 +781,7 @@ def test_bench_multistream_search_writes_every_trial_as_it_ends(tmp_path):
     from torch._dynamo.utils import counters
 
     counters.clear()  # process-wide: other tests compile
-    bench.multistream_section(args, "onnxruntime", "fp32")
+    multistream_section(args, "onnxruntime", "fp32")
     partial = json.loads((tmp_path / "cut.json.partial").read_text())
     kept = partial["multistream_in_progress"]["onnxruntime-fp32"]["frames_on_gpu"]["trials"]
     assert kept and kept[0]["streams"] == 1 and kept[0]["frames"] > 0

@@ -71,7 +71,8 @@ def _ensure_data(data: Path, count: int) -> None:
 
 def _utterances(path: Path):
     with np.load(path) as z:
-        mel, vis, mouth, lengths = z["mel"].astype(np.float32), z["visemes"], z["mouth"].astype(np.float32), z["lengths"]
+        mel, vis, lengths = z["mel"].astype(np.float32), z["visemes"], z["lengths"]
+        mouth = z["mouth"].astype(np.float32)
         audio = [z[k] for k in sorted(z.files) if k.startswith("pcm_")]
     start = 0
     utts = []
