@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from bridge.engines.shipped import find_model
-from bridge.engines.torch_runner import TorchRunner, batch_buckets
+from bridge.engines.torch_runner import TorchRunner, batch_buckets, bucket_for
 
 
 class OrtCpuRunner:
@@ -53,7 +53,7 @@ class OrtCudaRunner:
         probe = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
         self._input = probe.get_inputs()[0]
         self._outputs = probe.get_outputs()
-        self._item_shape = tuple(self._input.shape[1:])
+        self.item_shape = tuple(self._input.shape[1:])
         self.buckets = sorted(set(buckets or batch_buckets(max_batch)))
         stream = str(torch.cuda.current_stream().cuda_stream)
 
@@ -84,22 +84,20 @@ class OrtCudaRunner:
 
     def _buffers(self, batch: int):
         t = self._torch
-        x = t.zeros((batch, *self._item_shape), device="cuda", dtype=t.float32)
+        x = t.zeros((batch, *self.item_shape), device="cuda", dtype=t.float32)
         outs = [t.empty((batch, *o.shape[1:]), device="cuda", dtype=t.float32) for o in self._outputs]
         return x, outs
 
     def _bind(self, sess, x, outs, batch: int):
         binding = sess.io_binding()
-        binding.bind_input(self._input.name, "cuda", 0, np.float32, [batch, *self._item_shape], x.data_ptr())
+        binding.bind_input(self._input.name, "cuda", 0, np.float32, [batch, *self.item_shape], x.data_ptr())
         for o, t in zip(self._outputs, outs):
             binding.bind_output(o.name, "cuda", 0, np.float32, [batch, *t.shape[1:]], t.data_ptr())
         return binding
 
     def __call__(self, x):
         n = x.shape[0]
-        bucket = next((b for b in self.buckets if b >= n), None)
-        if bucket is None:
-            raise ValueError(f"batch {n} is larger than the largest bucket {self.buckets[-1]}")
+        bucket = bucket_for(self.buckets, n)
         if bucket in self._graphed:
             sess, binding, buf, outs = self._graphed[bucket]
         else:

@@ -34,6 +34,14 @@ def batch_buckets(max_batch: int) -> list[int]:
     return sizes + [max_batch]
 
 
+def bucket_for(buckets: list[int], n: int) -> int:
+    """The smallest of the sorted `buckets` that holds a batch of n (a runner pads the batch up to it)."""
+    bucket = next((b for b in buckets if b >= n), None)
+    if bucket is None:
+        raise ValueError(f"batch {n} is larger than the largest bucket {buckets[-1]}")
+    return bucket
+
+
 def capture_graphs(buckets: list[int], run) -> dict:
     """CUDA graphs of `run(bucket)` for each bucket: {bucket: (graph, what run returned)}.
 
@@ -185,9 +193,7 @@ class TorchRunner:
 
     def __call__(self, x):
         n = x.shape[0]
-        bucket = next((b for b in self.buckets if b >= n), None)
-        if bucket is None:
-            raise ValueError(f"batch {n} is larger than the largest bucket {self.buckets[-1]}")
+        bucket = bucket_for(self.buckets, n)
         if bucket not in self._graphs:
             with self._torch.inference_mode():
                 return self._forward(x)
