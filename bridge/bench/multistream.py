@@ -246,29 +246,33 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
     unknown = sorted(set(args.frames_from.split(",")) - set(modes))
     if unknown:
         raise SystemExit(f"bench engines: unknown --frames-from {','.join(unknown)}; choose from {','.join(modes)}")
-    for mode, from_host, simulate in (modes[m] for m in args.frames_from.split(",")):
+
+    def search(mode: str, from_host, simulate) -> dict:
+        """Double the stream count until p99 breaks, then bisect: the most streams served at p99 within the limit."""
         trials = []
-        lo, hi, n = 0, None, args.first_streams
-        while n <= max_n:  # grow until p99 breaks, then bisect
+
+        def served(n: int) -> bool:  # one trial of n streams, on disk as it ends
             r = simulate(tracker_for, frames_dev, n, args.stream_seconds, from_host)
             trials.append(r)
             checkpoint({**out, mode: {"trials": trials}})
             _say(f"multistream {mode}: {n} streams p99 {r['p99_ms']} ms, mean batch {r['mean_batch']}")
-            if r["p99_ms"] is not None and r["p99_ms"] <= P99_LIMIT_MS and r["fps_served"] >= 0.97 * n * FPS:
-                lo, n = n, n * 2
-            else:
+            return r["p99_ms"] is not None and r["p99_ms"] <= P99_LIMIT_MS and r["fps_served"] >= 0.97 * n * FPS
+
+        lo, hi, n = 0, None, args.first_streams
+        while n <= max_n:
+            if not served(n):
                 hi = n
                 break
+            lo, n = n, n * 2
         hi = hi or max_n + 1
         while hi - lo > max(32, lo // 16) and lo < max_n:
             mid = (lo + hi) // 2
-            r = simulate(tracker_for, frames_dev, mid, args.stream_seconds, from_host)
-            trials.append(r)
-            checkpoint({**out, mode: {"trials": trials}})
-            _say(f"multistream {mode}: {mid} streams p99 {r['p99_ms']} ms, mean batch {r['mean_batch']}")
-            ok = r["p99_ms"] is not None and r["p99_ms"] <= P99_LIMIT_MS and r["fps_served"] >= 0.97 * mid * FPS
-            lo, hi = (mid, hi) if ok else (lo, mid)
-        out[mode] = {"max_streams_at_p99_limit": lo, "trials": trials}
+            lo, hi = (mid, hi) if served(mid) else (lo, mid)
+        return {"max_streams_at_p99_limit": lo, "trials": trials}
+
+    for m in args.frames_from.split(","):
+        mode, from_host, simulate = modes[m]
+        out[mode] = search(mode, from_host, simulate)
     if device == "cuda":
         out["gpu_memory_gb"] = round(torch.cuda.max_memory_allocated() / 1e9, 2)
         out["compiled_graphs"] = _compiled_graphs()
@@ -301,9 +305,7 @@ def stage_breakdown(tracker_for, frames_dev, batches: list[int]) -> dict:
         timings = {}
         for role, runner in tracker.runners.items():
             n = batch * 2 if role == "iris" else batch
-            shape = {"detector": (3, 128, 128), "landmarks": (3, 192, 192), "iris": (3, 64, 64),
-                     "emotion": (1, 64, 64), "expression": (944,)}[role]
-            timings[role] = _model_ms(runner, torch.rand((n, *shape), device="cuda"))
+            timings[role] = _model_ms(runner, torch.rand((n, *runner.item_shape), device="cuda"))
         timings["whole_tracked_pass"] = _cuda_ms(lambda: tracker.step(frames, streams))
         tracked = sum(timings[role] for role in ("landmarks", "iris", "emotion", "expression") if role in timings)
         timings["rest_of_pass"] = round(timings["whole_tracked_pass"] - tracked, 4)
