@@ -79,9 +79,9 @@ def _list(args) -> int:
     for kind, ok, reason in runner_availability():
         print(f"  {'yes' if ok else 'no ':3} {kind:17} {reason}")
     cache = EngineCache(args.cache_dir)
-    kernels = [f for f in (cache.root / "torch-inductor").rglob("*") if f.is_file()]
+    kernels = [f for f in cache.inductor_dir.rglob("*") if f.is_file()]
     if kernels:
-        print(f"compiled torch kernels in {cache.root / 'torch-inductor'}: {len(kernels)} files, "
+        print(f"compiled torch kernels in {cache.inductor_dir}: {len(kernels)} files, "
               f"{sum(f.stat().st_size for f in kernels) / 1e6:.1f} MB (engines clear removes them)")
     entries = cache.entries()
     print(f"engines in {cache.root}: {len(entries)}")

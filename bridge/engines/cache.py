@@ -25,7 +25,8 @@ from bridge.engines.builder import EngineBuildError
 from bridge.fsutil import atomic_write_bytes, atomic_write_json
 
 KEY_VERSION = 1
-NOT_MODELS = ("timing", "torch-inductor")  # folders of the cache that hold no engines
+INDUCTOR_DIR = "torch-inductor"  # torch.compile's kernels (see torch_runner)
+NOT_MODELS = ("timing", INDUCTOR_DIR)  # folders of the cache that hold no engines
 
 
 def default_cache_dir() -> Path:
@@ -74,6 +75,10 @@ class CorruptEngine(EngineBuildError):
 class EngineCache:
     def __init__(self, root: str | Path | None = None):
         self.root = Path(root) if root else default_cache_dir()
+
+    @property
+    def inductor_dir(self) -> Path:
+        return self.root / INDUCTOR_DIR
 
     # --- lookup and store -------------------------------------------------------------------------------
     def get(self, model: str, fields: dict) -> CacheEntry | None:
@@ -137,7 +142,7 @@ class EngineCache:
         """Remove engines (of one model, or all, plus timing caches and compiled torch kernels). Returns how many
         files went."""
         removed = 0
-        inductor = self.root / "torch-inductor"
+        inductor = self.inductor_dir
         if model is None and inductor.is_dir():
             removed += sum(1 for path in inductor.rglob("*") if path.is_file())
             shutil.rmtree(inductor)

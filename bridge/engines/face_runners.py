@@ -130,7 +130,7 @@ def runner_availability() -> list[tuple[str, bool, str]]:
                              "GPU and driver)")
     else:
         torch_cuda = (True, f"torch {torch.__version__} on {torch.cuda.get_device_name()}; fp16, models compiled by "
-                            "torch.compile on the first start, whole passes as CUDA graphs")
+                            "torch.compile at start, whole passes as CUDA graphs")
     if gpu.gpu is None:
         ort_cuda = (False, f"no usable NVIDIA GPU ({gpu.reason})")
     elif not cuda_provider_available():

@@ -11,8 +11,9 @@ keeps the tracker testable on machines without a GPU.
 convolution's bias, each PReLU, residual add and channel pad as its own broadcast kernel, and on the H200 those
 took 60 % of the landmark model's time; compiled, they fuse into one kernel after each convolution. The batch
 dimension stays dynamic, so one compile serves every bucket (1.7x for the landmark model, 2.2x for the iris model
-at batch 256; a fixed batch would give 2.1x and 2.3x but compile once per bucket). Inductor keeps the compiled
-kernels on disk, so only the first start pays (25-45 s per model on the H200).
+at batch 256; a fixed batch would give 2.1x and 2.3x but compile once per bucket). Compiling takes 22-27 s per
+model on the H200 at every start: Inductor keeps its kernels on disk, but a start with that cache warm still took
+16-27 s per model.
 """
 from __future__ import annotations
 
@@ -77,9 +78,9 @@ def _to_stderr(line: str) -> None:
 
 def inductor_cache_dir() -> Path:
     """Where Inductor keeps compiled kernels: beside the TensorRT engines (FACEBRIDGE_ENGINE_CACHE moves both)."""
-    from bridge.engines.cache import default_cache_dir
+    from bridge.engines.cache import EngineCache
 
-    return default_cache_dir() / "torch-inductor"
+    return EngineCache().inductor_dir
 
 
 def compile_module(module, item_shape: tuple[int, ...], dtype, memory_format, label: str, report=None,
