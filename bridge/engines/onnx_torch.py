@@ -52,6 +52,11 @@ SUPPORTED = {"Conv", "PRelu", "Relu", "Sigmoid", "Erf", "Add", "Sub", "Mul", "Di
              "Constant", "Identity", "Clip"}
 
 
+def _cannot(problem: str) -> EngineError:
+    """The torch path refuses this model: the caller falls back to ONNX Runtime."""
+    return EngineError(f"the torch path {problem}", "use the ONNX Runtime runner for this model")
+
+
 def unsupported_ops(model) -> list[str]:
     return sorted({n.op_type for n in model.graph.node} - SUPPORTED)
 
@@ -64,8 +69,7 @@ def load_torch_module(path_or_bytes, input_shape: tuple[int, ...]):
                                   else Path(path_or_bytes).read_bytes())
     missing = unsupported_ops(model)
     if missing:
-        raise EngineError(f"the torch path cannot run {', '.join(missing)}",
-                          "use the ONNX Runtime runner for this model")
+        raise _cannot(f"cannot run {', '.join(missing)}")
     return _convert(model, tuple(input_shape))
 
 
@@ -109,18 +113,17 @@ def _convert(model, input_shape):
 
     m = Converted()
     numpy_consts = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
     def constant(name):
         if name not in numpy_consts:
-            raise EngineError(f"the torch path needs {name} to be a constant in the graph",
-                              "use the ONNX Runtime runner for this model")
+            raise _cannot(f"needs {name} to be a constant in the graph")
         return numpy_consts[name]
 
     used_as_tensor: set[str] = set()
     probe = {m.input_name: torch.zeros(input_shape)}  # run once on CPU to learn every shape
 
-    def add(fn, inputs, outputs, tensor_inputs=None):
-        for i in (inputs if tensor_inputs is None else tensor_inputs):
-            used_as_tensor.add(i)
+    def add(fn, inputs, outputs):
+        used_as_tensor.update(inputs)
         m.steps.append(_Step(fn, list(inputs), list(outputs)))
         args = [probe[i] if i in probe else torch.from_numpy(np.array(numpy_consts[i])) for i in inputs]
         out = fn(*args)
@@ -178,8 +181,7 @@ def _convert(model, input_shape):
             value = float(constant(ins[2])) if len(ins) > 2 and ins[2] else float(a.get("value", 0.0))
             mode = a.get("mode", b"constant")
             if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
-                raise EngineError(f"the torch path supports constant Pad only ({node.name})",
-                                  "use the ONNX Runtime runner for this model")
+                raise _cannot(f"supports constant Pad only ({node.name})")
             half = len(pads) // 2
             torch_pads = []
             for axis in reversed(range(half)):  # F.pad wants (last begin, last end, previous begin, ...)
@@ -217,7 +219,7 @@ def _convert(model, input_shape):
         elif op == "Identity":
             add(lambda x: x, ins, outs)
         else:  # guarded by unsupported_ops; kept so a new SUPPORTED entry without code fails loudly
-            raise EngineError(f"the torch path has no converter for {op}", "use the ONNX Runtime runner")
+            raise _cannot(f"has no converter for {op}")
     for name in used_as_tensor:
         if name in numpy_consts and name not in m._consts:
             m.const(name, numpy_consts[name])
