@@ -17,9 +17,11 @@ import numpy as np
 
 from bridge.engines.shipped import find_model
 from bridge.engines.torch_runner import capture_graphs
+from bridge.stages import landmarks as single_face
 
 LANDMARK_SIZE, EYE_SIZE, EMOTION_SIZE, DETECT_SIZE = 192, 64, 64, 128
-EYE_CORNERS = ((33, 133), (362, 263))  # image-left eye, image-right eye (flipped for the iris model)
+# image-left eye, image-right eye (the second flipped for the iris model): the single-face order reversed
+EYE_CORNERS = single_face.EYE_CORNERS[::-1]
 FACE_SCALE, EYE_SCALE = 1.5, 2.3
 PRESENCE_THRESHOLD, DETECT_THRESHOLD = 0.5, 0.5
 # one row per frame, as `packed_results` lays it out for a single copy back to the host
