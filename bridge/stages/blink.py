@@ -17,6 +17,7 @@ HISTORY = 150  # frames (5 s at 30 fps) the open reference is taken from
 DEFAULT_OPEN = 0.33  # opening / width of a typical open eye, used until the history fills
 CLOSED_FRACTION = 0.25  # a closed eye reads about a quarter of the open opening (lashes, lid thickness)
 DEAD_ZONE = 0.15  # openings within 15% of the open reference are not a blink (noise, gaze down)
+REFRESH = 15  # frames between recomputing the open reference (a percentile over the history)
 
 
 def eye_openings(points: np.ndarray) -> np.ndarray:
@@ -27,9 +28,6 @@ def eye_openings(points: np.ndarray) -> np.ndarray:
         gaps = [np.linalg.norm(points[u, :2] - points[d, :2]) for u, d in EYE_LID_PAIRS[eye]]
         out[eye] = float(np.mean(gaps)) / max(width, 1e-6)
     return out
-
-
-REFRESH = 15  # frames between recomputing the open reference (a percentile over the history)
 
 
 class BlinkEstimator:
