@@ -1,8 +1,61 @@
-"""`fedagent` command line (federated adapter training and signed updates arrive in a later issue)."""
+"""`fedagent` command line. Each subcommand group lives in its own module under fedagent/commands/ with
+`add_parser(subparsers)`, as `facebridge`'s commands do."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
 import sys
 
+from bridge.errors import FaceBridgeError
 
-def main(argv=None) -> int:
-    print("fedagent: federated personalisation is not built yet; see docs/ARCHITECTURE.md 'Coming next'.",
-          file=sys.stderr)
-    return 2
+# module path -> registers one or more subcommands. A module that is not there yet is skipped.
+COMMAND_MODULES = (
+    "fedagent.commands.keys",      # keys init / add / revoke / rotate
+    "fedagent.commands.publish",   # publish, export-adapter, serve-repo
+    "fedagent.commands.update",    # update install / status / rollback (device side)
+    "fedagent.commands.server",    # server (SuperLink + ServerApp)
+    "fedagent.commands.client",    # client (SuperNode + ClientApp)
+    "fedagent.commands.simulate",  # simulate --clients N --rounds R
+    "fedagent.commands.data",      # data stats / clear / export
+    "fedagent.commands.bench",     # bench --json OUT
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fedagent",
+        description="FaceBridge's federated update agent: personalise the lip-sync adapter on this device with "
+                    "Flower under secure aggregation, and publish, verify and install signed model releases.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except FaceBridgeError as e:
+        print(f"fedagent: error: {e}", file=sys.stderr)
+        return getattr(e, "exit_code", 1)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,7 +14,7 @@ from bridge.audio import features
 from bridge.audio.sources import FileSource, list_input_devices, load_audio_file, open_audio
 from bridge.errors import SourceError
 from bridge.sinks.livelinkface import decode_llf_packet
-from tests.conftest import facebridge_cmd, subprocess_env
+from tests.helpers import facebridge_cmd, subprocess_env
 
 
 def _tone(freq: float, seconds: float, rate: int) -> np.ndarray:

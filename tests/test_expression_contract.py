@@ -128,7 +128,7 @@ def test_run_streams_a_user_model_through_the_cli(tmp_path, isolated_home):
     """`facebridge run --expression-model DIR`: the recorded take carries the user model's parameters."""
     import subprocess
 
-    from tests.conftest import facebridge_cmd, subprocess_env
+    from tests.helpers import facebridge_cmd, subprocess_env
 
     rng = np.random.default_rng(1)
     gemm_model(tmp_path / "m.onnx", "features", ["n", NUM_FEATURES],

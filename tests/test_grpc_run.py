@@ -50,7 +50,7 @@ def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):
 
 
 def test_run_refuses_to_expose_the_stream_without_a_token(tmp_path):
-    from tests.conftest import facebridge_cmd, subprocess_env
+    from tests.helpers import facebridge_cmd, subprocess_env
 
     run = subprocess.run(facebridge_cmd("run", "--source", "sample", "--max-frames", "1", "--llf", "off", "--vmc",
                                         "off", "--quiet", "--grpc", "0.0.0.0:0"),

@@ -21,7 +21,7 @@ from bridge.frame import ARKIT_NAMES, FaceFrame
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from bridge.grpc.server import GrpcSink
-from tests.conftest import tool_module
+from tests.helpers import tool_module
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT = ROOT / "tests" / "grpc_standalone_client.py"

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.conftest import espeak_or_skip, facebridge_cmd, subprocess_env, udp_collector
+from tests.helpers import espeak_or_skip, facebridge_cmd, subprocess_env, udp_collector
 
 JAW_WIRE_INDEX = 17
 SILENCE_S = (1.0, 1.5, 1.0)  # before, between and after the two phrases

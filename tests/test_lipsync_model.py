@@ -14,7 +14,7 @@ from bridge.audio.vad import AUDIO_DIR, shipped_model
 from bridge.audio.visemes import MOUTH_CHANNELS, frame_targets, phoneme_visemes, segments_from_events
 from bridge.errors import ModelError
 from bridge.frame import ARKIT_NAMES, VISEME_NAMES
-from tests.conftest import espeak_or_skip
+from tests.helpers import espeak_or_skip
 
 JAW = MOUTH_CHANNELS.index("jawOpen")
 

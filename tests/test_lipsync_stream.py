@@ -12,7 +12,7 @@ from bridge.audio.fusion import AUDIO_SHARE_WHEN_VISIBLE, fuse_mouth
 from bridge.audio.lipsync import MOUTH_MASK, LipSyncResult, LipSyncStream
 from bridge.audio.sources import AudioChunk, AudioSource, FileSource
 from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame
-from tests.conftest import espeak_or_skip
+from tests.helpers import espeak_or_skip
 
 JAW = ARKIT_INDEX["jawOpen"]
 

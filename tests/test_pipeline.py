@@ -5,7 +5,7 @@ import pytest
 
 from bridge.frame import ARKIT_INDEX, FaceFrame
 from bridge.sources.base import Frame
-from tests.conftest import tool_module
+from tests.helpers import tool_module
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from pythonosc.dispatcher import Dispatcher
 from pythonosc.osc_server import ThreadingOSCUDPServer
 
 from bridge.frame import ARKIT_NAMES
-from tests.conftest import facebridge_cmd, free_udp_port, subprocess_env, udp_collector
+from tests.helpers import facebridge_cmd, free_udp_port, subprocess_env, udp_collector
 
 FRAMES = 45
 

@@ -13,7 +13,7 @@ from pxr import Gf, Usd, UsdSkel  # noqa: E402
 from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, FaceFrame  # noqa: E402
 from bridge.sinks.recorder import TakeRecorder  # noqa: E402
 from bridge.usd_export import UsdExportError, export_take  # noqa: E402
-from tests.conftest import facebridge_cmd, subprocess_env  # noqa: E402
+from tests.helpers import facebridge_cmd, subprocess_env  # noqa: E402
 
 RATE = 30.0
 

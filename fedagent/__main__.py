@@ -1,0 +1,5 @@
+import sys
+
+from fedagent.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""fedagent subcommands: one module per group, argument parsing only."""
