@@ -31,6 +31,7 @@ test: $(STAMP)
 ifneq ($(TORCH_WHEEL),)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_WHEEL)
 endif
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 clean:

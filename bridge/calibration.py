@@ -64,7 +64,7 @@ class CalibrationProfile:
         return atomic_write_json(self.path(directory), asdict(self))
 
     @classmethod
-    def load(cls, subject: str, directory: Path | None = None) -> "CalibrationProfile | None":
+    def load(cls, subject: str, directory: Path | None = None) -> CalibrationProfile | None:
         path = (directory or profiles_dir()) / f"{_safe_name(subject)}.json"
         if not path.exists():
             return None

@@ -131,7 +131,7 @@ class FaceFrame:
         return out
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FaceFrame":
+    def from_dict(cls, d: dict) -> FaceFrame:
         kw = dict(d)
         kw.pop("landmarks", None)
         arrays = {"blendshapes", "head_rotation", "head_translation", "eye_left", "eye_right", "emotion", "visemes"}

@@ -25,8 +25,13 @@ from bridge.stages.filters import OneEuroFilter
 from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.geometry import Roi
 from bridge.stages.head_pose import HeadPoseEstimator
-from bridge.stages.landmarks import (FaceLandmarker, IrisLandmarker, LandmarkResult, roi_from_detection,
-                                    roi_from_landmarks)
+from bridge.stages.landmarks import (
+    FaceLandmarker,
+    IrisLandmarker,
+    LandmarkResult,
+    roi_from_detection,
+    roi_from_landmarks,
+)
 
 log = logging.getLogger(__name__)
 EYE_LOOK = np.array([i for n, i in ARKIT_INDEX.items() if n.startswith("eyeLook")])

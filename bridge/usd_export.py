@@ -9,9 +9,9 @@ captured frame, and each frame sits at (t_capture - start) * frame_rate, so unev
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from bridge import __version__
 from bridge.errors import FaceBridgeError

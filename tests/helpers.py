@@ -29,7 +29,7 @@ def udp_collector():
         while not stop.is_set():
             try:
                 packets.append(sock.recv(65536))
-            except socket.timeout:
+            except TimeoutError:
                 continue
 
     reader = threading.Thread(target=receive, daemon=True)

@@ -173,7 +173,7 @@ def test_microphone_path_through_real_portaudio(tmp_path):
         try:
             while len(packets) < 30:
                 packets.append(sock.recv(65536))
-        except socket.timeout:
+        except TimeoutError:
             pass
     assert len(packets) >= 20, proc.stdout
     assert all(p[0] == 6 for p in packets)  # Live Link Face v6

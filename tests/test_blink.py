@@ -1,8 +1,8 @@
 """Blinks from the lid opening against the subject's own open eye (bridge/stages/blink.py)."""
 import numpy as np
 
+from bridge.mesh import EYE_CORNERS, EYE_LID_PAIRS
 from bridge.stages.blink import BlinkEstimator, eye_openings
-from bridge.stages.landmarks import EYE_CORNERS, EYE_LID_PAIRS
 
 
 def eye_points(opening: float) -> np.ndarray:

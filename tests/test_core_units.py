@@ -9,7 +9,7 @@ from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError, SourceError
 from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame
 from bridge.fsutil import atomic_write_json
-from bridge.queues import Closed, LatestQueue
+from bridge.runtime.queues import Closed, LatestQueue
 from bridge.stages.filters import OneEuroFilter
 
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from bridge.engines import EngineUnavailable, create_session
-from bridge.engines.batcher import DeadlineBatcher
-from bridge.engines.builder import EngineBuildError, EngineSpec, build_plan, profiles_for
 from bridge.engines.cache import EngineCache
 from bridge.engines.select import AUTO_ORDER, candidates, check_available
 from bridge.engines.shipped import NOT_BUILDABLE, ShippedModel, find_model, shipped_models
+from bridge.engines.tensorrt.builder import EngineBuildError, EngineSpec, build_plan, profiles_for
+from bridge.serving.batcher import DeadlineBatcher
 
 trt_rtx = pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX is in the test extra")
 
@@ -28,7 +28,7 @@ QUICK = {"opt_level": 0, "max_batch": 16}  # the fastest real build: CI builds e
 
 @pytest.fixture(scope="module")
 def flavour():
-    from bridge.engines.trt_flavour import load_flavour
+    from bridge.engines.tensorrt.flavour import load_flavour
 
     return load_flavour("tensorrt-rtx")
 
@@ -39,7 +39,7 @@ def shared_cache(tmp_path_factory):
 
 
 def _prepare(model, flavour, cache, **kw):
-    from bridge.engines.prepare import prepare_engine, spec_for
+    from bridge.engines.tensorrt.prepare import prepare_engine, spec_for
 
     spec = spec_for(model, model.verified_path().read_bytes(), flavour, **{**QUICK, **kw})
     return prepare_engine(model, flavour, cache, spec, report=lambda line: None)
@@ -89,7 +89,7 @@ def test_key_changes_with_precision_target_and_profiles(flavour, tmp_path):
 
 # --- stale, corrupt, other-version engines are never loaded blindly -----------------------------------------------
 def test_corrupt_engine_is_detected_and_rebuilt(flavour, tmp_path):
-    from bridge.engines.verify import verify_cache
+    from bridge.engines.tensorrt.verify import verify_cache
 
     cache = EngineCache(tmp_path)
     model = find_model("emotion")
@@ -105,7 +105,7 @@ def test_corrupt_engine_is_detected_and_rebuilt(flavour, tmp_path):
 def test_stale_engine_is_reported_when_the_model_changes(flavour, tmp_path):
     import onnx
 
-    from bridge.engines.verify import verify_cache
+    from bridge.engines.tensorrt.verify import verify_cache
 
     copy = tmp_path / "emotion.onnx"
     shutil.copy(find_model("emotion").path, copy)
@@ -122,7 +122,7 @@ def test_stale_engine_is_reported_when_the_model_changes(flavour, tmp_path):
 def test_engine_from_another_version_is_never_picked(flavour, tmp_path):
     import json
 
-    from bridge.engines.verify import verify_cache
+    from bridge.engines.tensorrt.verify import verify_cache
 
     cache = EngineCache(tmp_path)
     model = find_model("emotion")
@@ -212,8 +212,8 @@ def test_fp16_engine_is_built_from_a_converted_graph_checked_against_fp32(flavou
 
 
 def test_fp16_parity_check_refuses_drift():
-    from bridge.engines.fp16 import check_parity, convert_to_fp16
     from bridge.engines.shipped import frames_as_input
+    from bridge.engines.tensorrt.fp16 import check_parity, convert_to_fp16
 
     data = find_model("iris_landmark").path.read_bytes()
     feeds = {"input_1": frames_as_input((3, 64, 64))}
@@ -243,8 +243,8 @@ def test_refittable_build_marks_only_adapter_weights(flavour, tmp_path):
     path = tmp_path / "adapted.onnx"
     onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
                                 opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    from bridge.engines.builder import refittable_initializers
     from bridge.engines.gpu import probe_gpu
+    from bridge.engines.tensorrt.builder import refittable_initializers
 
     assert refittable_initializers(path.read_bytes(), ["adapter.*"]) == ("adapter.A",)
     model = ShippedModel("adapted", path, {"engine": {"refittable": ["adapter.*"]}})
@@ -382,9 +382,9 @@ def test_max_wait_gathers_a_fuller_batch_but_respects_the_deadline():
 
 def test_batched_face_tracker_finds_and_tracks_the_sample_face_on_cpu():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     torch.set_num_threads(1)
     frames = torch.from_numpy(np.stack(sample_frames(2)))
@@ -405,8 +405,8 @@ def test_batched_face_tracker_finds_and_tracks_the_sample_face_on_cpu():
 
 def test_gpu_side_expression_features_match_the_reference_layout():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import landmark_features_torch
     from bridge.expression.features import features_batch
+    from bridge.serving.tracker import landmark_features_torch
 
     rng = np.random.default_rng(0)
     xy = rng.uniform(100, 300, (3, 468, 2))
@@ -418,8 +418,8 @@ def test_gpu_side_expression_features_match_the_reference_layout():
 
 def test_cuda_driver_check_says_what_is_missing():
     pytest.importorskip("cuda.bindings", reason="cuda-python is in the tensorrt/gpu extras")
-    from bridge.engines.cuda_buffers import check_driver
     from bridge.engines.gpu import probe_gpu
+    from bridge.engines.tensorrt.cuda_buffers import check_driver
 
     if probe_gpu().gpu is not None:
         check_driver()  # a working GPU machine: the driver is new enough for the CUDA runtime we ship
@@ -432,9 +432,9 @@ def test_cuda_driver_check_says_what_is_missing():
 @pytest.mark.parametrize("name", ["face_detection_short_range", "face_landmark", "iris_landmark", "emotion"])
 def test_torch_conversion_matches_onnx_runtime_on_real_frames(name):
     torch = pytest.importorskip("torch")
-    from bridge.engines.onnx_torch import load_torch_module
     from bridge.engines.onnxruntime_backend import OrtSession
     from bridge.engines.shipped import find_model, frames_as_input, value_range_of
+    from bridge.serving.onnx_torch import load_torch_module
 
     torch.set_num_threads(1)
     model = find_model(name)
@@ -454,9 +454,9 @@ def test_compile_traces_each_model_once_and_its_batch_dimension_stays_dynamic(tm
     (an example input that is not an inference tensor, a shape the converter fixes) compiles again per call
     shape, which on a GPU costs half a minute per bucket and model. Traced here with a backend that counts."""
     torch = pytest.importorskip("torch")
-    from bridge.engines.onnx_torch import load_torch_module
     from bridge.engines.shipped import find_model
-    from bridge.engines.torch_runner import compile_module
+    from bridge.serving.onnx_torch import load_torch_module
+    from bridge.serving.torch_runner import compile_module
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch._dynamo.reset()
@@ -485,7 +485,7 @@ def test_compile_traces_each_model_once_and_its_batch_dimension_stays_dynamic(tm
 def test_a_compiled_model_that_fails_at_run_time_falls_back_to_its_eager_kernels_with_a_warning():
     torch = pytest.importorskip("torch")
     from bridge.engines.shipped import find_model
-    from bridge.engines.torch_runner import TorchRunner
+    from bridge.serving.torch_runner import TorchRunner
 
     lines = []
     runner = TorchRunner(find_model("emotion").path, 4, "cpu", report=lines.append)
@@ -509,8 +509,8 @@ def test_a_compiled_model_that_fails_at_run_time_falls_back_to_its_eager_kernels
 def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
     pytest.importorskip("torch")
     from bridge.engines.base import EngineError
-    from bridge.engines.onnx_torch import load_torch_module
     from bridge.engines.shipped import find_model
+    from bridge.serving.onnx_torch import load_torch_module
 
     with pytest.raises(EngineError, match="cannot run Resize") as info:
         load_torch_module(find_model("face_detection_full_range").path, (1, 3, 192, 192))
@@ -519,9 +519,9 @@ def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
 
 def test_batched_eye_pair_crops_are_the_single_crops_in_face_order():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     frames = torch.from_numpy(np.stack(sample_frames(2)))
     images = frames.permute(0, 3, 1, 2).float()
@@ -541,9 +541,9 @@ def test_batched_eye_pair_crops_are_the_single_crops_in_face_order():
 
 def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     torch.set_num_threads(1)
     frames = torch.from_numpy(np.stack(sample_frames(3, step=1)))
@@ -560,7 +560,7 @@ def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
 
 def test_gpu_runners_where_they_cannot_run_say_why_and_what_works_instead():
     pytest.importorskip("torch")
-    from bridge.engines.face_runners import make_runners, runner_availability
+    from bridge.serving.runners import make_runners, runner_availability
 
     usable = {kind: ok for kind, ok, _ in runner_availability()}
     assert usable["onnxruntime"]
@@ -577,9 +577,9 @@ def test_tracker_passes_of_every_size_reuse_one_compiled_graph_per_model(monkeyp
     passes of changing size) traced with a counting backend: one graph per compiled model, whatever the batch.
     On the H200 each extra graph is another half-minute compile."""
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker
     from bridge.engines.shipped import find_model, sample_frames
-    from bridge.engines.torch_runner import TorchRunner, compile_module
+    from bridge.serving.torch_runner import TorchRunner, compile_module
+    from bridge.serving.tracker import BatchedFaceTracker
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch.set_num_threads(1)
@@ -610,9 +610,9 @@ def test_tracker_passes_of_every_size_reuse_one_compiled_graph_per_model(monkeyp
 
 def test_batched_tracker_with_bounded_detector_slots_acquires_lost_streams_over_passes():
     torch = pytest.importorskip("torch")
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     torch.set_num_threads(1)
     frames = torch.from_numpy(np.stack(sample_frames(4, step=1)))
@@ -639,9 +639,9 @@ def test_the_captured_pass_is_pure_device_work():
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
-    from bridge.engines.batched_face import BatchedFaceTracker
     from bridge.engines.shipped import find_model
-    from bridge.engines.torch_runner import TorchRunner
+    from bridge.serving.torch_runner import TorchRunner
+    from bridge.serving.tracker import BatchedFaceTracker
 
     class HostTensorSpy(TorchDispatchMode):
         def __init__(self):
@@ -667,8 +667,8 @@ def test_the_captured_pass_is_pure_device_work():
 
 
 def _service(torch, streams: int = 3, **options):
-    from bridge.engines.face_runners import make_runners
-    from bridge.engines.face_service import MultiStreamFaceService
+    from bridge.serving.runners import make_runners
+    from bridge.serving.service import MultiStreamFaceService
 
     torch.set_num_threads(1)
     return MultiStreamFaceService(streams, (360, 480), make_runners("torch", 4), device="cpu", **options)
@@ -678,9 +678,9 @@ def test_face_service_serves_concurrent_streams_in_order_like_one_tracker_per_st
     torch = pytest.importorskip("torch")
     import threading
 
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     clip = sample_frames(6, step=1)
     futures = {s: [] for s in range(3)}
@@ -728,7 +728,7 @@ def test_face_service_gives_a_stream_one_frame_per_pass_and_refuses_bad_frames()
 
 def test_face_service_refuses_a_shape_it_cannot_serve_before_loading_anything():
     pytest.importorskip("torch")
-    from bridge.engines.face_service import MultiStreamFaceService
+    from bridge.serving.service import MultiStreamFaceService
 
     for options, message in ((dict(num_streams=0, frame_hw=(360, 480)), "at least one stream"),
                              (dict(num_streams=2, frame_hw=(0, 480)), r"at least 32x32 pixels .*\(0, 480\)"),

@@ -8,6 +8,7 @@ import pytest
 from bridge.engines.gpu import probe_gpu
 from bridge.engines.onnxruntime_backend import cuda_provider_available
 
+
 def _torch_cuda() -> bool:
     try:
         import torch
@@ -59,7 +60,7 @@ def test_device_bound_cuda_graph_runner_matches_cpu(name):
     import torch
 
     from bridge.engines import create_session
-    from bridge.engines.face_runners import OrtCudaRunner
+    from bridge.serving.runners import OrtCudaRunner
 
     model, input_name, x = _feeds(name, batch=3)
     cpu = list(create_session(model.path, "onnxruntime").run({input_name: x}).values())
@@ -76,9 +77,9 @@ def test_device_bound_cuda_graph_runner_matches_cpu(name):
 def test_batched_tracker_on_gpu_matches_cpu():
     import torch
 
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     frames = np.stack(sample_frames(4))
     streams = torch.arange(4)
@@ -129,7 +130,7 @@ def test_torch_cuda_graph_runner_matches_ort_cpu_and_fp16_stays_close(name):
     import torch
 
     from bridge.engines import create_session
-    from bridge.engines.torch_runner import TorchRunner
+    from bridge.serving.torch_runner import TorchRunner
 
     model, input_name, x = _torch_feeds(name, batch=3)
     cpu = list(create_session(model.path, "onnxruntime").run({input_name: x}).values())
@@ -147,9 +148,9 @@ def test_torch_cuda_graph_runner_matches_ort_cpu_and_fp16_stays_close(name):
 def test_batched_tracker_torch_cuda_fp16_matches_cpu():
     import torch
 
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     frames = np.stack(sample_frames(6, step=1))
     streams = torch.arange(6)
@@ -173,9 +174,9 @@ def test_batched_tracker_torch_cuda_fp16_matches_cpu():
 def test_captured_tracked_pass_matches_the_eager_pass_with_padding_and_a_lost_stream():
     import torch
 
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     frames = torch.from_numpy(np.stack(sample_frames(8, step=1))).cuda()
     runners = make_runners("torch-cuda", 8, buckets=[4, 8], tracked_pass_graphs=True)
@@ -205,7 +206,7 @@ def test_captured_tracked_pass_matches_the_eager_pass_with_padding_and_a_lost_st
 def test_compiled_runner_matches_eager_kernels_for_every_bucket_and_batch_one_stays_eager():
     import torch
 
-    from bridge.engines.torch_runner import TorchRunner
+    from bridge.serving.torch_runner import TorchRunner
 
     model, _input, x = _feeds("face_landmark", batch=3)
     xd = torch.from_numpy(x).cuda()
@@ -224,9 +225,9 @@ def test_face_service_on_the_gpu_product_path_matches_the_cpu_service():
     graphs with detection inside, host and device frames, against the CPU service on the same frames."""
     import torch
 
-    from bridge.engines.face_runners import make_runners
-    from bridge.engines.face_service import MultiStreamFaceService
     from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.service import MultiStreamFaceService
 
     clip = sample_frames(10, step=1)
     hw = clip[0].shape[:2]

@@ -18,12 +18,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
 
+from model_sources import DEFAULT_CACHE, SOURCES, read_source, sha256_bytes  # noqa: E402
+from model_specs import SPECS  # noqa: E402
+
 from bridge.engines import create_session  # noqa: E402
 from bridge.errors import ModelError  # noqa: E402
 from bridge.frame import EMOTION_NAMES  # noqa: E402
 from bridge.models import MODELS_DIR, manifest, model_path, sha256_file, verify_file  # noqa: E402
-from model_sources import DEFAULT_CACHE, SOURCES, read_source, sha256_bytes  # noqa: E402
-from model_specs import SPECS  # noqa: E402
 
 NAMES = ["face_detection_short_range", "face_detection_full_range", "face_landmark", "iris_landmark", "emotion"]
 WHEEL_CACHE = Path(os.environ.get("FACEBRIDGE_WHEEL_CACHE", DEFAULT_CACHE))
@@ -256,7 +257,7 @@ def test_landmarks_and_irises_on_the_astronaut(astronaut, sessions):
         eyes.append(eye[:, ::-1] if k == 1 else eye)
     batch = np.stack(eyes).astype(np.float32).transpose(0, 3, 1, 2) / 255.0
     iris = sessions["iris_landmark"].run({"input_1": batch})["output_iris"].reshape(2, 5, 3)
-    for k, (a, b) in enumerate(corners):
+    for k in range(len(corners)):
         center = iris[k, 0, :2]
         assert 24 < center[0] < 40 and 24 < center[1] < 40, center  # near the middle of the 64x64 eye crop
         spread = np.linalg.norm(iris[k, 1:, :2] - center, axis=1)

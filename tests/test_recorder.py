@@ -173,7 +173,7 @@ def test_replay_streams_the_take_at_its_timing(tmp_path):
     try:
         while True:
             applies += b"/VMC/Ext/Blend/Apply" in vmc.recv(65536)
-    except socket.timeout:
+    except TimeoutError:
         vmc.close()
     assert proc.returncode == 0, err
     assert "replayed 30 frames" in out and "livelinkface: 30 sent, 0 failed, vmc: 30 sent, 0 failed" in out

@@ -56,7 +56,7 @@ def test_run_streams_sample_to_live_link_face_and_vmc(receivers, isolated_home):
     decoded = [parse_llf(p) for p in packets]
     prev = None
     changes = 0
-    for packet, (device, subject, (frame, sub, num, den), count, values) in zip(packets, decoded):
+    for packet, (device, subject, (_frame, sub, num, den), count, values) in zip(packets, decoded):
         assert len(packet) == 270 + len(device.encode()) + len(subject.encode())
         assert subject == "Astro" and len(device) == 36
         assert count == 61 and num > 0 and den == 1 and 0 <= sub < 1

@@ -13,8 +13,7 @@ from scipy.spatial.transform import Rotation
 
 from bridge.errors import SinkError
 from bridge.frame import ARKIT_NAMES, FaceFrame
-from bridge.sinks.vmc import (HEAD_POSITION, NUM_FLOATS, NUM_INTS, VmcFrameEncoder, VmcSink,
-                              euler_to_unity_quaternion)
+from bridge.sinks.vmc import HEAD_POSITION, NUM_FLOATS, NUM_INTS, VmcFrameEncoder, VmcSink, euler_to_unity_quaternion
 
 
 class OscReceiver:

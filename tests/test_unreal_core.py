@@ -19,8 +19,9 @@ BUILD = CORE / "build"  # kept between runs (git-ignored) so that local reruns o
 def _missing_tools() -> str:
     need = {"cmake": "cmake", "c++": "g++", "protoc": "protobuf-compiler", "grpc_cpp_plugin": "protobuf-compiler-grpc"}
     missing = [pkg for tool, pkg in need.items() if shutil.which(tool) is None]
-    if not any(Path(p).exists() for p in ("/usr/lib/x86_64-linux-gnu/cmake/grpc", "/usr/lib/aarch64-linux-gnu/cmake/grpc",
-                                          "/usr/local/lib/cmake/grpc")):
+    grpc_dirs = ("/usr/lib/x86_64-linux-gnu/cmake/grpc", "/usr/lib/aarch64-linux-gnu/cmake/grpc",
+                 "/usr/local/lib/cmake/grpc")
+    if not any(Path(p).exists() for p in grpc_dirs):
         missing.append("libgrpc++-dev")
     if not any(Path(p).exists() for p in ("/usr/src/googletest", "/usr/lib/x86_64-linux-gnu/cmake/GTest",
                                           "/usr/lib/aarch64-linux-gnu/cmake/GTest")):

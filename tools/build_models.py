@@ -24,11 +24,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tools")]
 
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
+from model_sources import DEFAULT_CACHE, SOURCES, read_source, sha256_bytes  # noqa: E402
+from model_specs import SPECS  # noqa: E402
 
 from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
 from bridge.models import MANIFEST_PATH, MODELS_DIR  # noqa: E402
-from model_sources import DEFAULT_CACHE, SOURCES, read_source, sha256_bytes  # noqa: E402
-from model_specs import SPECS  # noqa: E402
 
 BATCH_CHECK = 3  # items in the batch-1-vs-batch-N and source comparisons
 

@@ -30,8 +30,8 @@ from scipy import signal
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bridge.audio import features  # noqa: E402
 from bridge.audio.visemes import MOUTH_CHANNELS, frame_targets, segments_from_events  # noqa: E402
-from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
 from bridge.frame import VISEME_NAMES  # noqa: E402
+from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------------------
 # espeak-ng through its C API
@@ -118,7 +118,8 @@ SENTENCES = {
            "Der schnelle braune Fuchs springt über den faulen Hund.", "Wir fahren morgen früh mit dem Zug nach Berlin.",
            "Zwölf Boxkämpfer jagen Viktor quer über den großen Sylter Deich."],
     "fr": ["Bonjour, je voudrais un croissant et un café.", "Le vif renard brun saute par-dessus le chien paresseux.",
-           "Nous allons à la plage demain matin si il fait beau.", "Pourquoi est-ce que tu ne réponds pas au téléphone?",
+           "Nous allons à la plage demain matin si il fait beau.",
+           "Pourquoi est-ce que tu ne réponds pas au téléphone?",
            "Les chaussettes de l'archiduchesse sont-elles sèches?"],
     "es": ["Hola, ¿qué tal? Me llamo Pablo y vivo en Madrid.", "El veloz murciélago hindú comía feliz cardillo y kiwi.",
            "Mañana vamos a la playa con mis amigos.", "¿Dónde está la estación de tren, por favor?",
@@ -132,12 +133,14 @@ SENTENCES = {
     "cs": ["Dobrý den, jak se máte?", "Příliš žluťoučký kůň úpěl ďábelské ódy.", "Zítra pojedeme vlakem do Prahy."],
     # held-out languages
     "it": ["Buongiorno, come stai oggi?", "Vorrei un caffè e una brioche, per favore.",
-           "Domani andiamo al mare con i nostri amici.", "Quel vituperabile xenofobo zelante assaggia il whisky ed esclama alleluia.",
+           "Domani andiamo al mare con i nostri amici.",
+           "Quel vituperabile xenofobo zelante assaggia il whisky ed esclama alleluia.",
            "La stazione dei treni è dietro la piazza principale."],
     "pt-br": ["Bom dia, como você está?", "Eu gostaria de um café com leite, por favor.",
               "Amanhã vamos à praia com os nossos amigos.", "A rápida raposa marrom pula sobre o cão preguiçoso.",
               "Onde fica a estação de trem mais próxima?"],
-    "fi": ["Hyvää huomenta, mitä kuuluu?", "Haluaisin kupin kahvia, kiitos.", "Huomenna menemme rannalle ystävien kanssa."],
+    "fi": ["Hyvää huomenta, mitä kuuluu?", "Haluaisin kupin kahvia, kiitos.",
+           "Huomenna menemme rannalle ystävien kanssa."],
 }
 # Letters per language for pronounceable pseudo-words (more phoneme variety than a few sentences give).
 LETTERS = {
@@ -168,8 +171,8 @@ def _pseudo_text(rng: np.random.Generator, lang: str) -> str:
     consonants, vowels = (part.split() for part in LETTERS[lang])
     words = []
     for _ in range(rng.integers(3, 9)):
-        syllables = [rng.choice(consonants) + rng.choice(vowels) + (rng.choice(consonants) if rng.random() < 0.3 else "")
-                     for _ in range(rng.integers(1, 4))]
+        coda = lambda: rng.choice(consonants) if rng.random() < 0.3 else ""
+        syllables = [rng.choice(consonants) + rng.choice(vowels) + coda() for _ in range(rng.integers(1, 4))]
         words.append("".join(syllables))
     return " ".join(words).capitalize() + rng.choice([".", ",", "?", "!"])
 

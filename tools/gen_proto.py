@@ -26,8 +26,8 @@ RELATIVE_IMPORT = "from . import facebridge_pb2 as"
 
 def generate() -> dict[str, str]:
     """Compile the proto with grpcio-tools; return {file name: text} of the Python code."""
-    from grpc_tools import protoc
     import grpc_tools
+    from grpc_tools import protoc
 
     include = Path(grpc_tools.__file__).parent / "_proto"  # google/protobuf/*.proto
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
-
 from model_keras_h5 import load_keras_h5, same_pads
+from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
 INPUT, OUTPUT = "input", "emotion_probs"
@@ -32,8 +31,8 @@ class _Graph:
 def _conv_pads(cfg: dict, hw: tuple[int, int], k: int, s: int) -> list[int]:
     if cfg["padding"] == "valid":
         return [0, 0, 0, 0]
-    (t, b), (l, r) = same_pads(hw[0], k, s), same_pads(hw[1], k, s)
-    return [t, l, b, r]
+    (t, b), (left, r) = same_pads(hw[0], k, s), same_pads(hw[1], k, s)
+    return [t, left, b, r]
 
 
 def _out_hw(hw, pads, k, s):

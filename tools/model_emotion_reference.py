@@ -6,9 +6,8 @@ no graph-building code with model_emotion.py, only the h5py reader. Float64 thro
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
-
 from model_keras_h5 import load_keras_h5, same_pads
+from numpy.lib.stride_tricks import sliding_window_view
 
 
 def _pad(x: np.ndarray, k: int, s: int, padding: str, value: float) -> np.ndarray:

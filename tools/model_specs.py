@@ -4,12 +4,11 @@ The preprocessing/postprocessing dicts are copied into bridge/models/manifest.js
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import onnx
-
 from model_emotion import emotion_to_onnx
 from model_emotion_reference import keras_forward
 from model_tflite import make_batch_dynamic, run_litert, tflite_to_onnx

@@ -235,7 +235,7 @@ class LipSyncStream:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, source: AudioSource) -> "LipSyncStream":
+    def start(self, source: AudioSource) -> LipSyncStream:
         if self.running:
             raise RuntimeError("LipSyncStream already started")
         self._source = source

@@ -12,9 +12,9 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -192,8 +192,8 @@ class MicrophoneSource(AudioSource):
         except (ValueError, sd.PortAudioError) as e:
             names = [f"{d['index']}: {d['name']}" for d in list_input_devices()]
             if device is None:
-                raise SourceError(f"no microphone found ({_why(e)})", "plug one in, check `facebridge devices`, or pass "
-                                  "an audio file with --audio FILE") from None
+                fix = "plug one in, check `facebridge devices`, or pass an audio file with --audio FILE"
+                raise SourceError(f"no microphone found ({_why(e)})", fix) from None
             raise SourceError(f"audio input device {device} is not available ({_why(e)})",
                               "choose one of: " + ("; ".join(names) if names else "none found") +
                               " (see `facebridge devices`)") from None

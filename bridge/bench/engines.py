@@ -18,8 +18,7 @@ import time
 import numpy as np
 
 from bridge.engines.select import AUTO_ORDER, check_available
-from bridge.engines.shipped import (NOT_BUILDABLE, frames_as_input, sample_frames, shipped_models,
-                                    value_range_of)
+from bridge.engines.shipped import NOT_BUILDABLE, frames_as_input, sample_frames, shipped_models, value_range_of
 
 
 def add_arguments(p) -> None:
@@ -129,7 +128,7 @@ def bench_model_cuda_device(model, batches: list[int], seconds: float) -> dict:
     """ORT CUDA with device-resident input/output (IOBinding); batch 1 also with a CUDA graph."""
     import torch
 
-    from bridge.engines.face_runners import OrtCudaRunner
+    from bridge.serving.runners import OrtCudaRunner
 
     out = {}
     for graphs in (False, True):
@@ -232,8 +231,8 @@ def pipeline_section(backends: list[str], seconds: float, threads: int) -> dict:
 # --- TensorRT-RTX builds ----------------------------------------------------------------------------------------
 def builds_section() -> dict:
     from bridge.engines.cache import EngineCache
-    from bridge.engines.prepare import prepare_engine, spec_for
-    from bridge.engines.trt_flavour import load_flavour
+    from bridge.engines.tensorrt.flavour import load_flavour
+    from bridge.engines.tensorrt.prepare import prepare_engine, spec_for
 
     out = {}
     for flavour_name in ("tensorrt-rtx", "tensorrt"):

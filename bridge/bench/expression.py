@@ -16,8 +16,7 @@ import numpy as np
 
 from bridge.expression.model import VISUAL, load_model
 from bridge.expression.stage import REGIONS, ExpressionEstimator
-from bridge.expression.synth import (render, sample_expressions, sample_identities, sample_poses,
-                                     synthetic_batch)
+from bridge.expression.synth import render, sample_expressions, sample_identities, sample_poses, synthetic_batch
 from bridge.frame import ARKIT_NAMES, BLENDSHAPE_REGIONS
 
 HELD_OUT_SEED = 2026

@@ -36,7 +36,7 @@ def _trial_setup(tracker_for, frames_dev, num_streams: int, seed: int):
     counters and the pinned host rows the results come back to."""
     import torch
 
-    from bridge.engines.batched_face import RESULT_WIDTH
+    from bridge.serving.tracker import RESULT_WIDTH
 
     result_host = torch.empty((num_streams, RESULT_WIDTH), dtype=torch.float32)
     if frames_dev.device.type == "cuda":
@@ -200,8 +200,8 @@ def multistream_runners(args, gpu_ort: bool) -> list[str]:
 def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32") -> dict:
     import torch
 
-    from bridge.engines.batched_face import BatchedFaceTracker
-    from bridge.engines.face_runners import make_runners
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
 
     max_n = args.max_streams
     device = "cuda" if runner.endswith("-cuda") else "cpu"
@@ -316,7 +316,7 @@ def stage_breakdown(tracker_for, frames_dev, batches: list[int]) -> dict:
 def _model_ms(runner, x) -> float:
     if not hasattr(runner, "eager"):  # ORT CUDA: its own call is how the pass runs it
         return _cuda_ms(lambda: runner(x))
-    from bridge.engines.torch_runner import capture_graphs
+    from bridge.serving.torch_runner import capture_graphs
 
     graph, _ = capture_graphs([len(x)], lambda _: runner.eager(x))[len(x)]
     return _cuda_ms(graph.replay)

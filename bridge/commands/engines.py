@@ -39,9 +39,9 @@ def add_parser(sub) -> None:
 
 def _build(args) -> int:
     from bridge.engines.cache import EngineCache
-    from bridge.engines.prepare import prepare_engine, spec_for
     from bridge.engines.shipped import NOT_BUILDABLE, find_model, shipped_models
-    from bridge.engines.trt_flavour import load_flavour
+    from bridge.engines.tensorrt.flavour import load_flavour
+    from bridge.engines.tensorrt.prepare import prepare_engine, spec_for
 
     flavour = load_flavour(args.backend)
     cache = EngineCache(args.cache_dir)
@@ -69,8 +69,8 @@ def _build(args) -> int:
 
 def _list(args) -> int:
     from bridge.engines.cache import EngineCache
-    from bridge.engines.face_runners import runner_availability
     from bridge.engines.select import explain
+    from bridge.serving.runners import runner_availability
 
     print("backends here (automatic order):")
     for a in explain("auto"):
@@ -94,7 +94,7 @@ def _list(args) -> int:
 
 
 def _verify(args) -> int:
-    from bridge.engines.verify import verify_cache
+    from bridge.engines.tensorrt.verify import verify_cache
 
     problems = 0
     for entry, status in verify_cache(args.cache_dir):

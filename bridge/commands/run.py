@@ -172,7 +172,7 @@ class RunControl:
 def run(args) -> int:
     from bridge.calibration import CalibrationProfile
     from bridge.pipeline import FacePipeline
-    from bridge.runner import BridgeRunner
+    from bridge.runtime.runner import BridgeRunner
     from bridge.sources import open_source
 
     if args.max_frames is not None and args.max_frames < 1:

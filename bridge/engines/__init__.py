@@ -28,7 +28,7 @@ def _open(backend: str, model_path: Path, threads: int, cache_dir, precision: st
         from bridge.engines.openvino_backend import OpenVinoSession
 
         return OpenVinoSession(model_path, threads=threads)
-    from bridge.engines.tensorrt_backend import TrtSession
+    from bridge.engines.tensorrt.session import TrtSession
 
     return TrtSession(model_path, backend, cache_dir=cache_dir, precision=precision)
 

@@ -33,3 +33,7 @@ class EngineError(FaceBridgeError):
 
 class EngineUnavailable(EngineError):
     """The backend's library, GPU or driver is not present: choose another backend."""
+
+
+class EngineBuildError(EngineError):
+    """TensorRT could not parse or build a model, or the engine could not be stored."""

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge.engines.builder import EngineBuildError
+from bridge.engines.base import EngineBuildError
 from bridge.fsutil import atomic_write_bytes, atomic_write_json
 
 KEY_VERSION = 1

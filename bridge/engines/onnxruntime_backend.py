@@ -64,7 +64,7 @@ class OrtCudaSession(OrtSession):
                                     "libraries missing, or no GPU)", "check `nvidia-smi`; use --backend onnxruntime")
         self.device_id = device_id
 
-    def bind(self, inputs: dict, outputs: dict) -> "DeviceBoundRun":
+    def bind(self, inputs: dict, outputs: dict) -> DeviceBoundRun:
         """A runner over device tensors (torch or cupy: anything with data_ptr()/data.ptr, shape, dtype)."""
         return DeviceBoundRun(self._session, inputs, outputs, self.device_id)
 

@@ -32,8 +32,8 @@ def check_available(backend: str) -> Availability:
 
 def _check(backend: str) -> str:
     if backend in ("tensorrt", "tensorrt-rtx"):
-        from bridge.engines.tensorrt_backend import require_runnable
-        from bridge.engines.trt_flavour import load_flavour
+        from bridge.engines.tensorrt.flavour import load_flavour
+        from bridge.engines.tensorrt.session import require_runnable
 
         flavour = load_flavour(backend)
         require_runnable(flavour)

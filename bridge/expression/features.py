@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from bridge.mesh import EYE_CONTOURS
+
 NUM_FEATURES = 944
 FEATURE_LAYOUT = "landmarks-2d-v1"
-# MediaPipe eye contours, used as the iris stand-in when no iris points are given: [subject's left, right].
-EYE_CONTOURS = (
-    [263, 249, 390, 373, 374, 380, 381, 382, 362, 398, 384, 385, 386, 387, 388, 466],
-    [33, 7, 163, 144, 145, 153, 154, 155, 133, 173, 157, 158, 159, 160, 161, 246],
-)
 
 
 def camera_for(image_size: tuple[int, int], focal: float | None = None) -> tuple[float, tuple[float, float]]:
@@ -44,7 +41,7 @@ def features_batch(xy: np.ndarray, iris: np.ndarray, iris_present: np.ndarray, f
     mean = xy.mean(axis=-2, keepdims=True)
     centred = xy - mean
     s = np.sqrt((centred ** 2).sum(-1).mean(-1))[..., None, None]
-    contour = np.stack([xy[..., idx, :].mean(-2) for idx in EYE_CONTOURS], -2)
+    contour = np.stack([xy[..., idx, :].mean(-2) for idx in map(list, EYE_CONTOURS)], -2)
     present = np.asarray(iris_present, bool)[..., None, None]
     eyes = np.where(present, iris, contour)
     lead = xy.shape[:-2]

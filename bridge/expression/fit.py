@@ -84,7 +84,7 @@ class ExpressionFit:
         weights = self._weights.copy() if self._pose is not None else np.zeros(52)
         rot, t = self._initial_pose(identity, weights, use, obs, cam_k)
         point_w = np.ones(len(use))
-        for it in range(self.iterations):
+        for _ in range(self.iterations):
             rot, t, weights, identity, resid = self._step(rot, t, weights, identity, obs, use, focal, centre,
                                                           sigma, point_w, id_mean, id_precision)
             err = np.linalg.norm(resid.reshape(2, -1).T, axis=1) / sigma

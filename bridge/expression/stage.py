@@ -18,8 +18,16 @@ from bridge.errors import FaceBridgeError
 from bridge.expression.contract import ModelContract, check_session, face_crop, load_contract
 from bridge.expression.features import camera_for, landmark_features
 from bridge.expression.fit import IDENTITY_FRAMES, NOISE_FRACTION, ExpressionFit, identity_prior, identity_update
-from bridge.expression.model import (FLIP, MODEL_ID, head_angles, head_matrix, load_model, project,
-                                     rotvec_from_matrix, solve_translation)
+from bridge.expression.model import (
+    FLIP,
+    MODEL_ID,
+    head_angles,
+    head_matrix,
+    load_model,
+    project,
+    rotvec_from_matrix,
+    solve_translation,
+)
 from bridge.frame import MorphParams
 
 SHIPPED_DIR = Path(__file__).resolve().parent

@@ -92,7 +92,7 @@ class _Subscriber:
 
 
 class _Servicer(pb_grpc.FaceBridgeServiceServicer):
-    def __init__(self, sink: "GrpcSink") -> None:
+    def __init__(self, sink: GrpcSink) -> None:
         self.sink = sink
 
     def Subscribe(self, request, context):

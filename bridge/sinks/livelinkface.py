@@ -192,7 +192,7 @@ def listen(port: int = DEFAULT_PORT, host: str = "127.0.0.1", seconds: float | N
         while end is None or time.monotonic() < end:
             try:
                 data = sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 continue
             try:
                 p = decode_llf_packet(data)

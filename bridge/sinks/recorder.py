@@ -19,8 +19,8 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from bridge import __version__
 from bridge.errors import SinkError, SourceError
@@ -194,7 +194,7 @@ class TakeReader:
         self.skipped = 0
 
     def __iter__(self) -> Iterator[FaceFrame]:
-        with open(self.frames_path, "r", encoding="utf-8", errors="replace") as f:
+        with open(self.frames_path, encoding="utf-8", errors="replace") as f:
             for number, line in enumerate(f, start=1):
                 if not line.strip():
                     continue

@@ -11,7 +11,7 @@ from collections import deque
 
 import numpy as np
 
-from bridge.stages.landmarks import EYE_CORNERS, EYE_LID_PAIRS
+from bridge.mesh import EYE_CORNERS, EYE_LID_PAIRS
 
 HISTORY = 150  # frames (5 s at 30 fps) the open reference is taken from
 DEFAULT_OPEN = 0.33  # opening / width of a typical open eye, used until the history fills

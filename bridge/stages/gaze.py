@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from bridge.frame import ARKIT_INDEX
-from bridge.stages.landmarks import EYE_CORNERS, EYE_LID_PAIRS
+from bridge.mesh import EYE_CORNERS, EYE_LID_PAIRS
 
 # Face-mesh indices per eye (subject's left, subject's right): corners (toward image-left first) and lids.
 EYE_LIDS = tuple(pairs[1] for pairs in EYE_LID_PAIRS)  # the middle (upper, lower) pair of each eye

@@ -7,14 +7,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from bridge import mesh
+
 CANONICAL_PATH = Path(__file__).resolve().parents[1] / "data" / "canonical_face_468.npy"
-# Rigid points only: forehead, nose bridge, eye corners, cheekbones, face outline. The mouth, jaw, lids and
-# brows move with expression and would drag the pose.
-RIGID_POINTS = np.array([
-    1, 2, 4, 5, 6, 8, 9, 10, 151, 168, 195, 197, 33, 133, 362, 263, 130, 359, 127, 356, 234, 454, 93, 323,
-    116, 345, 117, 346, 118, 347, 50, 280, 101, 330, 36, 266, 67, 297, 109, 338, 103, 332, 54, 284, 21, 251,
-    162, 389, 139, 368, 71, 301, 98, 327, 129, 358, 64, 294, 48, 278, 115, 344, 45, 275, 51, 281,
-])
+RIGID_POINTS = np.array(mesh.RIGID_POINTS)
 
 
 def camera_matrix(width: int, height: int, focal: float | None = None) -> np.ndarray:

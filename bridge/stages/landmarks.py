@@ -8,27 +8,13 @@ import cv2
 import numpy as np
 
 from bridge.engines import create_session
+from bridge.mesh import EYE_CONTOURS, EYE_CORNERS
 from bridge.models import model_path
 from bridge.stages.detection import Detection
 from bridge.stages.geometry import Roi, angle_between, apply_affine
 
 LANDMARK_SIZE = 192
 IRIS_SIZE = 64
-# Face-mesh eye indices, per eye in ARKit's order: [subject's left eye, subject's right eye]. The subject's
-# right eye appears on the image left for an unmirrored camera. Corners are given image-left first.
-EYE_CORNERS = ((362, 263), (33, 133))
-# (upper, lower) lid point pairs across each eye, outer third, middle, inner third
-EYE_LID_PAIRS = (((385, 380), (386, 374), (387, 373)), ((158, 153), (159, 145), (160, 144)))
-
-
-# The iris model's first 16 contour points (lower lid corner to corner, then the upper lid) and the face-mesh
-# points they refine, per eye: [subject's left eye (image right), subject's right eye (image left)]. The iris
-# model sees each eye at 64x64 and follows the lids far better than the face-mesh model, which barely closes its
-# lids on a blink (MediaPipe's refine_landmarks does the same replacement).
-EYE_CONTOUR_TO_MESH = (
-    (263, 249, 390, 373, 374, 380, 381, 382, 362, 466, 388, 387, 386, 385, 384, 398),
-    (33, 7, 163, 144, 145, 153, 154, 155, 133, 246, 161, 160, 159, 158, 157, 173),
-)
 
 
 @dataclass
@@ -48,7 +34,7 @@ class IrisResult:
     def refine(self, points: np.ndarray) -> np.ndarray:
         """Face-mesh points with both eyes' lid contours (x, y) taken from the iris model."""
         refined = points.copy()
-        for eye, mesh_index in enumerate(EYE_CONTOUR_TO_MESH):
+        for eye, mesh_index in enumerate(EYE_CONTOURS):
             refined[list(mesh_index), :2] = self.contour[eye, :len(mesh_index), :2]
         return refined
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from bridge.queues import Closed, LatestQueue
+from bridge.runtime.queues import Closed, LatestQueue
 from bridge.sinks.base import Sink
 from bridge.sources.base import FrameSource
 

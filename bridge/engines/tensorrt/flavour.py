@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from types import ModuleType
 
 from bridge.engines.base import EngineUnavailable
@@ -28,7 +28,7 @@ INSTALL_HINT = {
 class Flavour:
     name: str  # "tensorrt" | "tensorrt-rtx"
     trt: ModuleType
-    logger: "CapturingLogger"
+    logger: CapturingLogger
 
     @property
     def version(self) -> str:
@@ -52,7 +52,7 @@ class Flavour:
         return f"sm{compute_capability[0]}{compute_capability[1]}" in self.buildable_targets()
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_flavour(name: str) -> Flavour:
     """Import a TensorRT flavour, or raise EngineUnavailable saying how to install it."""
     if name not in MODULES:
@@ -66,7 +66,7 @@ def load_flavour(name: str) -> Flavour:
     return Flavour(name, trt, _make_logger(trt))
 
 
-def _make_logger(trt) -> "CapturingLogger":
+def _make_logger(trt) -> CapturingLogger:
     class _Logger(trt.ILogger):
         """Keeps error text so failures (parse, build, deserialize) can be reported, not just 'None'."""
 

@@ -6,16 +6,22 @@ agree on what "the same engine" means.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from bridge.engines.base import EngineError
-from bridge.engines.builder import EngineBuildError, EngineSpec, build_plan, profiles_for, refittable_initializers
 from bridge.engines.cache import CacheEntry, CorruptEngine, EngineCache, sha256_bytes
 from bridge.engines.gpu import probe_gpu
 from bridge.engines.shipped import ShippedModel, frames_as_input, value_range_of
-from bridge.engines.trt_flavour import Flavour
+from bridge.engines.tensorrt.builder import (
+    EngineBuildError,
+    EngineSpec,
+    build_plan,
+    profiles_for,
+    refittable_initializers,
+)
+from bridge.engines.tensorrt.flavour import Flavour
 
 DEFAULT_AOT_TARGET = "sm86"  # RTX 30 series: the most common RTX card; pass --target for others
 
@@ -115,7 +121,7 @@ def _fp16_graph(model: ShippedModel, onnx_bytes: bytes) -> tuple[bytes, dict]:
     """FP16 ONNX graph checked against FP32 on real frames; refuses the build when outputs drift."""
     import onnx
 
-    from bridge.engines.fp16 import check_parity, convert_to_fp16
+    from bridge.engines.tensorrt.fp16 import check_parity, convert_to_fp16
 
     fp16 = convert_to_fp16(onnx_bytes)
     graph = onnx.load_from_string(onnx_bytes)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from bridge.engines.shipped import find_model
-from bridge.engines.torch_runner import TorchRunner, batch_buckets, bucket_for
+from bridge.serving.torch_runner import TorchRunner, batch_buckets, bucket_for
 
 
 class OrtCpuRunner:
@@ -47,7 +47,7 @@ class OrtCudaRunner:
         self._torch = torch
         model_bytes = Path(path).read_bytes()
         if fp16:
-            from bridge.engines.fp16 import convert_to_fp16
+            from bridge.engines.tensorrt.fp16 import convert_to_fp16
 
             model_bytes = convert_to_fp16(model_bytes)
         probe = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from bridge.engines.onnx_torch import load_torch_module
+from bridge.serving.onnx_torch import load_torch_module
 
 
 def batch_buckets(max_batch: int) -> list[int]:

@@ -10,7 +10,7 @@ def check_entry(entry: CacheEntry) -> str:
     """'ok', or what is wrong with the entry, in a few words."""
     from bridge.engines.base import EngineUnavailable
     from bridge.engines.gpu import probe_gpu
-    from bridge.engines.trt_flavour import load_flavour
+    from bridge.engines.tensorrt.flavour import load_flavour
 
     if entry.meta.get("broken_metadata"):
         return "corrupt: metadata unreadable"

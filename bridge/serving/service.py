@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bridge.engines.batched_face import RESULT_FIELDS, RESULT_WIDTH, BatchedFaceTracker
-from bridge.engines.batcher import DeadlineBatcher
+from bridge.serving.batcher import DeadlineBatcher
+from bridge.serving.tracker import RESULT_FIELDS, RESULT_WIDTH, BatchedFaceTracker
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ import math
 
 import numpy as np
 
+from bridge import mesh
 from bridge.engines.shipped import find_model
-from bridge.engines.torch_runner import capture_graphs
-from bridge.stages import landmarks as single_face
+from bridge.serving.torch_runner import capture_graphs
 
 LANDMARK_SIZE, EYE_SIZE, EMOTION_SIZE, DETECT_SIZE = 192, 64, 64, 128
 # image-left eye, image-right eye (the second flipped for the iris model): the single-face order reversed
-EYE_CORNERS = single_face.EYE_CORNERS[::-1]
+EYE_CORNERS = mesh.EYE_CORNERS[::-1]
 FACE_SCALE, EYE_SCALE = 1.5, 2.3
 PRESENCE_THRESHOLD, DETECT_THRESHOLD = 0.5, 0.5
 # one row per frame, as `packed_results` lays it out for a single copy back to the host

@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import fnmatch
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from bridge.engines.base import EngineError, EngineUnavailable
-from bridge.engines.trt_flavour import Flavour
+from bridge.engines.base import EngineBuildError, EngineUnavailable
+from bridge.engines.tensorrt.flavour import Flavour
 
 Profile = tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # input name, min, opt, max
 
 # Batch sizes the pipeline uses: one face per camera (1) up to many streams batched on a server.
 DEFAULT_OPT_BATCH = 1
 DEFAULT_MAX_BATCH = 64
-
-
-class EngineBuildError(EngineError):
-    """TensorRT could not parse or build a model, or the engine could not be stored."""
 
 
 @dataclass(frozen=True)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.engines import cuda_buffers as cb
 from bridge.engines.base import EngineError, EngineUnavailable, TensorSpec
 from bridge.engines.cache import EngineCache
 from bridge.engines.gpu import probe_gpu
-from bridge.engines.prepare import prepare_engine, spec_for
 from bridge.engines.shipped import find_model
-from bridge.engines.trt_flavour import Flavour, load_flavour
+from bridge.engines.tensorrt import cuda_buffers as cb
+from bridge.engines.tensorrt.flavour import Flavour, load_flavour
+from bridge.engines.tensorrt.prepare import prepare_engine, spec_for
 
 
 def require_runnable(flavour: Flavour) -> None:
