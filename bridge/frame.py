@@ -1,6 +1,8 @@
-"""FaceFrame: the one type every sink reads, and the fixed channel orders it uses.
+"""Frame (what a source yields) and FaceFrame (the one type every sink reads), with the fixed channel orders.
 
-Stages fill a FaceFrame; sinks only read it and never reach back into stages.
+Stages fill a FaceFrame from a Frame; sinks only read it and never reach back into stages. A Frame carries its
+source's frame rate so that every output (Live Link Face timecode, take.json, USD stage rate, gRPC header) states
+the rate the frames were really captured at.
 """
 from __future__ import annotations
 
@@ -50,6 +52,33 @@ EMOTION_NAMES: tuple[str, ...] = ("angry", "disgust", "fear", "happy", "sad", "s
 VISEME_NAMES: tuple[str, ...] = (
     "sil", "PP", "FF", "TH", "DD", "kk", "CH", "SS", "nn", "RR", "aa", "E", "ih", "oh", "ou",
 )
+
+
+@dataclass
+class Frame:
+    """One image from a source, as it crosses from the capture thread to the pipeline."""
+
+    image: np.ndarray  # HxWx3 uint8, BGR (OpenCV order)
+    seq: int
+    t_capture: float  # wall clock, seconds since the Unix epoch
+    t_capture_mono: float  # time.perf_counter() when the frame was captured (for latency)
+    t_media: float = 0.0  # seconds on the source's own timeline (for filters): capture time for a camera,
+    # position in the file for a video or image folder, however fast it is read
+    fps: float = 30.0  # the source's frame rate (frames per second): a camera's mode, a video's stream rate
+
+
+# NTSC rates are exact fractions (30000/1001); timecode counts their frames, not rounded 30 fps frames.
+_NTSC = {23.976: (24000, 1001), 29.97: (30000, 1001), 47.952: (48000, 1001), 59.94: (60000, 1001),
+         119.88: (120000, 1001)}
+
+
+def rate_fraction(fps: float) -> tuple[int, int]:
+    """(numerator, denominator) of a frame rate: whole rates as N/1, NTSC rates as N*1000/1001."""
+    for value, fraction in _NTSC.items():
+        if abs(fps - value) < 0.005:
+            return fraction
+    whole = round(fps) if math.isfinite(fps) else 0
+    return (whole if whole > 0 else 30), 1
 
 
 def _zeros(n: int) -> np.ndarray:
@@ -102,19 +131,19 @@ class FaceFrame:
     landmarks: np.ndarray | None = None  # (468, 3) image pixels, for monitors and debugging
     latencies_ms: dict[str, float] = field(default_factory=dict)  # per stage
     model_versions: dict[str, str] = field(default_factory=dict)
-    frame_rate: float = 30.0
+    frame_rate: float = 30.0  # the source's frame rate (Frame.fps)
 
     def weight(self, name: str) -> float:
         return float(self.blendshapes[ARKIT_INDEX[name]])
 
     def timecode(self, rate: int | None = None) -> tuple[int, float, int, int]:
-        """(frame number, subframe in [0,1), rate numerator, rate denominator) of the capture time,
-        counted from midnight UTC so that several machines on NTP agree."""
-        num = int(rate or round(self.frame_rate) or 30)
+        """(frame number, subframe in [0,1), rate numerator, rate denominator) of the capture time at the
+        frame's own rate (or `rate` fps), counted from midnight UTC so that several machines on NTP agree."""
+        num, den = (int(rate), 1) if rate else rate_fraction(self.frame_rate)
         seconds = self.t_capture % 86400.0
-        frames = seconds * num
+        frames = seconds * num / den
         whole = math.floor(frames)
-        return whole, float(frames - whole), num, 1
+        return whole, float(frames - whole), num, den
 
     def to_dict(self) -> dict:
         """JSON-safe dict (used by the take recorder); `from_dict` inverts it."""

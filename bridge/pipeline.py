@@ -16,8 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bridge.calibration import CalibrationProfile
-from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, MorphParams
-from bridge.sources.base import Frame
+from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, Frame, MorphParams
 from bridge.stages.blink import BlinkEstimator
 from bridge.stages.detection import FaceDetector
 from bridge.stages.emotion import EmotionClassifier
@@ -173,7 +172,7 @@ class FacePipeline:
         image = frame.image
         h, w = image.shape[:2]
         out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
-                        subject=self.options.subject, image_size=(w, h),
+                        subject=self.options.subject, image_size=(w, h), frame_rate=frame.fps,
                         model_versions=self.model_versions)  # sinks (gRPC header) announce them
         if found is None:
             self._lost(out)

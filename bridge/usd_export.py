@@ -48,7 +48,7 @@ def _import_pxr():
 def export_take(take: str | Path, out: str | Path, progress: Callable[[int, int], None] | None = None
                 ) -> ExportSummary:
     """Write the take directory `take` to the USD file `out` (.usda text, .usdc/.usd binary), atomically."""
-    from bridge.sinks.recorder import TakeReader
+    from bridge.formats.take import TakeReader
 
     out = Path(out)
     if out.suffix.lower() not in USD_SUFFIXES:

@@ -13,7 +13,7 @@ import soundfile as sf
 from bridge.audio import features
 from bridge.audio.sources import FileSource, list_input_devices, load_audio_file, open_audio
 from bridge.errors import SourceError
-from bridge.sinks.livelinkface import decode_llf_packet
+from bridge.formats.livelinkface import decode_llf_packet
 from tests.helpers import facebridge_cmd, subprocess_env
 
 

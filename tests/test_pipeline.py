@@ -3,8 +3,7 @@ import cv2
 import numpy as np
 import pytest
 
-from bridge.frame import ARKIT_INDEX, FaceFrame
-from bridge.sources.base import Frame
+from bridge.frame import ARKIT_INDEX, FaceFrame, Frame
 from tests.helpers import tool_module
 
 

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from bridge.errors import SinkError, SourceError
+from bridge.formats.livelinkface import CURVE_NAMES, decode_llf_packet
+from bridge.formats.take import TakeReader
 from bridge.frame import ARKIT_NAMES, FaceFrame
-from bridge.sinks.livelinkface import CURVE_NAMES, decode_llf_packet
-from bridge.sinks.recorder import TakeReader, TakeRecorder
+from bridge.sinks.recorder import TakeRecorder
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from bridge.errors import SinkError
+from bridge.formats.livelinkface import CURVE_NAMES, decode_llf_packet, device_id_for
 from bridge.frame import ARKIT_INDEX, FaceFrame
-from bridge.sinks.livelinkface import CURVE_NAMES, LiveLinkFaceSink, decode_llf_packet, device_id_for
+from bridge.sinks.livelinkface import LiveLinkFaceSink
 
 MIDNIGHT = 1700006400.0  # 2023-11-15 00:00:00 UTC
 

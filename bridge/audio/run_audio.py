@@ -16,8 +16,8 @@ from bridge.audio.fusion import fuse_mouth
 from bridge.audio.lipsync import LipSyncStream
 from bridge.audio.sources import open_audio
 from bridge.errors import FaceBridgeError
-from bridge.frame import FaceFrame
-from bridge.sources.base import Frame, FrameSource
+from bridge.frame import FaceFrame, Frame
+from bridge.sources.base import FrameSource
 
 AUDIO_ONLY_FPS = 60.0
 
@@ -94,7 +94,7 @@ class AudioOnlyPipeline:
     def process(self, frame: Frame) -> FaceFrame:
         result = self.stream.latest()
         out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
-                        subject=self.subject, face_found=False, frame_rate=AUDIO_ONLY_FPS)
+                        subject=self.subject, face_found=False, frame_rate=frame.fps)
         fuse_mouth(out, result, mouth_visible=0.0)  # a stale result (audio dropout) leaves the neutral pose
         if out.visemes is not None:
             out.t_capture, out.t_capture_mono = result.t_capture, result.t_capture_mono

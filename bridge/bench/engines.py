@@ -11,12 +11,12 @@ Sections of the JSON:
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 
 import numpy as np
 
+from bridge.bench.common import measure, reporter, torch_cuda
 from bridge.engines.select import AUTO_ORDER, check_available
 from bridge.engines.shipped import NOT_BUILDABLE, frames_as_input, sample_frames, shipped_models, value_range_of
 
@@ -47,34 +47,6 @@ def add_arguments(p) -> None:
     p.add_argument("--frames-from", default="gpu,host,host-async",
                    help="multi-stream frame sources: gpu (decoded on the GPU), host (uploaded from pinned memory "
                         "when the pass starts), host-async (uploaded on a copy stream as each frame arrives)")
-
-
-def _stats(samples_ms: list[float], batch: int) -> dict:
-    a = np.asarray(samples_ms)
-    return {"batch": batch, "runs": len(a), "median_ms": round(float(np.median(a)), 4),
-            "p99_ms": round(float(np.percentile(a, 99)), 4),
-            "items_per_s": round(batch * 1000.0 / float(np.median(a)), 1)}
-
-
-def measure(fn, batch: int, seconds: float, warmup: int = 3, min_runs: int = 10) -> dict:
-    for _ in range(warmup):
-        fn()
-    samples, end = [], time.perf_counter() + seconds
-    while time.perf_counter() < end or len(samples) < min_runs:
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1000.0)
-        if len(samples) > 20000:
-            break
-    return _stats(samples, batch)
-
-
-def _torch_cuda():
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch if torch.cuda.is_available() else None
 
 
 def environment() -> dict:
@@ -203,8 +175,8 @@ def models_section(args, backends: list[str], on_gpu: bool) -> dict:
 # --- whole pipeline, one stream -----------------------------------------------------------------------------
 def pipeline_section(backends: list[str], seconds: float, threads: int) -> dict:
     try:
+        from bridge.frame import Frame
         from bridge.pipeline import FacePipeline, PipelineOptions
-        from bridge.sources.base import Frame
     except ImportError as e:
         return {"error": f"pipeline not available ({e})"}
     import cv2
@@ -263,8 +235,7 @@ def builds_section() -> dict:
     return out
 
 
-def _say(line: str) -> None:
-    print(f"bench engines: {line}", file=sys.stderr, flush=True)
+_say = reporter("engines")
 
 
 def run(args) -> dict:
@@ -273,7 +244,7 @@ def run(args) -> dict:
     env = environment()
     usable = [b for b, a in env["backends"].items() if a["usable"]]
     backends = usable if args.backends == "all" else [b for b in args.backends.split(",") if b in usable]
-    on_gpu = _torch_cuda() is not None
+    on_gpu = torch_cuda() is not None
     threads = args.threads or os.cpu_count() or 1
     gpu_ort = on_gpu and env["backends"]["onnxruntime-cuda"]["usable"]
     results = {"environment": env, "threads": threads}

@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 
+from bridge.bench.common import percentiles
+
 
 def add_arguments(p) -> None:
     p.add_argument("--fps", type=float, default=60.0, help="frames per second to publish (default 60)")
@@ -19,11 +21,8 @@ def add_arguments(p) -> None:
 
 
 def _percentiles(values: list[float]) -> dict:
-    if not values:
-        return {"p50": None, "p99": None, "max": None}
-    a = np.asarray(values)
-    return {"p50": round(float(np.percentile(a, 50)), 4), "p99": round(float(np.percentile(a, 99)), 4),
-            "max": round(float(a.max()), 4)}
+    p50, p99, top = percentiles(values, (50, 99, 100), digits=4)
+    return {"p50": p50, "p99": p99, "max": top}
 
 
 def run(args) -> dict:

@@ -9,11 +9,14 @@ import time
 
 import numpy as np
 
-from bridge.bench.engines import _say, _torch_cuda
+from bridge.bench.common import percentiles, reporter, torch_cuda
 from bridge.engines.shipped import sample_frames
 
 P99_LIMIT_MS = 20.0
 FPS = 30.0
+
+
+_say = reporter("engines")
 
 
 def _warm_up(tracker, frames_dev, num_streams: int) -> None:
@@ -48,10 +51,10 @@ def _trial_setup(tracker_for, frames_dev, num_streams: int, seed: int):
 
 def _trial(num_streams: int, seconds: float, tracker, latencies, batch_sizes, pass_ms) -> dict:
     lat = np.asarray(latencies)
+    p50, p99 = percentiles(lat, (50, 99), digits=2)
     return {"streams": num_streams, "frames": int(len(lat)),
             "fps_served": round(len(lat) / seconds, 1),
-            "p50_ms": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
-            "p99_ms": round(float(np.percentile(lat, 99)), 2) if len(lat) else None,
+            "p50_ms": p50, "p99_ms": p99,
             "mean_batch": round(float(np.mean(batch_sizes)), 1) if batch_sizes else 0,
             "passes": len(batch_sizes), "detector_items": tracker.detector_runs,
             "pass_ms_p50": round(float(np.median(pass_ms)), 2) if pass_ms else None,
@@ -193,7 +196,7 @@ def multistream_runners(args, gpu_ort: bool) -> list[str]:
     """Which runner kinds the multi-stream section compares: --runners, or every GPU kind usable here."""
     if args.runners != "auto":
         return args.runners.split(",")
-    kinds = ["torch-cuda"] if _torch_cuda() is not None else []
+    kinds = ["torch-cuda"] if torch_cuda() is not None else []
     return kinds + (["onnxruntime-cuda"] if gpu_ort else []) or ["onnxruntime"]
 
 

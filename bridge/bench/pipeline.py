@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from bridge.bench.common import percentiles
+
 
 def add_arguments(p) -> None:
     p.add_argument("--frames", type=int, default=300, help="frames to time per configuration (default 300)")
@@ -27,9 +29,8 @@ def add_arguments(p) -> None:
 
 
 def _percentiles(values) -> dict:
-    a = np.asarray(values, dtype=np.float64)
-    return {"median_ms": round(float(np.median(a)), 3), "p99_ms": round(float(np.percentile(a, 99)), 3),
-            "mean_ms": round(float(a.mean()), 3)}
+    median, p99 = percentiles(values, (50, 99))
+    return {"median_ms": median, "p99_ms": p99, "mean_ms": round(float(np.mean(values)), 3)}
 
 
 def _one_core(pipeline, frames, n) -> tuple[list, list, float]:

@@ -9,8 +9,6 @@ import time
 from bridge.errors import FaceBridgeError
 from bridge.sinks.base import Sink
 
-OFF = ("off", "none", "no")
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -33,23 +31,14 @@ def add_parser(sub) -> None:
 
 
 def open_sinks(args) -> list[Sink]:
-    from bridge.sinks.livelinkface import LiveLinkFaceSink
-    from bridge.sinks.vmc import VmcSink
+    from bridge.runtime.session import OutputConfig, address_or_off, open_sinks
 
-    sinks: list[Sink] = []
-    try:
-        if args.llf.lower() not in OFF:
-            sinks.append(LiveLinkFaceSink(args.llf, subject=args.subject))
-        if args.vmc.lower() not in OFF:
-            sinks.append(VmcSink(args.vmc, bundle=not args.vmc_no_bundle))
-    except FaceBridgeError:
-        for s in sinks:
-            s.close()
-        raise
-    if not sinks:
+    outputs = OutputConfig(llf=address_or_off(args.llf), llf_subject=args.subject, vmc=address_or_off(args.vmc),
+                           vmc_bundle=not args.vmc_no_bundle)
+    if not (outputs.llf or outputs.vmc):
         raise FaceBridgeError("both --llf and --vmc are off, nothing to send to",
                               "give at least one receiver, for example --llf 127.0.0.1:11111")
-    return sinks
+    return open_sinks(outputs)
 
 
 class Progress:
@@ -125,7 +114,7 @@ def replay(reader, sinks: list[Sink], speed: float = 1.0, loop: bool = False, or
 
 
 def run(args) -> int:
-    from bridge.sinks.recorder import TakeReader
+    from bridge.formats.take import TakeReader
 
     if not (args.speed > 0 and math.isfinite(args.speed)):
         raise FaceBridgeError(f"--speed {args.speed} is not a positive number", "use for example --speed 1 or 0.5")

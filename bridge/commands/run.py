@@ -1,15 +1,10 @@
-"""`facebridge run`: stream a face from a camera, video, image folder or the bundled sample."""
+"""`facebridge run`: stream a face from a camera, video, image folder or the bundled sample. Argument parsing only:
+the running bridge is bridge/runtime/session.py."""
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import threading
 
-from bridge.errors import FaceBridgeError
 from bridge.sources import SOURCE_HELP
-
-log = logging.getLogger(__name__)
 
 DEFAULT_LLF = "127.0.0.1:11111"
 DEFAULT_VMC = "127.0.0.1:39539"
@@ -86,144 +81,36 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def open_sinks(args, control=None) -> list:
-    sinks = []
-    try:
-        if args.llf and args.llf != "off":
-            from bridge.sinks.livelinkface import LiveLinkFaceSink
+def outputs_config(args):
+    from bridge.runtime.session import OutputConfig, address_or_off
 
-            sinks.append(LiveLinkFaceSink(args.llf))
-        if args.vmc and args.vmc != "off":
-            from bridge.sinks.vmc import VmcSink
-
-            sinks.append(VmcSink(args.vmc, bundle=not args.vmc_no_bundle, eye_bones=args.vmc_eye_bones,
-                                 expressions=tuple(e.strip() for e in args.vmc_expressions.split(",") if e.strip())))
-        if getattr(args, "record", None):
-            from bridge.sinks.recorder import TakeRecorder
-
-            sinks.append(TakeRecorder(args.record))
-        if getattr(args, "grpc", None):
-            from bridge.grpc.server import GrpcSink
-
-            sinks.append(GrpcSink(args.grpc, token=args.grpc_token, tls_cert=args.grpc_tls_cert,
-                                  tls_key=args.grpc_tls_key, control=control))
-    except BaseException:
-        for s in sinks:
-            s.close()
-        raise
-    return sinks
+    return OutputConfig(
+        llf=address_or_off(args.llf), vmc=address_or_off(args.vmc), vmc_bundle=not args.vmc_no_bundle,
+        vmc_expressions=tuple(e.strip() for e in args.vmc_expressions.split(",") if e.strip()),
+        vmc_eye_bones=args.vmc_eye_bones, record=args.record, grpc=args.grpc, grpc_token=args.grpc_token,
+        grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key)
 
 
-class RunControl:
-    """What the gRPC server may ask of the running bridge (status, calibrate, subjects)."""
+def run_config(args):
+    from bridge.runtime.session import RunConfig
 
-    def __init__(self, args, source, pipeline) -> None:
-        self.args, self.source, self.pipeline = args, source, pipeline
-        self.runner = None
-        self._calibration_frames: list | None = None
-        self._calibration_done = threading.Event()
-        self._lock = threading.Lock()
-
-    def status(self) -> dict:
-        stats = self.runner.stats if self.runner else None
-        p50, p99 = stats.latency_percentiles() if stats else (0.0, 0.0)
-        landmarker = getattr(self.pipeline, "landmarker", None)  # None while starting and in audio-only runs
-        backend = landmarker.session.backend_name if landmarker is not None else self.args.backend
-        return {"sources": [self.source.name] if self.source else [], "backends": [backend],
-                "model_versions": getattr(self.pipeline, "model_versions", {}), "fps": stats.fps() if stats else 0.0,
-                "latency_ms_p50": p50, "latency_ms_p99": p99, "subjects": self.subjects()}
-
-    def subjects(self) -> list[str]:
-        return [self.args.subject]
-
-    def on_frame(self, frame) -> None:
-        with self._lock:
-            if self._calibration_frames is not None:
-                self._calibration_frames.append(frame)
-                if len(self._calibration_frames) >= 45:
-                    self._calibration_done.set()
-
-    def calibrate(self, subject: str) -> tuple[bool, str]:
-        from bridge.calibration import CalibrationProfile
-
-        if subject not in self.subjects():
-            return False, f"unknown subject '{subject}'; known: {', '.join(self.subjects())}"
-        if self.pipeline is None:
-            return False, "the bridge is still starting; try again in a moment"
-        if not hasattr(self.pipeline, "expression"):
-            return False, "this run has no camera (--audio-only): there is no face to calibrate"
-        with self._lock:
-            self._calibration_frames, self._calibration_done = [], threading.Event()
-        self.pipeline.profile = None  # measure the raw neutral
-        done = self._calibration_done.wait(10.0)
-        with self._lock:
-            frames, self._calibration_frames = self._calibration_frames, None
-        if not done:
-            return False, "not enough frames arrived within 10 s; is the source running?"
-        try:
-            profile = CalibrationProfile.from_frames(subject, frames, self.pipeline.expression.identity)
-        except FaceBridgeError as e:
-            return False, str(e)
-        path = profile.save()
-        self.pipeline.profile = profile
-        return True, f"calibrated from {profile.frames} frames; saved {path}"
+    return RunConfig(source=args.source, fast=args.fast, max_frames=args.max_frames, subject=args.subject,
+                     pipeline=pipeline_options(args), stages=args.stages, audio=args.audio,
+                     audio_only=args.audio_only, calibration=not args.no_calibration, status_line=not args.quiet,
+                     outputs=outputs_config(args))
 
 
 def run(args) -> int:
-    from bridge.calibration import CalibrationProfile
-    from bridge.pipeline import FacePipeline
-    from bridge.runtime.runner import BridgeRunner
-    from bridge.sources import open_source
+    from bridge.runtime.session import BridgeSession
 
-    if args.max_frames is not None and args.max_frames < 1:
-        raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
-    if args.audio_only and not args.audio:
-        raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
-    # Open inputs and outputs first: a bad camera, file or address fails at once, before models load.
-    audio = source = pipeline = profile = None
-    sinks: list = []
-    control = RunControl(args, None, None)
-    try:
-        if args.audio:  # lip-sync runs on its own thread; the video side only polls it
-            from bridge.audio.run_audio import AudioFrameClock, AudioFusion, AudioOnlyPipeline, start_lipsync
-
-            audio = start_lipsync(args.audio)  # CPU: 0.2 ms a hop, less than any GPU round trip
-        source = AudioFrameClock(audio) if args.audio_only else open_source(args.source, realtime=not args.fast)
-        control.source = source
-        sinks = open_sinks(args, control)
-        if args.audio_only:
-            pipeline = AudioOnlyPipeline(audio, subject=args.subject)
-        else:
-            profile = None if args.no_calibration else CalibrationProfile.load(args.subject)
-            pipeline = FacePipeline(pipeline_options(args), profile=profile)
-        control.pipeline = pipeline
-    except BaseException:
-        for sink in sinks:
-            sink.close()
-        if source is not None:
-            source.close()
-        if audio is not None:
-            audio.stop()
-        raise
-    fuse = (lambda step: AudioFusion(step, audio)) if audio is not None and not args.audio_only else (lambda step: step)
-    two_stage = not args.audio_only and (args.stages == "2" or (args.stages == "auto" and (os.cpu_count() or 1) > 1))
-    stages = [pipeline.track, fuse(pipeline.describe)] if two_stage else [fuse(pipeline.process)]
-    if not args.quiet:
-        outs = ", ".join(f"{s.name}" for s in sinks) or "no outputs"
-        cal = f"calibration '{args.subject}'" if profile else "no calibration (run `facebridge calibrate`)"
-        print(f"facebridge: {source.name} -> {outs}; {cal}", flush=True)
-    runner = BridgeRunner(source, None, sinks, max_frames=args.max_frames, status=not args.quiet,
-                          on_frame=control.on_frame, stages=stages)
-    control.runner = runner
-    try:
-        stats = runner.run()
-    finally:
-        if audio is not None:
-            audio.stop()
-    for sink in sinks:
-        s = sink.stats()
+    with BridgeSession(run_config(args)) as session:
+        if not args.quiet:
+            print(f"facebridge: {session.describe()}", flush=True)
+        summary = session.run()
+    for name, s in summary.sinks.items():
         if s.get("errors"):
-            print(f"facebridge: {sink.name}: {s['errors']} sends failed (is the receiver running?)")
-    print(f"facebridge: {stats.sent} frames sent, face found in {100 * stats.face_ratio():.0f}%, "
-          f"{stats.dropped_capture + stats.dropped_send} dropped, {stats.bad_frames} bad")
+            print(f"facebridge: {name}: {s['errors']} sends failed (is the receiver running?)")
+    stats = summary.stats
+    print(f"facebridge: {stats.sent} frames sent, face found in {100 * stats.face_ratio:.0f}%, "
+          f"{stats.dropped_total} dropped, {stats.bad_frames} bad")
     return 0

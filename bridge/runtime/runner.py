@@ -1,8 +1,10 @@
-"""The running bridge: capture, inference (one thread per pipeline stage) and sending, joined by latest-wins
+"""The bridge's threads: capture, inference (one thread per pipeline stage) and sending, joined by latest-wins
 queues.
 
 A slow stage never makes the camera lag: each queue holds at most two items and drops the oldest, so the
-newest frame is always the next one processed; drops are counted and shown.
+newest frame is always the next one processed; drops are counted and shown. A file read as fast as possible
+blocks instead (back-pressure), so every frame is kept. One bad frame is counted and skipped; a sink that raises
+is counted and the others still get the frame.
 """
 from __future__ import annotations
 
@@ -11,53 +13,13 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from bridge.runtime.queues import Closed, LatestQueue
+from bridge.runtime.stats import RunStats
 from bridge.sinks.base import Sink
-from bridge.sources.base import FrameSource
+from bridge.sources.base import FrameSource, SourceMode
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RunStats:
-    captured: int = 0
-    processed: int = 0
-    sent: int = 0
-    faces: int = 0
-    dropped_capture: int = 0
-    dropped_send: int = 0
-    bad_frames: int = 0
-    started: float = field(default_factory=time.perf_counter)
-    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=600))  # capture -> sent
-    send_times: deque = field(default_factory=lambda: deque(maxlen=120))
-    stage_ms: dict = field(default_factory=dict)
-    last_face: bool = False
-
-    def fps(self) -> float:
-        if len(self.send_times) < 2:
-            return 0.0
-        span = self.send_times[-1] - self.send_times[0]
-        return (len(self.send_times) - 1) / span if span > 0 else 0.0
-
-    def latency_percentiles(self) -> tuple[float, float]:
-        if not self.latencies_ms:
-            return 0.0, 0.0
-        p50, p99 = np.percentile(np.asarray(self.latencies_ms), [50, 99])
-        return float(p50), float(p99)
-
-    def face_ratio(self) -> float:
-        return self.faces / self.processed if self.processed else 0.0
-
-    def status_line(self) -> str:
-        p50, p99 = self.latency_percentiles()
-        face = "yes" if self.last_face else "NO"
-        return (f"{self.fps():5.1f} fps | latency p50 {p50:5.1f} ms p99 {p99:5.1f} ms | "
-                f"dropped {self.dropped_capture + self.dropped_send} | face {face} | frames {self.sent}")
 
 
 class BridgeRunner:
@@ -75,7 +37,7 @@ class BridgeRunner:
         self.on_frame = on_frame
         self.stats = RunStats()
         # A file read as fast as possible keeps every frame (back-pressure); live and paced sources drop the oldest.
-        self.lossless = not source.live and not getattr(source, "realtime", True)
+        self.lossless = source.mode is SourceMode.FAST
         self._queues: list[LatestQueue] = [LatestQueue(2) for _ in range(len(self.stages) + 1)]
         self._frames, self._results = self._queues[0], self._queues[-1]
         self._stop = threading.Event()
@@ -95,7 +57,7 @@ class BridgeRunner:
                 frame = self.source.read()
                 if frame is None:
                     break
-                self.stats.captured += 1
+                self.stats.frame_captured()
                 self._frames.put(frame, block=self.lossless)
         except BaseException as e:  # a dead camera ends the run with its own message
             self.error = e
@@ -116,18 +78,14 @@ class BridgeRunner:
                 try:
                     result = step(item)
                 except Exception as e:  # one bad frame never takes the stream down
-                    self.stats.bad_frames += 1
+                    self.stats.frame_bad()
                     log.warning("a frame could not be processed (%s); skipped", e)
                     continue
                 if last:
-                    self.stats.processed += 1
-                    self.stats.faces += int(result.face_found)
-                    self.stats.last_face = result.face_found
-                    for k, v in result.latencies_ms.items():
-                        self.stats.stage_ms.setdefault(k, deque(maxlen=600)).append(v)
+                    self.stats.frame_processed(result.face_found, result.latencies_ms, time.perf_counter())
                 outbox.put(result, block=self.lossless)
         finally:
-            self.stats.dropped_capture = sum(q.dropped for q in self._queues[:-1])
+            self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
             outbox.close()
 
     def _send(self) -> None:
@@ -145,14 +103,12 @@ class BridgeRunner:
                     sink.errors += 1
                     log.warning("%s failed on frame %d: %s", sink.name, result.seq, e)
             now = time.perf_counter()
-            self.stats.dropped_capture = sum(q.dropped for q in self._queues[:-1])
+            self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
             result.latencies_ms["capture_to_send"] = (now - result.t_capture_mono) * 1000.0
-            self.stats.latencies_ms.append(result.latencies_ms["capture_to_send"])
-            self.stats.send_times.append(now)
-            self.stats.sent += 1
+            self.stats.frame_sent(result.latencies_ms["capture_to_send"], now)
             if self.on_frame is not None:
                 self.on_frame(result)
-        self.stats.dropped_send = self._results.dropped
+        self.stats.set_dropped("send", self._results.dropped)
 
     def run(self) -> RunStats:
         threads = [threading.Thread(target=self._capture, name="facebridge-capture", daemon=True)]

@@ -4,7 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge.errors import SourceError
-from bridge.sources.base import Frame, FrameSource  # noqa: F401
+from bridge.frame import Frame  # noqa: F401
+from bridge.sources.base import FrameSource  # noqa: F401
 
 SOURCE_HELP = ("'sample' (the bundled clip), 'camera', 'camera:N' or N (camera index), a video file, "
                "or a folder of images; default: camera 0 if present, else sample")

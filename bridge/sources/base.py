@@ -1,20 +1,29 @@
-"""What every frame source yields, and the interface it implements."""
+"""The interface every frame source implements; what it yields is bridge.frame.Frame, stamped with its fps."""
 from __future__ import annotations
 
+import enum
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
+from bridge.frame import Frame
 
-@dataclass
-class Frame:
-    image: np.ndarray  # HxWx3 uint8, BGR (OpenCV order)
-    seq: int
-    t_capture: float  # wall clock, seconds since the Unix epoch
-    t_capture_mono: float  # time.perf_counter() when the frame was captured (for latency)
-    t_media: float = 0.0  # seconds on the source's own timeline (for filters): capture time for a camera,
-    # position in the file for a video or image folder, however fast it is read
+
+class SourceMode(enum.Enum):
+    """How a source delivers frames, which decides what the runner does when a stage is busy."""
+
+    LIVE = "live"  # a camera (or the audio clock): frames come at their own pace; a busy stage drops the oldest
+    PACED = "paced"  # a file released at its frame rate, like a camera: drops the oldest too
+    FAST = "fast"  # a file read as fast as the pipeline goes: back-pressure, every frame is kept
+
+
+def sane_fps(value: float | None, default: float = 30.0) -> float:
+    """A reported frame rate, or `default` where the driver or container reports 0, NaN or nonsense."""
+    try:
+        fps = float(value or 0.0)
+    except (TypeError, ValueError):
+        return default
+    return fps if 1.0 <= fps <= 1000.0 else default
 
 
 class FrameSource:
@@ -23,9 +32,16 @@ class FrameSource:
     name = "source"
     fps = 30.0
     live = False  # a camera: frames arrive at their own pace, never paced by us
+    realtime = True  # a file source released at its frame rate (False: as fast as it is read)
 
     def __init__(self) -> None:
         self._seq = 0
+
+    @property
+    def mode(self) -> SourceMode:
+        if self.live:
+            return SourceMode.LIVE
+        return SourceMode.PACED if self.realtime else SourceMode.FAST
 
     def read(self) -> Frame | None:
         raise NotImplementedError
@@ -35,7 +51,8 @@ class FrameSource:
 
     def _stamp(self, image: np.ndarray) -> Frame:
         now = time.perf_counter()
-        frame = Frame(image=image, seq=self._seq, t_capture=time.time(), t_capture_mono=now, t_media=now)
+        frame = Frame(image=image, seq=self._seq, t_capture=time.time(), t_capture_mono=now, t_media=now,
+                      fps=self.fps)
         self._seq += 1
         return frame
 

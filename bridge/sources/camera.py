@@ -7,7 +7,8 @@ import sys
 import cv2
 
 from bridge.errors import SourceError
-from bridge.sources.base import Frame, FrameSource
+from bridge.frame import Frame
+from bridge.sources.base import FrameSource, sane_fps
 
 
 def _backend() -> int:
@@ -63,7 +64,7 @@ class CameraSource(FrameSource):
             self._cap.set(cv2.CAP_PROP_FRAME_HEIGHT, height)
         if fps:
             self._cap.set(cv2.CAP_PROP_FPS, fps)
-        self.fps = float(self._cap.get(cv2.CAP_PROP_FPS)) or 30.0
+        self.fps = sane_fps(self._cap.get(cv2.CAP_PROP_FPS))
         self.failed_reads = 0
 
     def read(self) -> Frame | None:

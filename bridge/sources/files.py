@@ -8,7 +8,8 @@ import cv2
 import numpy as np
 
 from bridge.errors import SourceError
-from bridge.sources.base import Frame, FrameSource
+from bridge.frame import Frame
+from bridge.sources.base import FrameSource, sane_fps
 
 SAMPLE_PATH = Path(__file__).resolve().parents[1] / "data" / "sample.mp4"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"}
@@ -72,7 +73,7 @@ class VideoFileSource(_Paced):
             raise SourceError(f"cannot decode video {self.path} (unsupported codec or corrupt file)",
                               "convert it with `ffmpeg -i IN -c:v libx264 OUT.mp4`, or pass a folder of images")
         self._first: np.ndarray | None = first
-        self.fps = float(self._cap.get(cv2.CAP_PROP_FPS)) or 30.0
+        self.fps = sane_fps(self._cap.get(cv2.CAP_PROP_FPS))
         self.frame_count = int(self._cap.get(cv2.CAP_PROP_FRAME_COUNT))
 
     def _next_image(self) -> np.ndarray | None:
