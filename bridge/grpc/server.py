@@ -7,7 +7,6 @@ counted (Frame.dropped_frames). Health checking and server reflection are enable
 """
 from __future__ import annotations
 
-import collections
 import hmac
 import ipaddress
 import logging
@@ -28,6 +27,7 @@ from bridge.frame import FaceFrame
 from bridge.grpc.convert import build_frame, build_header, layout_key
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+from bridge.runtime.stats import RollingWindow
 from bridge.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -227,8 +227,7 @@ class GrpcSink(Sink):
         self._latest: dict[str, tuple[pb.StreamHeader, pb.Frame]] = {}  # what a new subscriber starts with
         self._next_layout_id = 1
         self._dropped_by_gone = 0
-        self._frame_times: collections.deque[float] = collections.deque(maxlen=120)
-        self._latencies_ms: collections.deque[float] = collections.deque(maxlen=600)
+        self._window = RollingWindow()  # what this server saw, for GetStatus when no RunControl is attached
         self._model_versions: dict[str, str] = {}
         self._closed = False
 
@@ -290,8 +289,7 @@ class GrpcSink(Sink):
                 self._layouts[frame.subject] = (key, header)
             else:
                 header = known[1]
-            self._frame_times.append(now)
-            self._latencies_ms.append(latency_ms)
+            self._window.add(now, latency_ms)
             self._model_versions.update(header.model_versions)
             subscribers = list(self._subscribers)
         message = build_frame(frame, header.layout_id)
@@ -347,25 +345,15 @@ class GrpcSink(Sink):
             dropped = self._dropped_by_gone + sum(s.dropped for s in self._subscribers)
             return {**super().stats(), "subscribers": len(self._subscribers), "dropped": dropped}
 
-    def measured_fps(self) -> float:
-        with self._lock:
-            times = list(self._frame_times)
-        if len(times) < 2 or times[-1] <= times[0]:
-            return 0.0
-        return (len(times) - 1) / (times[-1] - times[0])
-
     def status_message(self, context) -> pb.GetStatusResponse:
         stats = self.stats()
+        now = time.monotonic()
         with self._lock:
-            latencies = sorted(self._latencies_ms)
             model_versions = dict(self._model_versions)
-        status = {
-            "sources": [], "backends": [], "model_versions": model_versions,
-            "fps": self.measured_fps(),
-            "latency_ms_p50": latencies[len(latencies) // 2] if latencies else 0.0,
-            "latency_ms_p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] if latencies else 0.0,
-            "subjects": self.subjects(),
-        }
+            fps = self._window.rate(now)
+            p50, p99 = self._window.percentiles(now)
+        status = {"sources": [], "backends": [], "model_versions": model_versions, "fps": fps,
+                  "latency_ms_p50": p50, "latency_ms_p99": p99, "subjects": self.subjects()}
         if self.control is not None:
             status.update(_call(context, self.control.status) or {})
         return pb.GetStatusResponse(
