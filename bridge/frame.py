@@ -107,7 +107,7 @@ class MorphParams:
 class FaceFrame:
     """Everything FaceBridge knows about one subject at one capture instant.
 
-    Conventions (docs/ARCHITECTURE.md, "Coordinates"): head rotation is (yaw, pitch, roll) in degrees with
+    Conventions (docs/FACE.md, "Coordinates"): head rotation is (yaw, pitch, roll) in degrees with
     +yaw = the subject turns to their own left, +pitch = looks up, +roll = tilts toward their own left
     shoulder; eye gaze is (yaw, pitch) in degrees per eye with the same signs, relative to the head.
     """

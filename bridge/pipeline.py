@@ -5,7 +5,7 @@ describe: iris (both eyes, one batch) -> head pose (PnP) -> gaze -> expression (
           parameters) -> emotion -> One-Euro filter -> calibration
 
 `process(frame)` runs both. Only `track` depends on the previous frame, so on two cores the runner overlaps
-`describe` of frame N with `track` of frame N+1 (BridgeRunner(two_stage=True)).
+`describe` of frame N with `track` of frame N+1 (each stage a thread of bridge/runtime/runner.py).
 """
 from __future__ import annotations
 

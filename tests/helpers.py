@@ -70,3 +70,30 @@ def espeak_or_skip():
         return gen, gen.Espeak()
     except gen.EspeakError as e:
         pytest.skip(str(e))
+
+
+def onnx_model_with(op: str, tmp_path: Path) -> Path:
+    """A two-node ONNX model (Relu, then `op` named det_1) in tmp_path: TensorRT cannot parse some ops."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu_in"), helper.make_node(op, ["r"], ["y"], name="det_1")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "det.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def face_frame(seq: int, smile: float = 0.1, found: bool = True):
+    """A FaceFrame with every weight 0.1, a given smile and a fixed head pose."""
+    import numpy as np
+
+    from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame
+
+    fr = FaceFrame(seq=seq, t_capture=float(seq), t_capture_mono=float(seq), face_found=found)
+    fr.blendshapes = np.full(NUM_BLENDSHAPES, 0.1, np.float32)
+    fr.blendshapes[ARKIT_INDEX["mouthSmileLeft"]] = smile
+    fr.head_rotation = np.array([5.0, -3.0, 1.0], np.float32)
+    return fr

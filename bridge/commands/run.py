@@ -26,7 +26,7 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                    help="blendshape estimator: the fast trained regressor (default) or the reference model fit")
     p.add_argument("--expression-model", metavar="DIR",
                    help="use your own ONNX expression model (a folder with the model and its manifest; see "
-                        "docs/ARCHITECTURE.md 'Expression model contract') instead of the shipped regressor")
+                        "docs/FACE.md 'Expression model contract') instead of the shipped regressor")
     p.add_argument("--emotion-every", type=int, default=1, metavar="N",
                    help="classify emotion on every Nth frame (default 1; emotion changes slowly)")
     p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filter")

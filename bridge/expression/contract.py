@@ -1,6 +1,6 @@
 """The expression model contract: a manifest (JSON) beside an ONNX model says what goes in and which outputs
 are blendshapes, shape, expression and pose, so a user can replace the shipped regressor with their own model
-(for example an image-to-FLAME encoder they are licensed to use). docs/ARCHITECTURE.md, "Expression model
+(for example an image-to-FLAME encoder they are licensed to use). docs/FACE.md, "Expression model
 contract", is the user-facing description; bridge/expression/regressor.json is the shipped example.
 
 Manifest ("format": "facebridge-expression-model/1"):
@@ -59,7 +59,7 @@ class ModelContract:
 
 def _bad(path: Path, problem: str) -> ModelError:
     return ModelError(f"expression model manifest {path}: {problem}",
-                      "fix it as described in docs/ARCHITECTURE.md, 'Expression model contract'")
+                      "fix it as described in docs/FACE.md, 'Expression model contract'")
 
 
 def find_manifest(model_dir: str | Path) -> Path:

@@ -1,6 +1,6 @@
 """The regressor's input: 468 landmarks (+ iris centres) normalised for position and size ("landmarks-2d-v1").
 
-Layout of the 944 features (documented in bridge/expression/regressor.json and docs/ARCHITECTURE.md):
+Layout of the 944 features (documented in bridge/expression/regressor.json and docs/FACE.md):
   [0:936]    (x, y) of the 468 points, minus their mean, divided by their RMS radius s, point-major
   [936:940]  iris centres (subject's left, subject's right), same normalisation; the eye-contour centre when absent
   [940]      1 when iris centres were given, else 0

@@ -15,7 +15,7 @@ from bridge.frame import ARKIT_NAMES, FaceFrame  # noqa: E402
 from bridge.grpc.server import GrpcSink  # noqa: E402
 from bridge.omniverse.live_stream import StageApplier, StreamSubscription  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXT = ROOT / "bridge" / "omniverse" / "facebridge.livelink"
 
 

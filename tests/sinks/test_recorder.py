@@ -21,7 +21,7 @@ from bridge.formats.take import TakeReader
 from bridge.frame import ARKIT_NAMES, FaceFrame
 from bridge.sinks.recorder import TakeRecorder
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def make_frames(n: int, rate: float = 30.0, seed: int = 0) -> list[FaceFrame]:

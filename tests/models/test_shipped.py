@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tools"))
 
 from model_sources import DEFAULT_CACHE, SOURCES, read_source, sha256_bytes  # noqa: E402

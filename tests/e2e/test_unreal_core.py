@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.grpc_bridge import running_bridge
+from tests.grpc.bridge_process import running_bridge
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CORE = ROOT / "unreal_plugin" / "core"
 BUILD = CORE / "build"  # kept between runs (git-ignored) so that local reruns only rebuild what changed
 

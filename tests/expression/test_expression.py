@@ -9,7 +9,7 @@ from bridge.expression.model import VISUAL, head_angles, head_matrix, load_model
 from bridge.expression.stage import REGIONS, ExpressionEstimator, ExpressionInputError
 from bridge.frame import ARKIT_INDEX, ARKIT_NAMES, MorphParams
 
-ICT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "ict_facekit_light.npz"
+ICT_DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "ict_facekit_light.npz"
 SEED = 4242  # held out: training uses seeds 0 and 10000
 
 
@@ -33,7 +33,7 @@ def run(est, batch, i):
 @pytest.mark.parametrize("name", ["jawOpen", "mouthSmileLeft", "eyeBlinkRight", "browInnerUp", "cheekPuff"])
 def test_sampling_the_deformed_ict_mesh_gives_the_basis_displacement(name):
     ict = np.load(ICT_DATA)
-    b = np.load(Path(__file__).resolve().parents[1] / "bridge" / "expression" / "basis.npz")
+    b = np.load(Path(__file__).resolve().parents[2] / "bridge" / "expression" / "basis.npz")
     names = [str(n) for n in ict["expression_names"]]
     split = {"browInnerUp": ["browInnerUp_L", "browInnerUp_R"], "cheekPuff": ["cheekPuff_L", "cheekPuff_R"]}
     parts = split.get(name, [name.replace("Left", "_L").replace("Right", "_R")])

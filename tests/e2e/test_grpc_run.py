@@ -11,9 +11,9 @@ import grpc
 from bridge.frame import ARKIT_NAMES
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
-from tests.grpc_bridge import running_bridge
+from tests.grpc.bridge_process import running_bridge
 
-CLIENT = Path(__file__).resolve().parent / "grpc_standalone_client.py"
+CLIENT = Path(__file__).resolve().parents[1] / "grpc" / "standalone_client.py"
 
 
 def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):

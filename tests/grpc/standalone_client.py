@@ -1,6 +1,6 @@
 """A facebridge.v1 client that knows only proto/: it compiles the proto itself and imports nothing of bridge.
 
-    python tests/grpc_standalone_client.py ADDRESS --frames N [--token T] [--stall-after K]
+    python tests/grpc/standalone_client.py ADDRESS --frames N [--token T] [--stall-after K]
 
 Prints one JSON line: the services reflection lists, the header, how many frames arrived and a few of them.
 Used by tests/test_grpc_*.py as a real, separate client process (a subprocess it can also kill mid-stream).
@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 from grpc_tools import protoc
 
-PROTO_ROOT = Path(__file__).resolve().parents[1] / "proto"
+PROTO_ROOT = Path(__file__).resolve().parents[2] / "proto"
 
 
 def compile_proto(out_dir: str):

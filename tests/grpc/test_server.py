@@ -23,8 +23,8 @@ from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from bridge.grpc.server import GrpcSink
 from tests.helpers import tool_module
 
-ROOT = Path(__file__).resolve().parents[1]
-CLIENT = ROOT / "tests" / "grpc_standalone_client.py"
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT = ROOT / "tests" / "grpc" / "standalone_client.py"
 
 
 def make_frame(seq: int, subject: str = "FaceBridge", **kw) -> FaceFrame:

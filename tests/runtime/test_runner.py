@@ -1,0 +1,143 @@
+"""BridgeRunner's threads: a busy stage drops the oldest frame of a live source and counts it, a file read as fast
+as possible keeps every frame, a sink that raises costs only its own send, and SIGTERM ends a run cleanly."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+from bridge.frame import FaceFrame, Frame
+from bridge.runtime.runner import BridgeRunner
+from bridge.sinks.base import Sink
+from bridge.sources.base import FrameSource, SourceMode
+from tests.helpers import ROOT, subprocess_env
+
+
+class CountingSource(FrameSource):
+    """`count` tiny frames; live (a camera's pace, nothing waits for the pipeline) or a file read fast."""
+
+    def __init__(self, count: int, mode: SourceMode, interval_s: float = 0.0) -> None:
+        super().__init__()
+        self.count, self.interval_s = count, interval_s
+        self.live = mode is SourceMode.LIVE
+        self.realtime = mode is not SourceMode.FAST
+        self.closed = False
+
+    def read(self) -> Frame | None:
+        if self._seq >= self.count:
+            return None
+        time.sleep(self.interval_s)
+        return self._stamp(np.zeros((2, 2, 3), np.uint8))
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def describe(frame: Frame) -> FaceFrame:
+    return FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
+                     face_found=True, frame_rate=frame.fps)
+
+
+class ListSink(Sink):
+    name = "list"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seqs: list[int] = []
+        self.closed = False
+
+    def send(self, frame: FaceFrame) -> None:
+        self.seqs.append(frame.seq)
+        self.sent += 1
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class RaisingSink(ListSink):
+    name = "raising"
+
+    def send(self, frame: FaceFrame) -> None:
+        if frame.seq % 2:
+            raise RuntimeError("a bug in this sink")
+        super().send(frame)
+
+
+def test_a_busy_stage_drops_the_oldest_frames_of_a_live_source_and_counts_them():
+    release = threading.Event()
+
+    def stuck_until_released(frame: Frame) -> FaceFrame:
+        release.wait(5)  # the stage is busy while the camera delivers every other frame
+        return describe(frame)
+
+    source, sink = CountingSource(40, SourceMode.LIVE), ListSink()
+    runner = BridgeRunner(source, stuck_until_released, [sink], status=False)
+    done = threading.Thread(target=runner.run)
+    done.start()
+    while runner.stats.captured < 40:  # capture never waits for the pipeline
+        time.sleep(0.01)
+    release.set()
+    done.join(10)
+    snap = runner.stats.snapshot()
+    assert snap.captured == 40 and snap.dropped["capture"] > 0
+    assert snap.sent + snap.dropped_total == 40
+    assert sink.seqs == sorted(sink.seqs) and sink.seqs[-1] == 39  # in order, and the newest frame always arrives
+
+
+def test_a_file_read_fast_keeps_every_frame_through_a_slow_stage():
+    def slow(frame: Frame) -> FaceFrame:
+        time.sleep(0.002)
+        return describe(frame)
+
+    source, sink = CountingSource(60, SourceMode.FAST), ListSink()
+    stats = BridgeRunner(source, None, [sink], status=False, stages=[lambda f: f, slow]).run()
+    assert sink.seqs == list(range(60)) and stats.snapshot().dropped_total == 0
+
+
+def test_a_sink_that_raises_costs_only_its_own_sends_and_a_bad_frame_is_skipped():
+    def fails_on_seven(frame: Frame) -> FaceFrame:
+        if frame.seq == 7:
+            raise ValueError("a bad frame")
+        return describe(frame)
+
+    good, bad = ListSink(), RaisingSink()
+    source = CountingSource(20, SourceMode.FAST)
+    stats = BridgeRunner(source, fails_on_seven, [bad, good], status=False).run().snapshot()
+    assert good.seqs == [s for s in range(20) if s != 7]
+    assert bad.errors == len([s for s in good.seqs if s % 2])
+    assert stats.bad_frames == 1 and stats.sent == 19
+    assert good.closed and bad.closed and source.closed
+
+
+def test_sigterm_ends_a_run_like_ctrl_c_and_the_take_is_finalised(tmp_path):
+    take = tmp_path / "take"
+    script = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from tests.runtime.test_runner import CountingSource, describe
+from bridge.runtime.runner import BridgeRunner
+from bridge.sinks.recorder import TakeRecorder
+from bridge.sources.base import SourceMode
+runner = BridgeRunner(CountingSource(10**6, SourceMode.LIVE, 0.005), describe, [TakeRecorder({str(take)!r})],
+                      status=False)
+print("running", flush=True)
+stats = runner.run()
+print("stopped", stats.sent, flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    assert proc.stdout.readline().strip() == "running"
+    deadline = time.monotonic() + 30
+    while not (take / "take.json").exists() and time.monotonic() < deadline:  # the first frame was recorded
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.startswith("stopped")
+    import json
+
+    meta = json.loads((take / "take.json").read_text())
+    lines = (take / "frames.jsonl").read_text().splitlines()
+    assert meta["complete"] is True and meta["frames"] == len(lines) == int(out.split()[1])

@@ -1,0 +1,64 @@
+"""The deadline batcher: a lone stream is never held back, batches form under load, results per stream in order."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from bridge.serving.batcher import DeadlineBatcher
+
+
+def test_lone_stream_is_not_held_back_for_a_batch():
+    with DeadlineBatcher(lambda streams, items: [i * 2 for i in items], max_batch=256) as batcher:
+        started = time.perf_counter()
+        assert batcher.submit("only", 21).result(timeout=2) == 42
+        assert time.perf_counter() - started < 0.2  # no waiting for company (a loaded CI box may be slow to wake)
+
+
+def test_batches_form_under_load_and_results_return_in_order_per_stream():
+    def slow_double(streams, items):
+        time.sleep(0.01)  # a GPU pass
+        return [(s, i * 2) for s, i in zip(streams, items)]
+
+    with DeadlineBatcher(slow_double, max_batch=64) as batcher:
+        futures = {s: [] for s in range(8)}
+
+        def stream(s):
+            for i in range(20):
+                futures[s].append(batcher.submit(s, i))
+                time.sleep(0.001)
+
+        threads = [threading.Thread(target=stream, args=(s,)) for s in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for s, fs in futures.items():
+            assert [f.result(timeout=5) for f in fs] == [(s, i * 2) for i in range(20)]
+        assert max(batcher.batch_sizes) > 1 and sum(batcher.batch_sizes) == 160
+
+
+def test_a_failing_batch_fails_only_its_own_frames():
+    calls = []
+
+    def flaky(streams, items):
+        calls.append(list(items))
+        if "bad" in items:
+            raise ValueError("bad frame")
+        return items
+
+    with DeadlineBatcher(flaky, max_batch=4) as batcher:
+        bad = batcher.submit(0, "bad")
+        with pytest.raises(ValueError):
+            bad.result(timeout=2)
+        assert batcher.submit(0, "good").result(timeout=2) == "good"
+
+
+def test_max_wait_gathers_a_fuller_batch_but_respects_the_deadline():
+    with DeadlineBatcher(lambda s, items: items, max_batch=8, max_wait_s=0.05) as batcher:
+        started = time.perf_counter()
+        futures = [batcher.submit(i, i) for i in range(3)]
+        assert [f.result(timeout=2) for f in futures] == [0, 1, 2]
+        assert 0.04 < time.perf_counter() - started < 0.5
+        assert batcher.batch_sizes == [3]

@@ -1,0 +1,88 @@
+"""MultiStreamFaceService on the CPU: concurrent streams in order, one frame per stream per pass, refusals."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+
+def _service(torch, streams: int = 3, **options):
+    from bridge.serving.runners import make_runners
+    from bridge.serving.service import MultiStreamFaceService
+
+    torch.set_num_threads(1)
+    return MultiStreamFaceService(streams, (360, 480), make_runners("torch", 4), device="cpu", **options)
+
+
+def test_face_service_serves_concurrent_streams_in_order_like_one_tracker_per_stream():
+    torch = pytest.importorskip("torch")
+
+    from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.tracker import BatchedFaceTracker
+
+    clip = sample_frames(6, step=1)
+    futures = {s: [] for s in range(3)}
+
+    def camera(stream):  # each stream's frames from its own thread, as decoders would submit them
+        for k in range(4):
+            futures[stream].append(service.submit(stream, clip[stream + k]))
+
+    with _service(torch) as service:
+        threads = [threading.Thread(target=camera, args=(s,)) for s in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        results = {s: [f.result(timeout=60) for f in futures[s]] for s in range(3)}
+    assert service.passes >= 4  # four frames per stream need at least four passes
+    for stream in range(3):
+        reference = BatchedFaceTracker(1, (360, 480), make_runners("torch", 1), device="cpu")
+        for k, face in enumerate(results[stream]):
+            assert face.stream == stream and face.tracked
+            reference.step(torch.from_numpy(clip[stream + k][None]), torch.tensor([0]))
+            # same frames in the same order: the same face, whatever batches the service formed
+            assert np.abs(face.landmarks[:, :2] - reference.last_landmarks[0, :, :2].numpy()).max() < 0.5
+            assert face.blendshapes.shape == (52,) and face.irises.shape == (2, 5, 3)
+
+
+def test_face_service_gives_a_stream_one_frame_per_pass_and_refuses_bad_frames():
+    torch = pytest.importorskip("torch")
+    from bridge.engines.shipped import sample_frames
+
+    clip = sample_frames(3, step=1)
+    with _service(torch, streams=2) as service:
+        queued = [torch.from_numpy(frame) for frame in clip + [clip[2]]]  # as `submit` hands them on
+        faces = service._run([0, 0, 1, 0], queued)  # stream 0 queued three frames
+        assert service.passes == 3 and [f.stream for f in faces] == [0, 0, 1, 0]
+        assert all(f.tracked for f in faces)
+        assert service.submit(1, torch.from_numpy(clip[1])).result(timeout=60).tracked  # a torch frame works too
+        with pytest.raises(ValueError, match="out of range"):
+            service.submit(2, clip[0])
+        with pytest.raises(ValueError, match=r"uint8 RGB of shape \(360, 480, 3\)"):
+            service.submit(0, clip[0][:100])
+        with pytest.raises(ValueError, match="float32"):
+            service.submit(0, clip[0].astype(np.float32))
+
+
+def test_face_service_refuses_a_shape_it_cannot_serve_before_loading_anything():
+    pytest.importorskip("torch")
+    from bridge.serving.service import MultiStreamFaceService
+
+    for options, message in ((dict(num_streams=0, frame_hw=(360, 480)), "at least one stream"),
+                             (dict(num_streams=2, frame_hw=(0, 480)), r"at least 32x32 pixels .*\(0, 480\)"),
+                             (dict(num_streams=2, frame_hw=(360,)), "height, width"),
+                             (dict(num_streams=2, frame_hw=(360, 480), max_batch=0), "max_batch must be at least 1")):
+        with pytest.raises(ValueError, match=message):
+            MultiStreamFaceService(runners={}, device="cpu", **options)
+
+
+def test_face_service_serves_without_graphs_when_capture_is_impossible(caplog):
+    torch = pytest.importorskip("torch")
+    from bridge.engines.shipped import sample_frames
+
+    with _service(torch, streams=1, graph_buckets=[1]) as service:  # the CPU cannot capture CUDA graphs
+        face = service.submit(0, sample_frames(1)[0]).result(timeout=60)
+    assert not service.graphs and face.tracked
+    assert "CUDA-graph capture failed" in caplog.text and "eager passes" in caplog.text

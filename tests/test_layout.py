@@ -1,0 +1,132 @@
+"""The house rules of docs/ARCHITECTURE.md, checked from the imports of every module under bridge/ and fedagent/.
+
+Imports are read with `ast` (module level and inside functions alike), so a lazy import counts as much as one at
+the top of a file.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.helpers import ROOT
+
+PACKAGES = ("bridge", "fedagent")
+LEAVES = ("bridge.frame", "bridge.mesh", "bridge.errors", "bridge.fsutil")  # import nothing of the house
+FACE_DOMAIN = ("bridge.stages", "bridge.expression", "bridge.pipeline")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every house module `path` imports: `from a.b import c` counts a.b and a.b.c (c may be a submodule)."""
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {name for name in found if name.split(".")[0] in PACKAGES}
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py") if "gen" not in p.parts]
+    modules = {_module_name(p): p for p in paths}
+    graph = {}
+    for name, path in modules.items():
+        # keep only names that are modules (drop `from bridge.frame import FaceFrame`'s bridge.frame.FaceFrame)
+        graph[name] = {dep for dep in _imports(path, name) if dep in modules and dep != name}
+    return graph
+
+
+GRAPH = _graph()
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _violations(sources: tuple[str, ...], targets: tuple[str, ...]) -> list[str]:
+    return sorted(f"{m} -> {d}" for m, deps in GRAPH.items() if any(_within(m, s) for s in sources)
+                  for d in deps if any(_within(d, t) for t in targets))
+
+
+def test_the_import_graph_covers_the_house():
+    assert "bridge.runtime.session" in GRAPH and "bridge.serving.tracker" in GRAPH
+    assert "bridge.runtime.runner" in GRAPH["bridge.runtime.session"]
+
+
+def test_leaf_modules_import_nothing_of_the_house():
+    for leaf in LEAVES:
+        assert GRAPH[leaf] == set(), f"{leaf} imports {sorted(GRAPH[leaf])}"
+
+
+def test_engines_and_serving_never_import_the_face_domain():
+    assert _violations(("bridge.engines",), FACE_DOMAIN) == []
+    assert _violations(("bridge.serving",), ("bridge.stages",)) == []
+
+
+def test_sinks_never_import_each_other_and_formats_open_no_socket():
+    sinks = [m for m in GRAPH if m.startswith("bridge.sinks.")]
+    shared = {"bridge.sinks.base", "bridge.sinks.udp", "bridge.sinks.vrm_expressions"}  # base classes and helpers
+    for sink in sinks:
+        others = {d for d in GRAPH[sink] if d.startswith("bridge.sinks.") and d not in shared}
+        assert not others, f"{sink} imports {sorted(others)}"
+    for fmt in (m for m in GRAPH if m.startswith("bridge.formats")):
+        source = (ROOT / (fmt.replace(".", "/") + ".py")).read_text(encoding="utf-8")
+        assert "socket.socket(" not in source and "import grpc" not in source, fmt
+
+
+def test_replay_and_usd_export_import_no_sink_module():
+    for module in ("bridge.commands.replay", "bridge.usd_export"):
+        sinks = {d for d in GRAPH[module] if d.startswith("bridge.sinks") and d != "bridge.sinks.base"}
+        assert not sinks, f"{module} imports {sorted(sinks)}"
+
+
+def test_only_the_session_knows_every_concrete_sink():
+    concrete = {"bridge.sinks.livelinkface", "bridge.sinks.vmc", "bridge.sinks.recorder", "bridge.grpc.server"}
+    users = {m for m, deps in GRAPH.items() if len(deps & concrete) == len(concrete)}
+    assert users == {"bridge.runtime.session"}
+
+
+def test_commands_do_not_assemble_the_running_bridge():
+    """`run` parses arguments into a RunConfig (with the pipeline's options); the session builds everything."""
+    run = GRAPH["bridge.commands.run"]
+    assert "bridge.runtime.session" in run
+    assert not {d for d in run if d.startswith(("bridge.sinks", "bridge.grpc", "bridge.audio", "bridge.runtime.r"))}
+
+
+def test_bridge_never_imports_fedagent():
+    assert _violations(("bridge",), ("fedagent",)) == []
+
+
+def test_there_is_no_import_circle():
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        path.append(module)
+        for dep in sorted(GRAPH[module]):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        path.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(GRAPH):
+        if module not in state:
+            cycle = visit(module)
+            assert cycle is None, " -> ".join(cycle)
