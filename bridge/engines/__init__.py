@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from bridge.engines.base import EngineError, EngineUnavailable, InferenceSession, TensorSpec  # noqa: F401
-from bridge.engines.precision import CPU_PRECISIONS, DEFAULT_CPU_PRECISION, check_cpu_precision, precision_note
+from bridge.engines.precision import DEFAULT_CPU_PRECISION, check_cpu_precision, precision_note
 from bridge.engines.select import AUTO_ORDER, BACKENDS, candidates, check_available  # noqa: F401
 
 _announced: set[tuple] = set()
@@ -77,7 +77,7 @@ def create_session(model_path: str | Path, backend: str = "onnxruntime", threads
         elif backend == "auto":
             why = f" (skipped {'; '.join(skipped)})" if skipped else ""
             _say(f"using {name}: {available.reason}{note}{why}")
-        elif running and running != cpu_precision:  # asked for by name, but not at the precision asked
+        elif running and (name == "openvino" or running != cpu_precision):  # asked by name: say the precision
             _say(f"using {name}: {available.reason}{note}")
         return session
     raise EngineError("no inference backend could open " + model_path.name + ": " + "; ".join(skipped),
