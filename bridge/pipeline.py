@@ -41,6 +41,7 @@ PRESENCE_THRESHOLD = 0.5
 class PipelineOptions:
     backend: str = "onnxruntime"
     threads: int = 1  # inference threads per model
+    cpu_precision: str = "f32"  # CPU backends: "f32", or "bf16" where the CPU has it natively (engines/precision.py)
     detector: str = "face_detection_short_range"
     expression: str = "regressor"  # or "fit"
     expression_model: str | None = None  # folder with a user ONNX model + manifest (docs: model contract)
@@ -77,14 +78,16 @@ class FacePipeline:
         from bridge.expression.stage import ExpressionEstimator
 
         self.options = options = options or PipelineOptions()
-        self.detector = FaceDetector(options.detector, backend=options.backend, threads=options.threads)
-        self.landmarker = FaceLandmarker(backend=options.backend, threads=options.threads)
-        self.iris = IrisLandmarker(backend=options.backend, threads=options.threads)
+        engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
+        self.detector = FaceDetector(options.detector, **engine)
+        self.landmarker = FaceLandmarker(**engine)
+        self.iris = IrisLandmarker(**engine)
         self.head_pose = HeadPoseEstimator()
         self.blink = BlinkEstimator()
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
-                                              model_dir=options.expression_model)
-        self.emotion = EmotionClassifier(backend=options.backend, threads=options.threads)
+                                              model_dir=options.expression_model,
+                                              cpu_precision=options.cpu_precision)
+        self.emotion = EmotionClassifier(**engine)
         self.profile = profile
         self._model_versions: dict[str, str] | None = None
         self._warm_up()

@@ -25,6 +25,8 @@ from bridge.bench.common import percentiles
 def add_arguments(p) -> None:
     p.add_argument("--frames", type=int, default=300, help="frames to time per configuration (default 300)")
     p.add_argument("--backend", default="auto", help="inference backend (default auto: what `run` uses)")
+    p.add_argument("--cpu-precision", choices=("f32", "bf16"), default="f32",
+                   help="CPU backends' inference precision (default f32, as `run`)")
     p.add_argument("--configs", default="one_core,two_stage", help="configurations to run, comma-separated")
 
 
@@ -77,8 +79,9 @@ def run(args) -> dict:
     results = {}
     for config in args.configs.split(","):
         runner = {"one_core": _one_core, "two_stage": _two_stage}[config]
-        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1))
+        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))
         backend = pipeline.landmarker.session.backend_name
+        precision = getattr(pipeline.landmarker.session, "precision", None)
         runner(pipeline, frames, min(10, len(frames)))  # warm-up: first detection, allocators
         pipeline.reset()
         detector_runs = pipeline.detector_runs
@@ -89,6 +92,7 @@ def run(args) -> dict:
                 stage_ms.setdefault(k, []).append(v)
         results[config] = {
             "backend": backend,
+            "precision": precision,  # what the landmark model's session really computes in (CPU backends)
             "cores": cores,
             "frames": args.frames,
             "fps": round(args.frames / wall, 1),
@@ -98,6 +102,6 @@ def run(args) -> dict:
             "stages": {k: _percentiles(v) | {"runs": len(v)} for k, v in stage_ms.items()},
         }
         r = results[config]
-        print(f"{config} ({backend}, {r['cores']} core(s)): {r['fps']} fps, per frame median "
+        print(f"{config} ({backend} {precision or ''}, {r['cores']} core(s)): {r['fps']} fps, per frame median "
               f"{r['per_frame']['median_ms']} ms, p99 {r['per_frame']['p99_ms']} ms")
     return {"source": "sample", "cpu_count": os.cpu_count(), "configurations": results}

@@ -13,6 +13,7 @@ from bridge.fsutil import atomic_write_json
 
 BENCHES = {
     "pipeline": ("bridge.bench.pipeline", "per-stage and end-to-end speed of the face pipeline on the sample"),
+    "precision": ("bridge.bench.precision", "CPU inference precision (f32, bf16): accuracy, jitter and speed"),
     "expression": ("bridge.bench.expression", "blendshape accuracy, jitter and speed of the expression engine"),
     "engines": ("bridge.bench.engines", "every model and the pipeline on every available inference backend"),
     "lipsync": ("bridge.bench.lipsync", "lip-sync accuracy and latency on held-out speech"),

@@ -33,4 +33,9 @@ def run(args) -> int:
 
     for a in explain("auto"):
         print(f"  {'yes' if a.ok else 'no ':3} {a.backend:17} {a.reason}")
+    from bridge.engines.precision import cpu_has_native_bf16
+
+    native = ("this CPU computes bf16 natively (AMX / AVX512-BF16): --cpu-precision bf16 runs OpenVINO in bf16, "
+              "faster and less exact" if cpu_has_native_bf16() else "this CPU has no native bf16: f32 only")
+    print(f"CPU inference precision: f32 by default; {native}")
     return 0

@@ -20,6 +20,10 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                    help="inference backend (default auto: the fastest one installed and usable here, "
                         "TensorRT > TensorRT-RTX > ONNX Runtime CUDA > OpenVINO > ONNX Runtime CPU; the choice and "
                         "the reason are printed)")
+    p.add_argument("--cpu-precision", choices=["f32", "bf16"], default="f32",
+                   help="CPU inference precision (default f32). bf16 only where the CPU has it natively (AMX, "
+                        "AVX512-BF16) and only with OpenVINO; it is faster there but moves landmarks by up to "
+                        "about a pixel (docs/PERFORMANCE.md). The precision that runs is printed")
     p.add_argument("--detector", choices=["short", "full"], default="short",
                    help="BlazeFace short range (faces within ~2 m, default) or full range (up to ~5 m)")
     p.add_argument("--expression", choices=["regressor", "fit"], default="regressor",
@@ -38,7 +42,8 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
 def pipeline_options(args):
     from bridge.pipeline import PipelineOptions
 
-    return PipelineOptions(backend=args.backend, subject=args.subject, expression=args.expression,
+    return PipelineOptions(backend=args.backend, cpu_precision=args.cpu_precision, subject=args.subject,
+                           expression=args.expression,
                            expression_model=args.expression_model,
                            detector=f"face_detection_{args.detector}_range",
                            emotion_every=args.emotion_every, smoothing=not args.no_smoothing)

@@ -3,6 +3,8 @@
 Backends: "onnxruntime" (CPU), "onnxruntime-cuda", "openvino" (CPU), "tensorrt" (full TensorRT 10/11),
 "tensorrt-rtx" (TensorRT-RTX). "auto" tries them fastest first (select.AUTO_ORDER). A requested backend that
 cannot be used here falls back to the next working one with a printed reason, unless strict=True.
+CPU backends compute in `cpu_precision` (f32 by default; see precision.py), and the line printed for a CPU
+backend names the precision that runs.
 """
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import sys
 from pathlib import Path
 
 from bridge.engines.base import EngineError, EngineUnavailable, InferenceSession, TensorSpec  # noqa: F401
+from bridge.engines.precision import DEFAULT_CPU_PRECISION, check_cpu_precision, precision_note
 from bridge.engines.select import AUTO_ORDER, BACKENDS, candidates, check_available  # noqa: F401
 
 _announced: set[tuple] = set()
 
 
-def _open(backend: str, model_path: Path, threads: int, cache_dir, precision: str) -> InferenceSession:
+def _open(backend: str, model_path: Path, threads: int, cache_dir, precision: str,
+          cpu_precision: str) -> InferenceSession:
     if backend == "onnxruntime":
         from bridge.engines.onnxruntime_backend import OrtSession
 
@@ -27,7 +31,7 @@ def _open(backend: str, model_path: Path, threads: int, cache_dir, precision: st
     if backend == "openvino":
         from bridge.engines.openvino_backend import OpenVinoSession
 
-        return OpenVinoSession(model_path, threads=threads)
+        return OpenVinoSession(model_path, threads=threads, precision=cpu_precision)
     from bridge.engines.tensorrt.session import TrtSession
 
     return TrtSession(model_path, backend, cache_dir=cache_dir, precision=precision)
@@ -40,13 +44,16 @@ def _say(line: str) -> None:
 
 
 def create_session(model_path: str | Path, backend: str = "onnxruntime", threads: int = 1, *, cache_dir=None,
-                   precision: str = "fp32", strict: bool = False) -> InferenceSession:
+                   precision: str = "fp32", cpu_precision: str = DEFAULT_CPU_PRECISION,
+                   strict: bool = False) -> InferenceSession:
     """Open `model_path` on `backend` ("auto" = fastest available), falling back with a printed reason.
 
     The default stays "onnxruntime" so existing callers keep bit-stable CPU results; user-facing commands pass
     --backend (default auto). strict=True raises the requested backend's error instead of falling back.
+    `precision` is TensorRT's (fp32, fp16); `cpu_precision` the CPU backends' (f32, bf16).
     """
     model_path = Path(model_path)
+    check_cpu_precision(cpu_precision)
     skipped: list[str] = []
     for name in candidates(backend):
         available = check_available(name)
@@ -56,18 +63,22 @@ def create_session(model_path: str | Path, backend: str = "onnxruntime", threads
             skipped.append(f"{name}: {available.reason}")
             continue
         try:
-            session = _open(name, model_path, threads, cache_dir, precision)
+            session = _open(name, model_path, threads, cache_dir, precision, cpu_precision)
         except EngineError as e:
             if strict and name == backend:
                 raise
             skipped.append(f"{name}: {e.problem}")
             continue
+        running = getattr(session, "precision", None) if name in ("openvino", "onnxruntime") else None
+        note = f", {precision_note(cpu_precision, running, name)}" if running else ""
         if backend not in ("auto", name):
-            _say(f"--backend {backend} is not usable here, using {name} ({available.reason}); "
+            _say(f"--backend {backend} is not usable here, using {name} ({available.reason}{note}); "
                  + "; ".join(skipped))
         elif backend == "auto":
             why = f" (skipped {'; '.join(skipped)})" if skipped else ""
-            _say(f"using {name}: {available.reason}{why}")
+            _say(f"using {name}: {available.reason}{note}{why}")
+        elif running and (name == "openvino" or running != cpu_precision):  # asked by name: say the precision
+            _say(f"using {name}: {available.reason}{note}")
         return session
     raise EngineError("no inference backend could open " + model_path.name + ": " + "; ".join(skipped),
                       "check the model file with `facebridge engines verify`")

@@ -23,6 +23,7 @@ def cuda_provider_available() -> bool:
 
 class OrtSession:
     backend_name = "onnxruntime"
+    precision = "f32"  # the CPU provider computes float32 models in f32 (no bf16 fast math on x86)
 
     def __init__(self, model_path: str | Path, threads: int = 1, providers: list | None = None):
         opts = ort.SessionOptions()

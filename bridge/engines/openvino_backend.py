@@ -1,4 +1,8 @@
-"""OpenVINO backend (CPU): reads the same ONNX files; often the fastest CPU path on Intel machines."""
+"""OpenVINO backend (CPU): reads the same ONNX files; often the fastest CPU path on Intel machines.
+
+The inference precision is always set explicitly (see precision.py): f32 unless bf16 is asked for, and
+`precision` says what the compiled model really runs.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -6,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from bridge.engines.base import EngineUnavailable, TensorSpec
+from bridge.engines.precision import DEFAULT_CPU_PRECISION, check_cpu_precision
 
 
 def openvino_available() -> bool:
@@ -19,19 +24,23 @@ def openvino_available() -> bool:
 class OpenVinoSession:
     backend_name = "openvino"
 
-    def __init__(self, model_path: str | Path, threads: int = 1, device: str = "CPU"):
+    def __init__(self, model_path: str | Path, threads: int = 1, device: str = "CPU",
+                 precision: str = DEFAULT_CPU_PRECISION):
+        self.requested_precision = check_cpu_precision(precision)
         try:
             import openvino as ov
         except ImportError:
             raise EngineUnavailable("OpenVINO is not installed", "pip install 'facebridge[openvino]'") from None
         core = ov.Core()
+        config = {"INFERENCE_NUM_THREADS": int(threads), "PERFORMANCE_HINT": "LATENCY",
+                  "INFERENCE_PRECISION_HINT": precision}
         try:
             model = core.read_model(str(model_path))
-            self._compiled = core.compile_model(model, device, {"INFERENCE_NUM_THREADS": int(threads),
-                                                                 "PERFORMANCE_HINT": "LATENCY"})
+            self._compiled = core.compile_model(model, device, config)
         except RuntimeError as e:
             raise EngineUnavailable(f"OpenVINO cannot compile {Path(model_path).name} for {device} "
                                     f"({str(e).splitlines()[0][:160]})", "use --backend onnxruntime") from None
+        self.precision = self._compiled.get_property("INFERENCE_PRECISION_HINT").to_string()  # "f32", "bf16"
         self._request = self._compiled.create_infer_request()
         self.inputs = [self._spec(p) for p in self._compiled.inputs]
         self.outputs = [self._spec(p) for p in self._compiled.outputs]

@@ -52,7 +52,8 @@ class ExpressionResult:
 
 
 class ExpressionEstimator:
-    def __init__(self, method: str = "regressor", backend: str = "onnxruntime", model_dir: str | None = None):
+    def __init__(self, method: str = "regressor", backend: str = "onnxruntime", model_dir: str | None = None,
+                 cpu_precision: str = "f32"):
         if method not in ("regressor", "fit"):
             raise FaceBridgeError(f"unknown expression method '{method}'", "use 'regressor' or 'fit'")
         self.method = method
@@ -63,7 +64,8 @@ class ExpressionEstimator:
             from bridge.engines import create_session
 
             self.contract = load_contract(model_dir or SHIPPED_DIR)
-            self.session = create_session(self.contract.path, backend=backend, threads=1)
+            self.session = create_session(self.contract.path, backend=backend, threads=1,
+                                          cpu_precision=cpu_precision)
             check_session(self.contract, self.session)
         self._fit = ExpressionFit(self.model) if method == "fit" else None
         self.reset()

@@ -47,10 +47,12 @@ def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
 
 class FaceDetector:
     def __init__(self, model: str = "face_detection_short_range", backend: str = "onnxruntime",
-                 score_threshold: float = 0.5, iou_threshold: float = 0.3, threads: int = 1) -> None:
+                 score_threshold: float = 0.5, iou_threshold: float = 0.3, threads: int = 1,
+                 cpu_precision: str = "f32") -> None:
         self.size, layers = _LAYOUTS[model]
         self.anchors = make_anchors(self.size, layers)
-        self.session = create_session(model_path(model), backend=backend, threads=threads)
+        self.session = create_session(model_path(model), backend=backend, threads=threads,
+                                      cpu_precision=cpu_precision)
         self.input_name = self.session.inputs[0].name
         self.score_threshold = score_threshold
         self.iou_threshold = iou_threshold

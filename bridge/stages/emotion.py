@@ -12,8 +12,9 @@ INPUT_SIZE = 64
 
 
 class EmotionClassifier:
-    def __init__(self, backend: str = "onnxruntime", threads: int = 1) -> None:
-        self.session = create_session(model_path("emotion"), backend=backend, threads=threads)
+    def __init__(self, backend: str = "onnxruntime", threads: int = 1, cpu_precision: str = "f32") -> None:
+        self.session = create_session(model_path("emotion"), backend=backend, threads=threads,
+                                      cpu_precision=cpu_precision)
         self.input_name = self.session.inputs[0].name
 
     @staticmethod

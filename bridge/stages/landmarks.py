@@ -65,8 +65,9 @@ def roi_from_landmarks(points: np.ndarray) -> Roi:
 
 
 class FaceLandmarker:
-    def __init__(self, backend: str = "onnxruntime", threads: int = 1) -> None:
-        self.session = create_session(model_path("face_landmark"), backend=backend, threads=threads)
+    def __init__(self, backend: str = "onnxruntime", threads: int = 1, cpu_precision: str = "f32") -> None:
+        self.session = create_session(model_path("face_landmark"), backend=backend, threads=threads,
+                                      cpu_precision=cpu_precision)
         self.input_name = self.session.inputs[0].name
 
     def run(self, image: np.ndarray, roi: Roi) -> LandmarkResult:
@@ -82,8 +83,9 @@ class FaceLandmarker:
 class IrisLandmarker:
     """Both eyes in one batched call. The model knows one eye side, so the other eye's crop is mirrored."""
 
-    def __init__(self, backend: str = "onnxruntime", threads: int = 1) -> None:
-        self.session = create_session(model_path("iris_landmark"), backend=backend, threads=threads)
+    def __init__(self, backend: str = "onnxruntime", threads: int = 1, cpu_precision: str = "f32") -> None:
+        self.session = create_session(model_path("iris_landmark"), backend=backend, threads=threads,
+                                      cpu_precision=cpu_precision)
         self.input_name = self.session.inputs[0].name
 
     @staticmethod
