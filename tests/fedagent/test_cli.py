@@ -97,3 +97,14 @@ def test_keys_show_rotate_revoke_and_add(served, capsys):
 def test_serve_repo_refuses_a_folder_that_is_not_a_repository(tmp_path, capsys):
     assert main(["serve-repo", str(tmp_path), "--port", "0"]) == 1
     assert "not a repository" in capsys.readouterr().err
+
+
+def test_bench_update_writes_per_step_figures(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FACEBRIDGE_HOME", str(tmp_path / "home"))
+    out = tmp_path / "bench.json"
+    assert main(["bench-update", "--repeats", "1", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    for case in ("adapter", "model_1mb"):
+        steps = result["cases"][case]["median_ms"]
+        assert {"refresh", "download", "smoke-test", "commit", "total"} <= set(steps)
+    assert result["cases"]["model_1mb"]["main_file_bytes"] > 900_000
