@@ -51,7 +51,7 @@ class KeyRing:
     # -- creation ----------------------------------------------------------------------------------------------
     @classmethod
     def init(cls, folder: str | Path, thresholds: dict[str, tuple[int, int]] | None = None,
-             expires_days: dict[str, float] | None = None) -> "KeyRing":
+             expires_days: dict[str, float] | None = None) -> KeyRing:
         """New keys: `thresholds` role -> (m, n) = m of n keys must sign (default 1 of 1 for every role)."""
         folder = Path(folder)
         if (folder / "keys.json").exists():

@@ -19,13 +19,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-from tuf.api.metadata import MetaFile, Metadata, Snapshot, TargetFile, Targets, Timestamp
+from tuf.api.metadata import Metadata, MetaFile, Snapshot, TargetFile, Targets, Timestamp
 from tuf.api.serialization.json import JSONSerializer
 
 from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_bytes, atomic_write_json
-from bridge.models import sha256_file
 from bridge.models.registry import ModelRegistry
+from bridge.models.verify import sha256_file
 from bridge.updates import bundle as bundles
 from bridge.updates.smoke import ReleaseSession, adapter_weights, open_release, read_npz, reference_inputs
 from bridge.updates.store import utc_now
@@ -98,7 +98,8 @@ def publish(keys_dir, repo_dir, specs: list[ReleaseSpec] = (), *,
     snap_version = 1 + max(versions.get("snapshot", 0), _version(meta_dir, "snapshot"))
     snapshot = Snapshot(version=snap_version, expires=ring.expires("snapshot", expires),
                         meta={"targets.json": MetaFile(version=version)})
-    snap_bytes = _write(meta_dir / f"{snap_version}.snapshot.json", _signed(Metadata(snapshot), ring.signers("snapshot", root)))
+    snap_md = _signed(Metadata(snapshot), ring.signers("snapshot", root))
+    snap_bytes = _write(meta_dir / f"{snap_version}.snapshot.json", snap_md)
     ts_version = 1 + max(versions.get("timestamp", 0), _version(meta_dir, "timestamp"))
     timestamp = Timestamp(version=ts_version, expires=ring.expires("timestamp", expires),
                           snapshot_meta=MetaFile.from_data(snap_version, snap_bytes, ["sha256"]))

@@ -35,7 +35,7 @@ class RepoServer:
         self.url = f"http://{HOST}:{self.port}/"
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "RepoServer":
+    def start(self) -> RepoServer:
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="repo-server",
                                         daemon=True)
         self._thread.start()
@@ -47,7 +47,7 @@ class RepoServer:
         if self._thread is not None:
             self._thread.join(5)
 
-    def __enter__(self) -> "RepoServer":
+    def __enter__(self) -> RepoServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

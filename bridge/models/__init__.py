@@ -7,23 +7,14 @@ model installed by `fedagent update install` replaces the shipped one only after
 """
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 
 from bridge.errors import ModelError
+from bridge.models.verify import REBUILD_HINT, _verified, sha256_file, verify_file  # noqa: F401 (re-exported)
 
 MODELS_DIR = Path(__file__).resolve().parent
 MANIFEST_PATH = MODELS_DIR / "manifest.json"
-REBUILD_HINT = "rebuild it with `python tools/build_models.py` (or restore it with `git checkout bridge/models`)"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @lru_cache(maxsize=1)
@@ -45,28 +36,9 @@ def model_entry(name: str) -> dict:
     return models[name]
 
 
-_verified: dict[Path, str] = {}
-
-
-def verify_file(path: Path, expected_sha256: str, hint: str = REBUILD_HINT) -> Path:
-    """Raise ModelError unless `path` exists, is readable and hashes to `expected_sha256`."""
-    path = Path(path)
-    try:
-        digest = sha256_file(path)
-    except FileNotFoundError:
-        raise ModelError(f"model file {path} is missing", hint) from None
-    except OSError as e:
-        raise ModelError(f"model file {path} cannot be read ({e.strerror})", hint) from None
-    if digest != expected_sha256:
-        raise ModelError(f"model file {path} is corrupt or modified (sha256 {digest[:12]}…, expected "
-                         f"{expected_sha256[:12]}…)", hint)
-    _verified[path] = digest
-    return path
-
-
 def model_path(name: str) -> Path:
     """Verified path of model `name`: its installed signed release (kind "model") if there is one, else the
     shipped file checked against its manifest sha256 (once per process)."""
-    from bridge.models.registry import default_registry
+    from bridge.models.registry import ModelRegistry
 
-    return default_registry().model_path(name)
+    return ModelRegistry(zoo_dir=MODELS_DIR, zoo_manifest=MANIFEST_PATH).model_path(name)

@@ -18,9 +18,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from bridge.errors import ModelError
+from bridge.models.verify import REBUILD_HINT, is_verified, sha256_file, verify_file
 from bridge.updates.store import InstalledRelease, default_state_dir, read_state
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+ZOO_DIR = Path(__file__).resolve().parent  # bridge/models: the zoo's ONNX files and manifest.json
 ONE_MODEL_MANIFESTS = ("audio/lipsync.json", "audio/silero_vad.json", "expression/regressor.json")
 ROLLBACK_HINT = "run `fedagent update rollback`, or install the release again with `fedagent update install`"
 
@@ -64,16 +66,18 @@ class ActiveModel:
 
 
 class ModelRegistry:
-    """Shipped and installed versions of every model. `state_dir` is the update store (default per user)."""
+    """Shipped and installed versions of every model. `state_dir` is the update store (default per user);
+    `zoo_dir` / `zoo_manifest` locate the shipped zoo (default bridge/models, its manifest.json)."""
 
-    def __init__(self, state_dir: str | Path | None = None):
+    def __init__(self, state_dir: str | Path | None = None, zoo_dir: Path | None = None,
+                 zoo_manifest: Path | None = None):
         self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        self.zoo_dir = Path(zoo_dir or ZOO_DIR)
+        self.zoo_manifest = Path(zoo_manifest or self.zoo_dir / "manifest.json")
 
     # -- shipped -----------------------------------------------------------------------------------------------
     def shipped_models(self) -> dict[str, ShippedModel]:
-        import bridge.models
-
-        return _shipped_models(bridge.models.MANIFEST_PATH, bridge.models.MODELS_DIR)
+        return _shipped_models(self.zoo_manifest, self.zoo_dir)
 
     def names(self) -> list[str]:
         return sorted(self.shipped_models())
@@ -86,10 +90,8 @@ class ModelRegistry:
 
     def shipped_path(self, name: str) -> Path:
         """The shipped file, verified against its manifest sha256 (once per process and path)."""
-        from bridge.models import _verified, verify_file
-
         model = self.shipped(name)
-        if _verified.get(model.path) == model.sha256:
+        if is_verified(model.path, model.sha256):
             return model.path
         return verify_file(model.path, model.sha256)
 
@@ -103,8 +105,6 @@ class ModelRegistry:
     def verified_file(self, release: InstalledRelease, file_name: str) -> Path:
         """Path of one file of an installed release after checking it is a regular file with its signed length
         and sha256."""
-        from bridge.models import sha256_file
-
         path = self.state_dir / "slots" / release.slot / file_name
         want = release.files.get(file_name, {})
         what = f"installed release {release.release} of {release.model}: {file_name}"
@@ -137,8 +137,6 @@ class ModelRegistry:
 
     def default_adapter_path(self, name: str) -> Path | None:
         """The shipped default adapter (.npz) of a model that has one, verified."""
-        from bridge.models import verify_file
-
         model = self.shipped(name)
         spec = model.entry.get("default_adapter")
         if not spec:
@@ -157,8 +155,6 @@ class ModelRegistry:
 
 @lru_cache(maxsize=4)
 def _shipped_models(zoo_manifest: Path, zoo_dir: Path) -> dict[str, ShippedModel]:
-    from bridge.models import REBUILD_HINT
-
     models = {}
     zoo = read_manifest(zoo_manifest, REBUILD_HINT)
     for name, entry in zoo.get("models", {}).items():

@@ -169,11 +169,13 @@ def parse(data: bytes) -> Bundle:
     if set(files) != expected:
         extra, missing = sorted(set(files) - expected), sorted(expected - set(files))
         raise reasons.FileSetMismatch(f"a {kind} release must hold exactly {sorted(expected)}"
-                                      + (f"; extra {extra}" if extra else "") + (f"; missing {missing}" if missing else ""))
+                                      + (f"; extra {extra}" if extra else "")
+                                      + (f"; missing {missing}" if missing else ""))
     ref = doc.get("reference")
     if not isinstance(ref, dict) or set(ref) != {"file", "atol", "rtol"} or ref.get("file") != REFERENCE_FILE:
         raise reasons.Malformed(f"release bundle field 'reference' must be {{file: {REFERENCE_FILE}, atol, rtol}}")
-    return Bundle(model=model, kind=kind, release=_int(doc, "release", 1, what), contract=_int(doc, "contract", 1, what),
+    return Bundle(model=model, kind=kind, release=_int(doc, "release", 1, what),
+                  contract=_int(doc, "contract", 1, what),
                   base_sha256=base, hardware=tuple(hardware), tensorrt_major=trt, files=files,
                   atol=_tolerance(ref, "atol"), rtol=_tolerance(ref, "rtol"),
                   published_utc=_str(doc, "published_utc", what), notes=_str(doc, "notes", what))
@@ -187,5 +189,6 @@ def _files(files: object) -> dict[str, FileEntry]:
         check_name(name)
         if not isinstance(entry, dict) or set(entry) != {"sha256", "length"}:
             raise reasons.Malformed(f"release file {name} must give exactly sha256 and length")
-        out[name] = FileEntry(_str(entry, "sha256", f"file {name}", SHA256_RE), _int(entry, "length", 0, f"file {name}"))
+        out[name] = FileEntry(_str(entry, "sha256", f"file {name}", SHA256_RE),
+                              _int(entry, "length", 0, f"file {name}"))
     return out

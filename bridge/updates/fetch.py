@@ -56,7 +56,7 @@ class Source:
     folder: Path | None = None
 
     @classmethod
-    def parse(cls, text: str) -> "Source":
+    def parse(cls, text: str) -> Source:
         if text.startswith(("http://", "https://")):
             return cls(text.rstrip("/") + "/")
         folder = Path(text).expanduser().resolve()
@@ -209,7 +209,8 @@ def refusal(error: BaseException, fetcher: ReleaseFetcher | None, tuf_dir: Path,
         return reasons.Network(f"{doing}: HTTP {error.status_code}")
     if isinstance(error, exceptions.DownloadError):
         root = chain[-1]
-        return reasons.Network(f"{doing}: {type(root).__name__}: {str(root).splitlines()[0][:120] if str(root) else ''}")
+        text = str(root).splitlines()[0][:120] if str(root) else ""
+        return reasons.Network(f"{doing}: {type(root).__name__}: {text}")
     if isinstance(error, (exceptions.RepositoryError, ValueError, KeyError, TypeError)):
         return reasons.Malformed(f"{doing}: {detail}")
     if isinstance(error, OSError):

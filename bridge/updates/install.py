@@ -26,8 +26,8 @@ from pathlib import Path
 
 from tuf.api.metadata import Metadata
 
-from bridge.models import sha256_file
 from bridge.models.registry import ModelRegistry
+from bridge.models.verify import sha256_file
 from bridge.updates import reasons
 from bridge.updates.bundle import MAX_BUNDLE_BYTES, Bundle, bundle_target, parse
 from bridge.updates.compat import check_compatible
@@ -321,7 +321,7 @@ def _record_refusal(store: StateDir, source, refused: reasons.UpdateRefused) -> 
         state = store.read()
         entry = {"utc": utc_now(), "source": str(source), "model": getattr(refused, "model", None),
                  **refused.as_dict()}
-        store.commit(replace(state, last_refusal=entry,
-                             last_check={"utc": entry["utc"], "source": str(source), "result": f"refused: {refused.reason}"}))
+        check = {"utc": entry["utc"], "source": str(source), "result": f"refused: {refused.reason}"}
+        store.commit(replace(state, last_refusal=entry, last_check=check))
     except (OSError, reasons.UpdateRefused):
         pass

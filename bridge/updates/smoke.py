@@ -89,7 +89,8 @@ def open_release(kind: str, staged: Path, base_model: Path | None, shapes: dict)
     except reasons.UpdateRefused:
         raise
     except Exception as e:  # ONNX Runtime raises its own types for a file it cannot load
-        raise reasons.SmokeTestFailed(f"ONNX Runtime cannot open the release ({str(e).splitlines()[0][:120]})") from None
+        first = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise reasons.SmokeTestFailed(f"ONNX Runtime cannot open the release ({first})") from None
 
 
 def split_reference(arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
@@ -110,7 +111,8 @@ def smoke_test(session: ReleaseSession, reference: Path, atol: float, rtol: floa
     try:
         got = session.run(inputs)
     except Exception as e:
-        raise reasons.SmokeTestFailed(f"the model fails on its reference inputs ({str(e).splitlines()[0][:120]})") from None
+        first = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+        raise reasons.SmokeTestFailed(f"the model fails on its reference inputs ({first})") from None
     worst = 0.0
     for name, want in expected.items():
         out = got[name]

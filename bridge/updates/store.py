@@ -65,7 +65,7 @@ class InstalledRelease:
                 "bundle_sha256": self.bundle_sha256, "files": self.files, "installed_utc": self.installed_utc}
 
     @classmethod
-    def from_dict(cls, d: dict | None) -> "InstalledRelease | None":
+    def from_dict(cls, d: dict | None) -> InstalledRelease | None:
         return None if d is None else cls(**d)
 
 
@@ -81,7 +81,7 @@ class ModelState:
                 "floor": self.floor, "rolled_back": list(self.rolled_back)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelState":
+    def from_dict(cls, d: dict) -> ModelState:
         return cls(InstalledRelease.from_dict(d.get("active")), InstalledRelease.from_dict(d.get("previous")),
                    int(d.get("floor", 0)), tuple(d.get("rolled_back", ())))
 
@@ -97,10 +97,10 @@ class UpdateState:
     def model(self, name: str) -> ModelState:
         return self.models.get(name, ModelState())
 
-    def with_model(self, name: str, state: ModelState) -> "UpdateState":
+    def with_model(self, name: str, state: ModelState) -> UpdateState:
         return replace(self, models={**self.models, name: state})
 
-    def with_event(self, **event) -> "UpdateState":
+    def with_event(self, **event) -> UpdateState:
         return replace(self, history=(*self.history, {"utc": utc_now(), **event})[-HISTORY_KEPT:])
 
     def slots(self) -> set[str]:
@@ -113,7 +113,7 @@ class UpdateState:
                 "history": list(self.history)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "UpdateState":
+    def from_dict(cls, d: dict) -> UpdateState:
         return cls({k: ModelState.from_dict(v) for k, v in d.get("models", {}).items()},
                    {k: int(v) for k, v in d.get("tuf_floors", {}).items()}, d.get("last_check"),
                    d.get("last_refusal"), tuple(d.get("history", ())))
@@ -145,7 +145,7 @@ class StateDir:
         self.staging_dir = self.root / "staging"
         self.tmp_dir = self.root / "tmp"
 
-    def ensure(self) -> "StateDir":
+    def ensure(self) -> StateDir:
         for d in (self.root, self.trust_file.parent, self.tuf_dir, self.slots_dir, self.staging_dir, self.tmp_dir):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
         return self

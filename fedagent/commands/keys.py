@@ -58,7 +58,8 @@ def _init(args) -> int:
             raise FaceBridgeError(f"--expires {item!r} is not ROLE=DAYS", "for example --expires timestamp=1") from None
     ring = KeyRing.init(args.dir, dict(_threshold(t) for t in args.threshold), expires)
     print(f"keys written to {ring.dir} (private keys in {ring.dir / 'private'}, keep them offline)")
-    print(f"devices trust {ring.dir / 'trust.json'}: fedagent update install --from REPO --trust {ring.dir / 'trust.json'}")
+    trust = ring.dir / "trust.json"
+    print(f"devices trust {trust}: fedagent update install --from REPO --trust {trust}")
     return 0
 
 

@@ -102,7 +102,8 @@ def _rollback(args) -> int:
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
-        print(f"{result.model}: rolled back from release {result.from_release} to {result.release or 'the shipped model'}")
+        to = f"release {result.release}" if result.release else "the shipped model"
+        print(f"{result.model}: rolled back from release {result.from_release} to {to}")
     return 0
 
 

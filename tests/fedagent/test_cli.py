@@ -47,8 +47,8 @@ def served(tmp_path, monkeypatch):
 def test_a_release_goes_from_publish_to_install_status_and_rollback(served, capsys):
     s = served
     capsys.readouterr()
-    args = ["update", "install", "--from", s["url"], "--state", str(s["state"]), "--trust", str(s["keys"] / "trust.json"),
-            "--json"]
+    trust = str(s["keys"] / "trust.json")
+    args = ["update", "install", "--from", s["url"], "--state", str(s["state"]), "--trust", trust, "--json"]
     assert main(args) == 0
     result = json.loads(capsys.readouterr().out)["results"][0]
     assert (result["model"], result["status"], result["release"]) == ("lipsync", "installed", 1)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tuf.api.metadata import MetaFile, Metadata, Snapshot, TargetFile, Targets, Timestamp
+from tuf.api.metadata import Metadata, MetaFile, Snapshot, TargetFile, Targets, Timestamp
 from tuf.api.serialization.json import JSONSerializer
 
 from bridge.models.registry import ModelRegistry

@@ -7,7 +7,8 @@ from bridge.updates import bundle, reasons
 
 GOOD = {"schema": 1, "model": "lipsync", "kind": "adapter", "release": 3, "contract": 1, "base_sha256": "a" * 64,
         "hardware": ["any"], "tensorrt_major": None,
-        "files": {"adapter.npz": {"sha256": "b" * 64, "length": 10}, "reference.npz": {"sha256": "c" * 64, "length": 5}},
+        "files": {"adapter.npz": {"sha256": "b" * 64, "length": 10},
+                  "reference.npz": {"sha256": "c" * 64, "length": 5}},
         "reference": {"file": "reference.npz", "atol": 0.001, "rtol": 0.001}, "published_utc": "", "notes": ""}
 
 

@@ -1,7 +1,7 @@
 """Key helpers and the diagnosis of a failed threshold check."""
 from datetime import datetime, timedelta, timezone
 
-from tuf.api.metadata import Metadata, Root, Timestamp, MetaFile
+from tuf.api.metadata import Metadata, MetaFile, Root, Timestamp
 
 from bridge.updates import reasons, signing
 
