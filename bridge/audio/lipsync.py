@@ -105,7 +105,11 @@ class LipSyncModel:
             from bridge.models.registry import default_registry
 
             active = default_registry().active("lipsync")
-            path, adapter = active.model_path, active.adapter_path
+            if active.adapter_path is not None and backend not in ("onnxruntime", "auto"):
+                log.warning("installed lip-sync release %d runs on ONNX Runtime only; %s runs the shipped adapter",
+                            active.release, backend)
+            else:
+                path, adapter = active.model_path, active.adapter_path
         self.lookahead = int(self.manifest["lookahead_frames"])
         self.state_shape = tuple(self.manifest["inputs"]["state"])
         if adapter is None:

@@ -142,6 +142,8 @@ class ReleaseFetcher(FetcherInterface):
     def download_file(self, url: str, max_length: int):
         """ngclient's download, buffered in our tmp/, with progress, a length cap and the check's deadline."""
         name = url.rsplit("/", 1)[-1]
+        if len(name) > 65 and name[64] == "." and all(c in "0123456789abcdef" for c in name[:64]):
+            name = name[65:]  # consistent snapshots store files as <sha256>.<name>
         received = 0
         is_metadata = url.startswith(self.source.metadata_url)
         if is_metadata:

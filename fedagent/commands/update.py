@@ -12,7 +12,8 @@ def add_parser(sub) -> None:
     i = actions.add_parser("install", help="verify and install the newest signed release")
     i.add_argument("--from", dest="source", required=True, metavar="REPO_DIR_OR_URL")
     i.add_argument("--state", help="update state folder (default: $FACEBRIDGE_HOME/updates or the XDG data dir)")
-    i.add_argument("--trust", help="trust.json from `fedagent keys init` (first install only)")
+    i.add_argument("--trust", help="trust.json from `fedagent keys init` (first install only; later the device keeps "
+                        "the newest root it verified and ignores this)")
     i.add_argument("--model", action="append", help="only this model (repeatable; default: all this device has)")
     i.add_argument("--max-bytes", type=int, default=512 * 1024 * 1024, help="largest release accepted")
     i.add_argument("--deadline", type=float, default=600.0, help="seconds the whole check may take")
