@@ -8,6 +8,6 @@ crash at any instant. See docs/UPDATES.md.
 
 Modules: reasons (why an update was refused, with exit codes), bundle (the release description), signing
 (Ed25519 keys and signature diagnosis), store (the state directory), fetch (ngclient over HTTP or a folder),
-smoke (the ONNX Runtime smoke test), compat (what this device can run), install (install, rollback, status),
-watch (noticing a new active release).
+smoke (the ONNX Runtime smoke test), compat (what this device can run), install (the staged, atomic install),
+rollback, status (read-only report), watch (noticing a new active release).
 """
