@@ -16,19 +16,19 @@ from bridge.audio.fusion import fuse_mouth
 from bridge.audio.lipsync import LipSyncStream
 from bridge.audio.sources import open_audio
 from bridge.errors import FaceBridgeError
-from bridge.frame import FaceFrame, Frame
+from bridge.frame import FaceFrame, Frame, versions_with
 from bridge.sources.base import FrameSource
 
 AUDIO_ONLY_FPS = 60.0
 
 
-def start_lipsync(spec: str, backend: str = "onnxruntime", realtime: bool = True) -> LipSyncStream:
+def start_lipsync(spec: str, backend: str = "onnxruntime", realtime: bool = True, adapter=None) -> LipSyncStream:
     """Open the audio source and start lip-sync on it (raises SourceError / ModelError with the fix).
     The default backend is ONNX Runtime on one CPU thread: a hop costs about 0.2 ms there, less than a GPU
     launch and copy would."""
     source = open_audio(spec, realtime=realtime)
     try:
-        return LipSyncStream(backend=backend).start(source)
+        return LipSyncStream(backend=backend, adapter=adapter).start(source)
     except BaseException:
         source.close()
         raise
@@ -89,12 +89,13 @@ class AudioOnlyPipeline:
 
     @property
     def model_versions(self) -> dict[str, str]:
-        return {"lipsync": self.stream.model.manifest["sha256"][:12]}
+        return versions_with({}, "lipsync", self.stream.model_version)
 
     def process(self, frame: Frame) -> FaceFrame:
         result = self.stream.latest()
         out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
-                        subject=self.subject, face_found=False, frame_rate=frame.fps)
+                        subject=self.subject, face_found=False, frame_rate=frame.fps,
+                        model_versions=self.model_versions)
         fuse_mouth(out, result, mouth_visible=0.0)  # a stale result (audio dropout) leaves the neutral pose
         if out.visemes is not None:
             out.t_capture, out.t_capture_mono = result.t_capture, result.t_capture_mono
