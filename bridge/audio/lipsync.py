@@ -101,6 +101,11 @@ class LipSyncModel:
     def __init__(self, backend: str = "onnxruntime", adapter: dict[str, np.ndarray] | str | Path | None = None,
                  threads: int = 1):
         path, self.manifest = shipped_model("lipsync")
+        if adapter is None:  # a signed release installed by `fedagent update install` (hash-verified), if any
+            from bridge.models.registry import default_registry
+
+            active = default_registry().active("lipsync")
+            path, adapter = active.model_path, active.adapter_path
         self.lookahead = int(self.manifest["lookahead_frames"])
         self.state_shape = tuple(self.manifest["inputs"]["state"])
         if adapter is None:
