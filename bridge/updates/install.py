@@ -85,8 +85,7 @@ def install(source: str, state_dir: str | Path | None = None, *, trust: bytes | 
     with store.lock():
         recovered = tuple(store.recover())
         try:
-            return _install_locked(store, Source.parse(source), trust, models or registry.names(), report, limits,
-                                   registry, recovered)
+            return _install_locked(store, Source.parse(source), trust, models, report, limits, registry, recovered)
         except reasons.UpdateRefused as refused:
             _record_refusal(store, source, refused)
             raise
@@ -103,15 +102,18 @@ def _install_locked(store, source, trust, models, report, limits, registry, reco
         raise refusal(e, fetcher, store.tuf_dir, "checking the repository metadata") from None
     state = _raise_tuf_floors(store, store.read(), source)
     steps.done("refresh")
+    refresh_s = steps.times["refresh"]
     results = []
-    for model in models:
+    for model in models or registry.names():
+        steps.times = {"refresh": refresh_s}
         try:
             result = _install_model(store, updater, fetcher, state, model, steps, limits, registry)
         except reasons.UpdateRefused as refused:
             refused.model = model
             raise
         state = store.read()
-        results.append(replace(result, steps=dict(steps.times), recovered=recovered))
+        if result.status != "no-release" or models:  # a model asked for by name is always reported
+            results.append(replace(result, steps=dict(steps.times), recovered=recovered))
     _record(store, source, "; ".join(f"{r.model}: {r.status} r{r.release}" for r in results if r.status != "no-release")
             or "no release for this device's models")
     report(Progress("done"))
