@@ -83,6 +83,7 @@ class ReleaseFetcher(FetcherInterface):
         self.report = report or (lambda event: None)
         self.deadline = time.monotonic() + deadline_s
         self.last_metadata: bytes | None = None  # the newest metadata document downloaded (for diagnosis)
+        self.last_name = ""  # the file name of the newest metadata download begun (for messages)
         self._http = Urllib3Fetcher(socket_timeout=30, chunk_size=CHUNK, app_user_agent="facebridge")
 
     def _fetch(self, url: str) -> Iterator[bytes]:
@@ -120,6 +121,8 @@ class ReleaseFetcher(FetcherInterface):
         name = url.rsplit("/", 1)[-1]
         received = 0
         is_metadata = url.startswith(self.source.metadata_url)
+        if is_metadata:
+            self.last_name = name
         with tempfile.TemporaryFile(dir=self.tmp_dir) as buffer:
             for chunk in self.fetch(url):
                 received += len(chunk)
@@ -156,6 +159,8 @@ def refusal(error: BaseException, fetcher: ReleaseFetcher | None, tuf_dir: Path,
     """The stable reason for `error`, raised by ngclient or a fetcher while `doing`."""
     if isinstance(error, reasons.UpdateRefused):
         return error
+    if fetcher is not None and fetcher.last_name and doing.startswith("checking"):
+        doing = f"{doing} ({fetcher.last_name})"
     chain = _causes(error)
     for e in chain:
         if isinstance(e, UnsafeSource):
