@@ -80,8 +80,7 @@ class KeyRing:
         atomic_write_bytes(self.dir / "private" / f"{keyid}.pem", signing.private_pem(signer), mode=0o600)
         self.config["keys"][keyid] = {"role": role, "status": "active", "file": f"private/{keyid}.pem",
                                       "created_utc": _utc_in(0).strftime("%Y-%m-%dT%H:%M:%SZ")}
-        atomic_write_json(self.dir / "keys.json", self.config)
-        return signer
+        return signer  # keys.json is saved by _write_root, once per change
 
     # -- reading -----------------------------------------------------------------------------------------------
     def expires_days(self, role: str) -> float:
@@ -119,9 +118,11 @@ class KeyRing:
         return found
 
     # -- root changes ------------------------------------------------------------------------------------------
-    def _write_root(self, md: Metadata[Root], previous: Root | None) -> int:
-        """Sign root version N+1 with the old root's keys (a threshold of them) and its own, and save it."""
+    def _write_root(self, md: Metadata[Root], previous: Root | None, exclude: frozenset = frozenset()) -> int:
+        """Sign root version N+1 with the old root's keys (a threshold of them) and its own, and save it
+        (keys in `exclude` do not sign)."""
         keyids = set(md.signed.roles["root"].keyids) | (set(previous.roles["root"].keyids) if previous else set())
+        keyids -= set(exclude)
         signers = [s for s in (self.signer(k) for k in sorted(keyids)) if s is not None]
         signing.sign(md, signers)
         for who in filter(None, (previous, md.signed)):
@@ -129,6 +130,7 @@ class KeyRing:
                 raise KeysError(f"root version {md.signed.version} cannot be signed by enough root keys held here",
                                 "bring the other root key holders' keys, then retry")
         data = md.to_bytes(JSONSerializer(compact=False))
+        atomic_write_json(self.dir / "keys.json", self.config)
         atomic_write_bytes(self.dir / "roots" / f"{md.signed.version}.root.json", data)
         atomic_write_bytes(self.dir / "trust.json", data)
         return md.signed.version
@@ -171,11 +173,16 @@ class KeyRing:
         md, previous = self._next_root()
         if keyid not in md.signed.roles[role].keyids:
             raise KeysError(f"key {keyid[:12]} is no longer part of the {role} role", "nothing to revoke")
-        self._set_status(keyid, "revoked")  # first, so it cannot sign the new root
+        if role == "root" and len(set(previous.roles["root"].keyids) - {keyid}) < previous.roles["root"].threshold:
+            raise KeysError(f"revoking root key {keyid[:12]} leaves fewer root keys than the threshold of "
+                            f"{previous.roles['root'].threshold} that must sign the next root",
+                            "rotate the root key instead (`fedagent keys rotate --role root`), or keep 2/3 root keys")
         md.signed.revoke_key(keyid, role)
         while len(md.signed.roles[role].keyids) < md.signed.roles[role].threshold:
             md.signed.add_key(self._new_key(role).public_key, role)
-        return self._write_root(md, previous)
+        version = self._write_root(md, previous, exclude=frozenset({keyid}))  # the revoked key signs nothing
+        self._set_status(keyid, "revoked")
+        return version
 
     def add(self, role: str, threshold: int | None = None) -> int:
         """Add one key to `role`, optionally setting a new threshold (e.g. targets 2 of 2). -> root version."""

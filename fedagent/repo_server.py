@@ -36,7 +36,8 @@ class RepoServer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> "RepoServer":
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="repo-server", daemon=True)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), name="repo-server",
+                                        daemon=True)
         self._thread.start()
         return self
 

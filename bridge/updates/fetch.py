@@ -23,7 +23,6 @@ from tuf.api import exceptions
 from tuf.api.metadata import Metadata, Root
 from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
-from tuf.ngclient.urllib3_fetcher import Urllib3Fetcher
 
 from bridge.updates import reasons
 from bridge.updates.signing import diagnose
@@ -84,12 +83,36 @@ class ReleaseFetcher(FetcherInterface):
         self.deadline = time.monotonic() + deadline_s
         self.last_metadata: bytes | None = None  # the newest metadata document downloaded (for diagnosis)
         self.last_name = ""  # the file name of the newest metadata download begun (for messages)
-        self._http = Urllib3Fetcher(socket_timeout=30, chunk_size=CHUNK, app_user_agent="facebridge")
+        self._pool = None
 
     def _fetch(self, url: str) -> Iterator[bytes]:
         if self.source.folder is None:
-            return self._http._fetch(url)
+            return self._read_http(url)
         return self._read_folder(url)
+
+    def _read_http(self, url: str) -> Iterator[bytes]:
+        """GET `url`; chunks are whatever arrived (read1), so a slow drip still meets the deadline check."""
+        import urllib3
+
+        if self._pool is None:
+            self._pool = urllib3.PoolManager(headers={"User-Agent": "facebridge-updates"}, retries=False,
+                                             timeout=urllib3.Timeout(connect=10.0, read=30.0))
+        response = self._pool.request("GET", url, preload_content=False)
+        if response.status >= 400:
+            response.release_conn()
+            raise exceptions.DownloadHTTPError(f"HTTP {response.status} for {url.rsplit('/', 1)[-1]}", response.status)
+
+        def chunks():
+            try:
+                while block := response.read1(CHUNK):
+                    yield block
+            except urllib3.exceptions.ReadTimeoutError as e:
+                raise exceptions.SlowRetrievalError(f"no data for 30 s from {url}") from e
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise exceptions.DownloadError(f"the download of {url.rsplit('/', 1)[-1]} broke off ({e})") from e
+            finally:
+                response.release_conn()
+        return chunks()
 
     def _read_folder(self, url: str) -> Iterator[bytes]:
         root = self.source.folder

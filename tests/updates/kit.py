@@ -177,12 +177,17 @@ class Publisher:
         _bump_record(self.keys, targets.signed.version, snap.signed.version, ts.signed.version)
         return {"targets": t_bytes, "snapshot": s_bytes, "timestamp": ts_bytes}
 
-    def forge_release(self, files: dict[str, bytes], bundle: dict, listed: dict[str, bytes] | None = None,
-                      **forge) -> dict:
-        """A release signed with the publisher's keys but built by hand: `files` are stored as targets of
-        release bundle['release'], `bundle` is written as given (json.dumps unless bytes)."""
-        model, release = bundle.get("model", "lipsync"), bundle.get("release", 99)
-        data = bundle if isinstance(bundle, bytes) else (json.dumps(bundle, indent=1) + "\n").encode()
+    def forge_release(self, files: dict[str, bytes], bundle: dict | bytes, listed: dict[str, bytes] | None = None,
+                      release: int = 2, **forge) -> dict:
+        """A release signed with the publisher's keys but built by hand: `files` (or `listed`) are stored as
+        signed targets of release bundle['release'] (or `release` when the bundle is raw bytes), and the bundle
+        is written as given (json.dumps of a dict, bytes as they are)."""
+        model = "lipsync"
+        if isinstance(bundle, bytes):
+            data = bundle
+        else:
+            release = bundle.get("release", release)
+            data = (json.dumps(bundle, indent=1) + "\n").encode()
         targets_dir = self.repo / "targets"
         entries = {f"models/{model}/r{release}/{n}": _store(targets_dir, f"models/{model}/r{release}/{n}", b)
                    for n, b in (listed if listed is not None else files).items()}
