@@ -116,7 +116,13 @@ class LipSyncModel:
         """`model_path`: a verified replacement of the shipped ONNX file (a signed release of kind "model");
         `version`: what FaceFrame.model_versions names this model (default: derived from the files)."""
         path, self.manifest = shipped_model("lipsync")
-        path = Path(model_path) if model_path is not None else path
+        if model_path is not None:
+            path = Path(model_path)
+        elif adapter is None:  # a signed release installed by `fedagent update install` (hash-verified), if any
+            from bridge.models.registry import default_registry
+
+            active = default_registry().active("lipsync")
+            path, adapter = active.model_path, active.adapter_path
         self.lookahead = int(self.manifest["lookahead_frames"])
         self.state_shape = tuple(self.manifest["inputs"]["state"])
         if adapter is None:

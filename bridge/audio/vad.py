@@ -5,13 +5,11 @@ state; it returns the probability that the chunk holds speech.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
 from bridge.engines import create_session
-from bridge.errors import ModelError
 from bridge.models import verify_file
 
 AUDIO_DIR = Path(__file__).resolve().parent
@@ -20,12 +18,9 @@ CONTEXT = 64
 
 
 def _manifest(name: str) -> dict:
-    path = AUDIO_DIR / f"{name}.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ModelError(f"model manifest {path} is missing or unreadable ({e})",
-                         "restore it with `git checkout bridge/audio`") from None
+    from bridge.models.registry import read_manifest
+
+    return read_manifest(AUDIO_DIR / f"{name}.json", "restore it with `git checkout bridge/audio`")
 
 
 def shipped_model(name: str) -> tuple[Path, dict]:

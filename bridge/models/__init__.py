@@ -2,11 +2,12 @@
 
 Every load checks the file's sha256 against the manifest, so a corrupt or swapped file is caught before
 ONNX Runtime or TensorRT sees it. `tools/build_models.py` rebuilds the files from their source wheels.
+Manifests are read, and installed signed releases are found, by `registry.py`; `model_path` asks it, so a
+model installed by `fedagent update install` replaces the shipped one only after its hash is checked.
 """
 from __future__ import annotations
 
 import hashlib
-import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,12 +29,9 @@ def sha256_file(path: Path) -> str:
 @lru_cache(maxsize=1)
 def manifest() -> dict:
     """The parsed manifest: {"models": {name: entry}}. Each entry has at least file and sha256."""
-    try:
-        return json.loads(MANIFEST_PATH.read_text())
-    except FileNotFoundError:
-        raise ModelError(f"model manifest {MANIFEST_PATH} is missing", REBUILD_HINT) from None
-    except json.JSONDecodeError as e:
-        raise ModelError(f"model manifest {MANIFEST_PATH} is not valid JSON ({e})", REBUILD_HINT) from None
+    from bridge.models.registry import read_manifest
+
+    return read_manifest(MANIFEST_PATH, REBUILD_HINT)
 
 
 def model_names() -> list[str]:
@@ -67,9 +65,8 @@ def verify_file(path: Path, expected_sha256: str, hint: str = REBUILD_HINT) -> P
 
 
 def model_path(name: str) -> Path:
-    """Path of shipped model `name`, verified against its manifest sha256 (once per process)."""
-    entry = model_entry(name)
-    path = MODELS_DIR / entry["file"]
-    if _verified.get(path) == entry["sha256"]:
-        return path
-    return verify_file(path, entry["sha256"])
+    """Verified path of model `name`: its installed signed release (kind "model") if there is one, else the
+    shipped file checked against its manifest sha256 (once per process)."""
+    from bridge.models.registry import default_registry
+
+    return default_registry().model_path(name)

@@ -1,0 +1,239 @@
+"""Where releases come from: a repository over HTTP(S) or a local folder, read through python-tuf's ngclient.
+
+`ReleaseFetcher` is the one ngclient fetcher: it buffers downloads in the state directory's tmp/ (so a full
+disk shows where the state lives, not in /tmp), reports progress per chunk, stops a download that exceeds its
+signed or capped length (endless data) or the whole check's deadline (slow drip), and, for a folder, refuses
+links and anything but regular files instead of following them. `refusal()` maps every TUF and fetch error to
+one stable reason (bridge/updates/reasons.py), diagnosing a failed signature check from the bytes that failed.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote, urlparse
+
+from tuf.api import exceptions
+from tuf.api.metadata import Metadata, Root
+from tuf.ngclient import Updater, UpdaterConfig
+from tuf.ngclient.fetcher import FetcherInterface
+
+from bridge.updates import reasons
+from bridge.updates.signing import diagnose
+
+CHUNK = 64 * 1024
+MAX_METADATA_KEPT = 5_000_000  # bytes of the last metadata document kept for diagnosing a failed signature
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress event of an install (the CLI draws a line from these; --json stays quiet)."""
+
+    step: str  # "refresh", "bundle", "download", "verify", "smoke-test", "switch", "done"
+    name: str = ""  # the file or model concerned
+    done: int = 0  # bytes received so far (downloads)
+    total: int = 0  # bytes expected (0: not known)
+
+
+Reporter = Callable[[Progress], None]
+
+
+class UnsafeSource(exceptions.DownloadError):
+    """A folder repository entry that is a link or not a regular file."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A repository: `url` ends with '/', `folder` is set for a local one."""
+
+    url: str
+    folder: Path | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Source":
+        if text.startswith(("http://", "https://")):
+            return cls(text.rstrip("/") + "/")
+        folder = Path(text).expanduser().resolve()
+        if not (folder / "metadata").is_dir():
+            raise reasons.NotFound(f"{text} is not a repository folder (it has no metadata/ folder)")
+        return cls("file://" + quote(str(folder)) + "/", folder)
+
+    @property
+    def metadata_url(self) -> str:
+        return self.url + "metadata/"
+
+    @property
+    def targets_url(self) -> str:
+        return self.url + "targets/"
+
+
+class ReleaseFetcher(FetcherInterface):
+    """ngclient fetcher for one check: HTTP through urllib3, folders read without following links."""
+
+    def __init__(self, source: Source, tmp_dir: Path, report: Reporter | None = None, deadline_s: float = 600.0):
+        self.source = source
+        self.tmp_dir = tmp_dir
+        self.report = report or (lambda event: None)
+        self.deadline = time.monotonic() + deadline_s
+        self.last_metadata: bytes | None = None  # the newest metadata document downloaded (for diagnosis)
+        self.last_name = ""  # the file name of the newest metadata download begun (for messages)
+        self._pool = None
+
+    def _fetch(self, url: str) -> Iterator[bytes]:
+        if self.source.folder is None:
+            return self._read_http(url)
+        return self._read_folder(url)
+
+    def _read_http(self, url: str) -> Iterator[bytes]:
+        """GET `url`; chunks are whatever arrived (read1), so a slow drip still meets the deadline check."""
+        import urllib3
+
+        if self._pool is None:
+            self._pool = urllib3.PoolManager(headers={"User-Agent": "facebridge-updates"}, retries=False,
+                                             timeout=urllib3.Timeout(connect=10.0, read=30.0))
+        response = self._pool.request("GET", url, preload_content=False)
+        if response.status >= 400:
+            response.release_conn()
+            raise exceptions.DownloadHTTPError(f"HTTP {response.status} for {url.rsplit('/', 1)[-1]}", response.status)
+
+        def chunks():
+            try:
+                while block := response.read1(CHUNK):
+                    yield block
+            except urllib3.exceptions.ReadTimeoutError as e:
+                raise exceptions.SlowRetrievalError(f"no data for 30 s from {url}") from e
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                raise exceptions.DownloadError(f"the download of {url.rsplit('/', 1)[-1]} broke off ({e})") from e
+            finally:
+                response.release_conn()
+        return chunks()
+
+    def _read_folder(self, url: str) -> Iterator[bytes]:
+        root = self.source.folder
+        relative = unquote(urlparse(url).path)[len(unquote(urlparse(self.source.url).path)):]
+        path = root
+        for part in relative.split("/"):
+            if part in ("", ".", ".."):
+                raise UnsafeSource(f"repository path {relative!r} is not a plain path")
+            path = path / part
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                raise exceptions.DownloadHTTPError(f"{relative} is not in the repository", 404) from None
+            if stat.S_ISLNK(info.st_mode):
+                raise UnsafeSource(f"repository entry {relative} is a link ({part})")
+        if not stat.S_ISREG(info.st_mode):
+            raise UnsafeSource(f"repository entry {relative} is not a regular file")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+
+        def chunks():
+            with os.fdopen(fd, "rb") as f:
+                while block := f.read(CHUNK):
+                    yield block
+        return chunks()
+
+    @contextlib.contextmanager
+    def download_file(self, url: str, max_length: int):
+        """ngclient's download, buffered in our tmp/, with progress, a length cap and the check's deadline."""
+        name = url.rsplit("/", 1)[-1]
+        received = 0
+        is_metadata = url.startswith(self.source.metadata_url)
+        if is_metadata:
+            self.last_name = name
+        with tempfile.TemporaryFile(dir=self.tmp_dir) as buffer:
+            for chunk in self.fetch(url):
+                received += len(chunk)
+                if received > max_length:
+                    raise exceptions.DownloadLengthMismatchError(
+                        f"{name}: received more than the allowed {max_length} bytes")
+                if time.monotonic() > self.deadline:
+                    raise exceptions.SlowRetrievalError(f"{name}: the check ran past its deadline")
+                buffer.write(chunk)
+                if not is_metadata:
+                    self.report(Progress("download", name, received, max_length))
+            buffer.seek(0)
+            if is_metadata and received <= MAX_METADATA_KEPT:
+                self.last_metadata = buffer.read()
+                buffer.seek(0)
+            yield buffer
+
+
+def open_updater(source: Source, tuf_dir: Path, tmp_dir: Path, trusted_root: bytes, report: Reporter | None,
+                 deadline_s: float) -> tuple[Updater, ReleaseFetcher]:
+    """An ngclient Updater bootstrapped from `trusted_root` (the newest root this device verified)."""
+    fetcher = ReleaseFetcher(source, tmp_dir, report, deadline_s)
+    config = UpdaterConfig(max_root_rotations=64, timestamp_max_length=16_384, snapshot_max_length=1_000_000,
+                           targets_max_length=2_000_000, root_max_length=512_000)
+    try:
+        updater = Updater(str(tuf_dir), source.metadata_url, None, source.targets_url, fetcher, config,
+                          bootstrap=trusted_root)
+    except Exception as e:
+        raise refusal(e, fetcher, tuf_dir, "the trusted root") from None
+    return updater, fetcher
+
+
+def refusal(error: BaseException, fetcher: ReleaseFetcher | None, tuf_dir: Path, doing: str) -> reasons.UpdateRefused:
+    """The stable reason for `error`, raised by ngclient or a fetcher while `doing`."""
+    if isinstance(error, reasons.UpdateRefused):
+        return error
+    if fetcher is not None and fetcher.last_name and doing.startswith("checking"):
+        doing = f"{doing} ({fetcher.last_name})"
+    chain = _causes(error)
+    for e in chain:
+        if isinstance(e, UnsafeSource):
+            return reasons.BadPath(f"{doing}: {e}")
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return reasons.NoSpace(f"the disk is full while {doing}")
+    detail = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+    if isinstance(error, exceptions.UnsignedMetadataError):
+        return _diagnosed(fetcher, tuf_dir) or reasons.ThresholdNotMet(f"{doing}: {detail}")
+    if isinstance(error, exceptions.BadVersionNumberError):
+        return reasons.Rollback(f"{doing}: the repository offers older metadata than this device has seen ({detail})")
+    if isinstance(error, exceptions.ExpiredMetadataError):
+        return reasons.Expired(f"{doing}: {detail}")
+    if isinstance(error, exceptions.LengthOrHashMismatchError):
+        return reasons.HashMismatch(f"{doing}: {detail}")
+    if isinstance(error, exceptions.DownloadLengthMismatchError):
+        return reasons.TooLarge(f"{doing}: {detail}")
+    if isinstance(error, exceptions.SlowRetrievalError):
+        return reasons.Network(f"{doing}: the download was too slow or stalled ({detail})")
+    if isinstance(error, exceptions.DownloadHTTPError):
+        if error.status_code == 404:
+            return reasons.NotFound(f"{doing}: the repository has no such file ({detail})")
+        return reasons.Network(f"{doing}: HTTP {error.status_code}")
+    if isinstance(error, exceptions.DownloadError):
+        root = chain[-1]
+        return reasons.Network(f"{doing}: {type(root).__name__}: {str(root).splitlines()[0][:120] if str(root) else ''}")
+    if isinstance(error, (exceptions.RepositoryError, ValueError, KeyError, TypeError)):
+        return reasons.Malformed(f"{doing}: {detail}")
+    if isinstance(error, OSError):
+        return reasons.StateCorrupt(f"{doing}: cannot write the update state ({detail})",
+                                    "check the permissions of the state directory (--state)")
+    return reasons.Malformed(f"{doing}: {type(error).__name__}: {detail}")
+
+
+def _causes(error: BaseException) -> list[BaseException]:
+    chain, seen = [], set()
+    while error is not None and id(error) not in seen:
+        chain.append(error)
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def _diagnosed(fetcher: ReleaseFetcher | None, tuf_dir: Path) -> reasons.UpdateRefused | None:
+    """Signature-invalid, untrusted-key or threshold, from the metadata that failed and the trusted root."""
+    if fetcher is None or fetcher.last_metadata is None:
+        return None
+    try:
+        failed = Metadata.from_bytes(fetcher.last_metadata)
+        trusted = Metadata[Root].from_file(str(tuf_dir / "root.json")).signed
+        return diagnose(trusted, failed)
+    except Exception:  # the diagnosis is a courtesy; TUF has already refused
+        return None

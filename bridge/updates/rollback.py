@@ -1,0 +1,54 @@
+"""Roll back: the previous release (or the shipped model) becomes active again, and that is recorded.
+
+The rolled-back release is remembered so that the same release is never installed again (`rollback` reason);
+the release floor stays where it was, so only a newer release replaces the one rolled back to. The previous
+release's files are re-verified before the switch; a rollback onto a damaged release is refused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bridge.errors import ModelError
+from bridge.models.registry import ModelRegistry
+from bridge.updates import reasons
+from bridge.updates.store import ModelState, StateDir, utc_now
+
+
+@dataclass(frozen=True)
+class RollbackResult:
+    model: str
+    release: int  # active after the rollback (0: the shipped model)
+    from_release: int  # the release that was rolled back
+    utc: str
+
+    def to_dict(self) -> dict:
+        return {"status": "rolled-back", "model": self.model, "release": self.release,
+                "from_release": self.from_release, "utc": self.utc}
+
+
+def rollback(state_dir: str | Path | None = None, model: str = "lipsync") -> RollbackResult:
+    store = StateDir(state_dir)
+    with store.lock():
+        store.recover()
+        state = store.read()
+        ms = state.model(model)
+        if ms.active is None:
+            raise reasons.NoPrevious(f"{model} already runs the shipped model")
+        target = ms.previous
+        if target is not None:
+            try:
+                for name in target.files:
+                    ModelRegistry(store.root).verified_file(target, name)
+            except ModelError as e:
+                raise reasons.HashMismatch(f"the previous release cannot serve: {e.problem}",
+                                           "install a newer release instead") from None
+        now = utc_now()
+        new_ms = ModelState(active=target, previous=None, floor=ms.floor,
+                            rolled_back=tuple(sorted({*ms.rolled_back, ms.active.release})))
+        state = state.with_model(model, new_ms).with_event(action="rollback", model=model,
+                                                           release=target.release if target else 0,
+                                                           from_release=ms.active.release)
+        store.commit(state)
+        store.remove_slot(ms.active.slot)
+        return RollbackResult(model, target.release if target else 0, ms.active.release, now)

@@ -1,0 +1,256 @@
+"""The update state directory: one committed state file is the only truth; slots are never changed in place.
+
+Layout (all on one filesystem, created 0700):
+  state.json      committed state: active and previous release per model, release floors, TUF version
+                  floors, last check, last refusal, history. Written atomically (temp, fsync, rename, fsync dir):
+                  switching the active release and raising the floor is that one rename.
+  trust/root.json the newest TUF root this device verified (the bootstrap for the next check)
+  tuf/            python-tuf's metadata cache (may be lost or truncated: the floors above do not depend on it)
+  slots/NAME/     one installed release's files, immutable once promoted
+  staging/        releases being downloaded and smoke-tested; wiped by recover()
+  tmp/            download buffers (so a full disk is seen where the state lives)
+  lock            flock: one installer at a time (others get `busy`)
+
+After a crash at any instant, `recover()` removes staging, buffers and every slot the committed state does not
+name, so exactly one consistent active release remains. Readers (the running bridge) only read state.json and
+the slots it names; they never need the lock.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bridge.fsutil import atomic_write_bytes, atomic_write_json
+from bridge.updates import reasons
+
+HISTORY_KEPT = 50
+STATE_SCHEMA = 1
+
+
+def default_state_dir() -> Path:
+    """$FACEBRIDGE_HOME/updates if set, else $XDG_DATA_HOME/facebridge/updates (~/.local/share/...)."""
+    home = os.environ.get("FACEBRIDGE_HOME")
+    if home:
+        return Path(home) / "updates"
+    data = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return Path(data) / "facebridge" / "updates"
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class InstalledRelease:
+    """One release in a slot. `files` maps name -> {"sha256", "length"} as the signed bundle declared them."""
+
+    model: str
+    release: int
+    kind: str  # "adapter" | "model" (see bundle.py)
+    slot: str  # directory name under slots/
+    bundle_sha256: str  # sha256 of the signed bundle.json: same release + other bundle = equivocation
+    files: dict = field(default_factory=dict)
+    installed_utc: str = ""
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "release": self.release, "kind": self.kind, "slot": self.slot,
+                "bundle_sha256": self.bundle_sha256, "files": self.files, "installed_utc": self.installed_utc}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "InstalledRelease | None":
+        return None if d is None else cls(**d)
+
+
+@dataclass(frozen=True)
+class ModelState:
+    active: InstalledRelease | None = None  # None: the shipped model (release 0) serves
+    previous: InstalledRelease | None = None  # what rollback returns to (None: the shipped model)
+    floor: int = 0  # highest release ever committed here; only a higher one installs
+    rolled_back: tuple[int, ...] = ()  # releases that were rolled back (never installed again)
+
+    def to_dict(self) -> dict:
+        return {"active": self.active and self.active.to_dict(), "previous": self.previous and self.previous.to_dict(),
+                "floor": self.floor, "rolled_back": list(self.rolled_back)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelState":
+        return cls(InstalledRelease.from_dict(d.get("active")), InstalledRelease.from_dict(d.get("previous")),
+                   int(d.get("floor", 0)), tuple(d.get("rolled_back", ())))
+
+
+@dataclass(frozen=True)
+class UpdateState:
+    models: dict[str, ModelState] = field(default_factory=dict)
+    tuf_floors: dict[str, int] = field(default_factory=dict)  # role -> highest verified metadata version
+    last_check: dict | None = None  # {"utc", "source", "result"}
+    last_refusal: dict | None = None  # {"utc", "source", "reason", "exit_code", "message", "model"}
+    history: tuple[dict, ...] = ()  # newest last: {"utc", "action", "model", "release", "from_release"}
+
+    def model(self, name: str) -> ModelState:
+        return self.models.get(name, ModelState())
+
+    def with_model(self, name: str, state: ModelState) -> "UpdateState":
+        return replace(self, models={**self.models, name: state})
+
+    def with_event(self, **event) -> "UpdateState":
+        return replace(self, history=(*self.history, {"utc": utc_now(), **event})[-HISTORY_KEPT:])
+
+    def slots(self) -> set[str]:
+        """Slot names the committed state refers to (everything else under slots/ is an orphan)."""
+        return {r.slot for m in self.models.values() for r in (m.active, m.previous) if r is not None}
+
+    def to_dict(self) -> dict:
+        return {"schema": STATE_SCHEMA, "models": {k: v.to_dict() for k, v in sorted(self.models.items())},
+                "tuf_floors": self.tuf_floors, "last_check": self.last_check, "last_refusal": self.last_refusal,
+                "history": list(self.history)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "UpdateState":
+        return cls({k: ModelState.from_dict(v) for k, v in d.get("models", {}).items()},
+                   {k: int(v) for k, v in d.get("tuf_floors", {}).items()}, d.get("last_check"),
+                   d.get("last_refusal"), tuple(d.get("history", ())))
+
+
+def read_state(root: Path) -> UpdateState:
+    """The committed state under `root` (empty when nothing was ever installed); StateCorrupt if unreadable."""
+    path = Path(root) / "state.json"
+    try:
+        doc = json.loads(path.read_bytes())
+        if not isinstance(doc, dict) or doc.get("schema") != STATE_SCHEMA:
+            raise ValueError(f"schema {doc.get('schema') if isinstance(doc, dict) else None!r}")
+        return UpdateState.from_dict(doc)
+    except FileNotFoundError:
+        return UpdateState()
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise reasons.StateCorrupt(f"update state {path} is unreadable ({str(e)[:80]})") from None
+
+
+class StateDir:
+    """The on-disk store. Methods that change anything must run inside `lock()`."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.root = Path(root) if root is not None else default_state_dir()
+        self.state_file = self.root / "state.json"
+        self.trust_file = self.root / "trust" / "root.json"
+        self.tuf_dir = self.root / "tuf"
+        self.slots_dir = self.root / "slots"
+        self.staging_dir = self.root / "staging"
+        self.tmp_dir = self.root / "tmp"
+
+    def ensure(self) -> "StateDir":
+        for d in (self.root, self.trust_file.parent, self.tuf_dir, self.slots_dir, self.staging_dir, self.tmp_dir):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return self
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Hold the installer lock for the block; Busy at once if another process holds it."""
+        self.ensure()
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise reasons.Busy(f"another installer holds {self.root / 'lock'}") from None
+            yield self
+        finally:
+            os.close(fd)  # closing releases the flock, also when the process dies
+
+    # -- committed state -------------------------------------------------------------------------------------
+    def read(self) -> UpdateState:
+        return read_state(self.root)
+
+    def commit(self, state: UpdateState) -> None:
+        """Make `state` the committed state (one atomic rename)."""
+        with no_space_is_refusal("committing the update state"):
+            atomic_write_json(self.state_file, state.to_dict())
+
+    def trusted_root(self) -> bytes | None:
+        try:
+            return self.trust_file.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def save_trusted_root(self, data: bytes) -> None:
+        with no_space_is_refusal("saving the trusted root"):
+            atomic_write_bytes(self.trust_file, data, mode=0o600)
+
+    # -- slots -----------------------------------------------------------------------------------------------
+    def slot_path(self, slot: str) -> Path:
+        return self.slots_dir / slot
+
+    def new_staging(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="release-", dir=self.staging_dir))
+
+    def promote(self, staging: Path, slot: str) -> Path:
+        """Move a verified staging folder to slots/`slot` (rename, then fsync the slots folder)."""
+        target = self.slot_path(slot)
+        if target.exists():  # an orphan of an interrupted install of this very release
+            shutil.rmtree(target)
+        os.rename(staging, target)
+        _fsync_dir(self.slots_dir)
+        return target
+
+    def remove_slot(self, slot: str) -> None:
+        shutil.rmtree(self.slot_path(slot), ignore_errors=True)
+
+    def recover(self) -> list[str]:
+        """Remove what a crash may have left: staging folders, download buffers, temporary files and every
+        slot the committed state does not name. Returns what was removed (relative paths)."""
+        self.ensure()
+        state = self.read()
+        removed = []
+        for folder in (self.staging_dir, self.tmp_dir):
+            for child in folder.iterdir():
+                _remove(child)
+                removed.append(str(child.relative_to(self.root)))
+        keep = state.slots()
+        for child in self.slots_dir.iterdir():
+            if child.name not in keep:
+                _remove(child)
+                removed.append(str(child.relative_to(self.root)))
+        for folder, pattern in ((self.root, ".state.json.*"), (self.trust_file.parent, ".root.json.*"),
+                                (self.tuf_dir, "tmp*")):
+            for child in folder.glob(pattern):
+                _remove(child)
+                removed.append(str(child.relative_to(self.root)))
+        if removed:
+            _fsync_dir(self.slots_dir)
+        return removed
+
+    def free_bytes(self) -> int:
+        return shutil.disk_usage(self.root).free
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def no_space_is_refusal(doing: str):
+    """Turn ENOSPC / EDQUOT while `doing` into the `no-space` refusal."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise reasons.NoSpace(f"the disk is full while {doing}") from None
+        raise

@@ -1,0 +1,93 @@
+"""`fedagent publish`, `fedagent export-adapter`, `fedagent serve-repo`: the publisher's side of a release."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from bridge.errors import FaceBridgeError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("publish", help="write the next signed release into a repository folder",
+                       description="Each FILE is an adapter (.npz, for the lip-sync model unless MODEL=FILE) or a "
+                                   "whole model (.onnx, as MODEL=FILE). Without FILE, re-signs the repository "
+                                   "(new expiry, and a new root after `fedagent keys rotate|revoke|add`).")
+    p.add_argument("--keys", required=True, help="keys folder from `fedagent keys init`")
+    p.add_argument("--repo", required=True, help="repository folder (created if missing)")
+    p.add_argument("files", nargs="*", metavar="[MODEL=]FILE")
+    p.add_argument("--reference", help="reference inputs (.npz with input.<name> arrays) for the smoke test")
+    p.add_argument("--hardware", default="any", help="comma-separated targets: any, cpu, cuda, sm89, ...")
+    p.add_argument("--tensorrt-major", type=int, help="TensorRT major version the release was validated with")
+    p.add_argument("--notes", default="", help="release notes (one line)")
+    p.add_argument("--json", action="store_true", help="print {model: release} as JSON")
+    p.set_defaults(func=_publish)
+
+    e = sub.add_parser("export-adapter", help="write the active (installed, else shipped) lip-sync adapter")
+    e.add_argument("out", help="output .npz")
+    e.add_argument("--state", help="update state folder (default: per user)")
+    e.set_defaults(func=_export)
+
+    s = sub.add_parser("serve-repo", help="serve a repository folder on 127.0.0.1 (tests, small setups)")
+    s.add_argument("repo")
+    s.add_argument("--port", type=int, default=8700)
+    s.set_defaults(func=_serve)
+
+
+def _specs(args):
+    from fedagent.publish import ReleaseSpec
+
+    specs = []
+    for item in args.files:
+        model, sep, path = item.partition("=")
+        if not sep:
+            model, path = ("lipsync" if item.endswith(".npz") else Path(item).stem), item
+        if not Path(path).is_file():
+            raise FaceBridgeError(f"{path} is not a file", "pass the adapter .npz or model .onnx to publish")
+        specs.append(ReleaseSpec(model, Path(path), Path(args.reference) if args.reference else None,
+                                 tuple(h.strip() for h in args.hardware.split(",") if h.strip()),
+                                 args.tensorrt_major, args.notes))
+    return specs
+
+
+def _publish(args) -> int:
+    from fedagent.publish import publish
+
+    released = publish(args.keys, args.repo, _specs(args))
+    if args.json:
+        print(json.dumps(released))
+    elif released:
+        for model, number in released.items():
+            print(f"published {model} release {number} to {args.repo}")
+    else:
+        print(f"re-signed {args.repo}")
+    return 0
+
+
+def _export(args) -> int:
+    from bridge.fsutil import atomic_write_bytes
+    from bridge.models.registry import ModelRegistry
+
+    registry = ModelRegistry(args.state)
+    active = registry.active("lipsync")
+    source = active.adapter_path or registry.default_adapter_path("lipsync")
+    atomic_write_bytes(args.out, Path(source).read_bytes())
+    what = f"release {active.release}" if active.adapter_path else "the shipped default"
+    print(f"wrote {args.out} (lip-sync adapter, {what})")
+    return 0
+
+
+def _serve(args) -> int:
+    from fedagent.repo_server import RepoServer
+
+    if not (Path(args.repo) / "metadata").is_dir():
+        raise FaceBridgeError(f"{args.repo} is not a repository (no metadata/)", "publish into it first")
+    server = RepoServer(args.repo, args.port)
+    print(f"serving {server.folder} at {server.url} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+    return 0

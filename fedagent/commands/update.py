@@ -1,0 +1,119 @@
+"""`fedagent update install|status|rollback` (device side) and `fedagent bench-update`."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("update", help="install, inspect or roll back signed model releases on this device")
+    actions = p.add_subparsers(dest="update_action", metavar="ACTION", required=True)
+    i = actions.add_parser("install", help="verify and install the newest signed release")
+    i.add_argument("--from", dest="source", required=True, metavar="REPO_DIR_OR_URL")
+    i.add_argument("--state", help="update state folder (default: $FACEBRIDGE_HOME/updates or the XDG data dir)")
+    i.add_argument("--trust", help="trust.json from `fedagent keys init` (first install only)")
+    i.add_argument("--model", action="append", help="only this model (repeatable; default: all this device has)")
+    i.add_argument("--max-bytes", type=int, default=512 * 1024 * 1024, help="largest release accepted")
+    i.add_argument("--deadline", type=float, default=600.0, help="seconds the whole check may take")
+    i.add_argument("--json", action="store_true", help="print the result (or the refusal) as JSON")
+    i.set_defaults(func=_install)
+    s = actions.add_parser("status", help="installed release, files, previous release, last check and refusal")
+    s.add_argument("--state")
+    s.add_argument("--model", default="lipsync")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_status)
+    r = actions.add_parser("rollback", help="make the previous release (or the shipped model) active again")
+    r.add_argument("--state")
+    r.add_argument("--model", default="lipsync")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=_rollback)
+
+    b = sub.add_parser("bench-update", help="time each install step of a 1 MB release from a loopback repository")
+    b.add_argument("--json", dest="out", help="write the result JSON here")
+    b.add_argument("--repeats", type=int, default=5)
+    b.set_defaults(func=_bench)
+
+
+class _ProgressLine:
+    """One stderr line redrawn per event (only on a terminal)."""
+
+    def __init__(self):
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, event) -> None:
+        if not self.tty:
+            return
+        text = f"{event.step} {event.name}"
+        if event.total:
+            text += f" {event.done / 1e6:.2f}/{event.total / 1e6:.2f} MB"
+        print(f"\r\033[K{text}", end="" if event.step != "done" else "\n", file=sys.stderr, flush=True)
+
+
+def _refused_as_json(args, run):
+    from bridge.updates.reasons import UpdateRefused
+
+    try:
+        return run()
+    except UpdateRefused as e:
+        if args.json:
+            print(json.dumps({"status": "refused", **e.as_dict()}))
+        raise
+
+
+def _install(args) -> int:
+    from bridge.updates.install import Limits, install
+
+    trust = Path(args.trust).read_bytes() if args.trust else None
+    results = _refused_as_json(args, lambda: install(
+        args.source, args.state, trust=trust, models=args.model, report=None if args.json else _ProgressLine(),
+        limits=Limits(args.max_bytes, args.deadline)))
+    if args.json:
+        print(json.dumps({"status": "ok", "results": [r.to_dict() for r in results]}, indent=1))
+        return 0
+    for r in results:
+        if r.status != "no-release":
+            print(f"{r.model}: {r.status}, release {r.release} active (previous {r.previous_release})")
+    if all(r.status == "no-release" for r in results):
+        print("the repository has no release for this device's models")
+    return 0
+
+
+def _status(args) -> int:
+    from bridge.updates.status import status
+
+    report = status(args.state, args.model)
+    if args.json:
+        print(json.dumps(report, indent=1))
+        return 0
+    print(f"{report['model']}: release {report['release']} ({report['kind']}), previous {report['previous_release']}, "
+          f"floor {report['floor']}, files {'verified' if report['verified'] else 'DAMAGED: ' + report['problem']}")
+    for name, f in report["files"].items():
+        print(f"  {name}  {f['length']} bytes  sha256 {f['sha256']}")
+    print(f"last check: {report['last_check']}")
+    print(f"last refusal: {report['last_refusal']}")
+    return 0
+
+
+def _rollback(args) -> int:
+    from bridge.updates.rollback import rollback
+
+    result = _refused_as_json(args, lambda: rollback(args.state, args.model))
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    else:
+        print(f"{result.model}: rolled back from release {result.from_release} to {result.release or 'the shipped model'}")
+    return 0
+
+
+def _bench(args) -> int:
+    from fedagent.bench_update import run
+
+    result = run(repeats=args.repeats)
+    text = json.dumps(result, indent=1)
+    if args.out:
+        from bridge.fsutil import atomic_write_text
+
+        atomic_write_text(args.out, text + "\n")
+    print(text)
+    return 0
