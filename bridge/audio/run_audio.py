@@ -22,11 +22,12 @@ from bridge.sources.base import FrameSource
 AUDIO_ONLY_FPS = 60.0
 
 
-def start_lipsync(spec: str, backend: str = "onnxruntime", realtime: bool = True, adapter=None) -> LipSyncStream:
+def start_lipsync(spec: str, backend: str = "onnxruntime", realtime: bool = True, adapter=None,
+                  loop: bool = False) -> LipSyncStream:
     """Open the audio source and start lip-sync on it (raises SourceError / ModelError with the fix).
     The default backend is ONNX Runtime on one CPU thread: a hop costs about 0.2 ms there, less than a GPU
     launch and copy would."""
-    source = open_audio(spec, realtime=realtime)
+    source = open_audio(spec, realtime=realtime, loop=loop)
     try:
         return LipSyncStream(backend=backend, adapter=adapter).start(source)
     except BaseException:
@@ -42,6 +43,9 @@ class AudioFusion:
 
     def __call__(self, frame: Frame) -> FaceFrame:
         out = self._process(frame)
+        # the lip-sync model in use is named on every frame, fused or not (a late result is not used), so the
+        # stream's layout does not flap when audio falls behind
+        out.model_versions = versions_with(out.model_versions, "lipsync", self.stream.model_version)
         fuse_mouth(out, self.stream.latest(), mouth_visible=float(out.region_confidence.get("mouth", 1.0)))
         return out
 

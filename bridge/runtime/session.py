@@ -169,7 +169,9 @@ class BridgeSession:
                 from bridge.audio.run_audio import start_lipsync
 
                 adapter = checked_adapter(config.adapter, config.adapter_sha256) if config.adapter else None
-                self.audio = start_lipsync(config.audio, adapter=adapter)  # CPU: 0.2 ms a hop
+                # the sample voice loops with the sample clip (which loops); alone, the run ends with it
+                loop = config.audio == "sample" and not config.audio_only and config.source in (None, "sample")
+                self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop)  # CPU: 0.2 ms a hop
             self.source = self._open_source()
             self.control.source = self.source
             self.sinks = open_sinks(config.outputs, self.control)
