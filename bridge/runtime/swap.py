@@ -41,6 +41,7 @@ class Ready:
     request: SwapRequest
     replacement: object
     build_s: float  # loader + check, seconds on the builder thread
+    build_cpu_s: float  # CPU seconds the builder thread spent on it
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class SwapEvent:
     detail: str  # why it was refused, or "" when it swapped in
     requested_mono: float
     build_s: float = 0.0
+    build_cpu_s: float = 0.0
     swapped_mono: float | None = None  # when the owner took it (None: refused or not yet taken)
 
 
@@ -101,7 +103,7 @@ class ModelSwapper:
             with self._lock:
                 self.active[model] = r.version
                 self.events.append(SwapEvent(r.model, r.version, r.release, True, "", r.requested_mono,
-                                             ready.build_s, now))
+                                             ready.build_s, ready.build_cpu_s, now))
             self._report(f"swap: {model} now runs {r.version} (built and checked in {ready.build_s:.2f} s, "
                          f"{(now - r.requested_mono) * 1000:.0f} ms after the release became active)")
         return ready
@@ -112,7 +114,7 @@ class ModelSwapper:
             request = self._requests.get()
             if request is None:
                 return
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.thread_time()
             try:
                 replacement = request.build()
                 if request.check is not None:
@@ -121,7 +123,8 @@ class ModelSwapper:
                 self._refuse(request, f"{type(e).__name__}: {e}" if not isinstance(e, SwapRefused) else str(e))
                 continue
             with self._lock:
-                self._ready[request.model] = Ready(request, replacement, time.perf_counter() - started)
+                self._ready[request.model] = Ready(request, replacement, time.perf_counter() - started,
+                                                   time.thread_time() - cpu)
 
     def _refuse(self, request: SwapRequest, why: str) -> None:
         self.refuse(request.model, request.version, why, request.release, request.requested_mono)
