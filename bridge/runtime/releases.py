@@ -142,3 +142,27 @@ class ReleaseWatch:
         else:
             request = session_request(active, version, tolerance, self.backend, self.cpu_precision)
         self.swapper.request(request)
+
+
+def tensorrt_adapter_engine(weights: dict, flavour_name: str = "tensorrt-rtx", cache_dir=None, report=None):
+    """The TensorRT engine of the lip-sync model with `weights` as its adapter, through the engine cache.
+
+    The shipped graph is written with the new adapter initializers (same names and shapes), and its engine is
+    prepared with those initializers refittable, so a GPU that has the base engine can refit it in place
+    (`TrtSession.refit`) instead of rebuilding. Where refittable builds are impossible (TensorRT-RTX needs a GPU to
+    compile refittable layers) the engine is built with fixed weights and the cache entry says why; the key holds
+    the new graph's sha256, so it never collides with the base engine."""
+    from bridge.audio.lipsync import model_bytes_with_adapter
+    from bridge.engines.cache import EngineCache
+    from bridge.engines.shipped import ShippedModel, find_model
+    from bridge.engines.tensorrt.flavour import load_flavour
+    from bridge.engines.tensorrt.prepare import prepare_engine, spec_for
+    from bridge.fsutil import atomic_write_bytes
+    from bridge.models import sha256_file
+
+    flavour, cache = load_flavour(flavour_name), EngineCache(cache_dir)
+    baked = model_bytes_with_adapter(weights)
+    shipped = find_model("lipsync")
+    path = atomic_write_bytes(cache.root / "releases" / "lipsync-adapted.onnx", baked)
+    model = ShippedModel("lipsync", path, {**shipped.entry, "sha256": sha256_file(path)})
+    return prepare_engine(model, flavour, cache, spec_for(model, baked, flavour), report=report)
