@@ -7,6 +7,7 @@ the rate the frames were really captured at.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -81,6 +82,19 @@ def rate_fraction(fps: float) -> tuple[int, int]:
     return (whole if whole > 0 else 30), 1
 
 
+@functools.lru_cache(maxsize=64)
+def _merged(base: tuple, name: str, version: str) -> dict[str, str]:
+    return {**dict(base), name: version}
+
+
+def versions_with(versions: dict[str, str], name: str, version: str) -> dict[str, str]:
+    """`versions` with `name` set to `version`, as a shared dict that is never modified: a FaceFrame's
+    model_versions is fixed per version, so frames already handed on never change when a model is swapped."""
+    if versions.get(name) == version:
+        return versions
+    return _merged(tuple(sorted(versions.items())), name, version)
+
+
 def _zeros(n: int) -> np.ndarray:
     return np.zeros(n, dtype=np.float32)
 
@@ -130,7 +144,7 @@ class FaceFrame:
     region_confidence: dict[str, float] = field(default_factory=dict)
     landmarks: np.ndarray | None = None  # (468, 3) image pixels, for monitors and debugging
     latencies_ms: dict[str, float] = field(default_factory=dict)  # per stage
-    model_versions: dict[str, str] = field(default_factory=dict)
+    model_versions: dict[str, str] = field(default_factory=dict)  # shared per version: replace, never modify
     frame_rate: float = 30.0  # the source's frame rate (Frame.fps)
 
     def weight(self, name: str) -> float:

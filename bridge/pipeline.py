@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bridge.calibration import CalibrationProfile
-from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, Frame, MorphParams
+from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, Frame, MorphParams, versions_with
 from bridge.stages.blink import BlinkEstimator
 from bridge.stages.detection import FaceDetector
 from bridge.stages.emotion import EmotionClassifier
@@ -35,6 +35,13 @@ from bridge.stages.landmarks import (
 log = logging.getLogger(__name__)
 EYE_LOOK = np.array([i for n, i in ARKIT_INDEX.items() if n.startswith("eyeLook")])
 PRESENCE_THRESHOLD = 0.5
+# Where a replacement session is taken (the stage thread that runs the model): registry name -> component.
+# The detector's registry name depends on --detector; both are listed, only the one in use is ever requested.
+SWAP_POINTS = {
+    "track": (("face_detection_short_range", "detector"), ("face_detection_full_range", "detector"),
+              ("face_landmark", "landmarker")),
+    "describe": (("iris_landmark", "iris"), ("emotion", "emotion"), ("regressor", "expression")),
+}
 
 
 @dataclass
@@ -101,11 +108,13 @@ class FacePipeline:
             "blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
             "eyes": (1.5, 0.05)}.items()}
         self.detector_runs = 0
+        self.swapper = None  # a runtime.swap.ModelSwapper: new model sessions are taken between two frames
 
     @property
     def model_versions(self) -> dict[str, str]:
-        """Active model versions (sha256 prefixes), announced by sinks such as the gRPC header. Computed once:
-        a model swap builds a new pipeline."""
+        """Active model versions (sha256 prefixes, or a release), announced by sinks such as the gRPC header. The
+        dict is never modified: a swap replaces it, so frames already handed on keep the versions they were made
+        with."""
         if self._model_versions is None:
             from bridge.models import manifest
 
@@ -113,6 +122,25 @@ class FacePipeline:
             versions.update(getattr(self.expression, "model_versions", {}) or {})
             self._model_versions = versions
         return self._model_versions
+
+    def _take_swaps(self, stage: str) -> None:
+        """At the start of `stage` (the thread that runs these models), take replacement sessions that the swap
+        builder has ready; a dictionary pop when there are none."""
+        for model, component in SWAP_POINTS[stage]:
+            ready = self.swapper.take(model)
+            if ready is None:
+                continue
+            getattr(self, component).session = ready.replacement
+            key = "expression" if component == "expression" else model
+            self._model_versions = versions_with(self.model_versions, key, ready.request.version)
+
+    def swappable_models(self) -> list[str]:
+        """Registry names of the models this pipeline runs and can swap live."""
+        names = [m for stage in SWAP_POINTS.values() for m, c in stage if c != "detector"]
+        names.append(self.options.detector)
+        if getattr(self.expression, "session", None) is None:  # the reference fit has no model to swap
+            names.remove("regressor")
+        return names
 
     def _warm_up(self) -> None:
         """Run every model once so the first real frame is not slowed by lazy allocation and kernel choice
@@ -158,6 +186,8 @@ class FacePipeline:
     def track(self, frame: Frame) -> Tracked:
         """Stage 1: find the face's 468 points and set the next frame's region. Only this stage carries state
         from one frame to the next, so stage 2 of frame N can run while stage 1 works on frame N+1."""
+        if self.swapper is not None:
+            self._take_swaps("track")
         timer = _Timer()
         found = self._find_face(frame.image, timer)
         if found is None:
@@ -170,6 +200,8 @@ class FacePipeline:
 
     def describe(self, tracked: Tracked) -> FaceFrame:
         """Stage 2: iris, head pose, gaze, expression, emotion, filtering and calibration, in frame order."""
+        if self.swapper is not None:
+            self._take_swaps("describe")
         frame, found = tracked.frame, tracked.found
         timer = _Timer()
         image = frame.image

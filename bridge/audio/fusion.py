@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bridge.frame import ARKIT_INDEX, FaceFrame
+from bridge.frame import ARKIT_INDEX, FaceFrame, versions_with
 
 CONF_LOW, CONF_HIGH = 0.3, 0.7
 AUDIO_SHARE_WHEN_VISIBLE = 0.5
@@ -52,4 +52,4 @@ def fuse_mouth(frame: FaceFrame, result, mouth_visible: float = 1.0) -> None:
     frame.blendshapes[:] = np.clip(shapes, 0.0, 1.0)
     frame.visemes = np.asarray(result.visemes, dtype=np.float32).copy()
     frame.latencies_ms["lipsync"] = float(result.latency_ms)
-    frame.model_versions.setdefault("lipsync", "lipsync.onnx")
+    frame.model_versions = versions_with(frame.model_versions, "lipsync", result.model_version or "lipsync.onnx")

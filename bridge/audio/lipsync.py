@@ -43,6 +43,7 @@ class LipSyncResult:
     t_capture: float  # wall-clock seconds of the audio instant described
     t_capture_mono: float  # time.perf_counter() of that instant
     latency_ms: float  # from that instant's capture to this result being published
+    model_version: str = ""  # the lip-sync model (base + adapter) that made this result
 
     @property
     def viseme(self) -> str:
@@ -57,6 +58,18 @@ def load_adapter(path: str | Path) -> dict[str, np.ndarray]:
     except (OSError, ValueError) as e:
         raise ModelError(f"cannot read lip-sync adapter {path} ({e})", "pass an .npz written by the trainer "
                          "or the federated agent") from None
+
+
+def adapter_digest(weights: dict[str, np.ndarray]) -> str:
+    """sha256 over the adapter's tensors (name, shape, float32 bytes, in name order): the same weights give the
+    same digest whichever file they came in."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(weights):
+        value = np.ascontiguousarray(weights[name], dtype=np.float32)
+        h.update(name.encode() + str(value.shape).encode() + value.tobytes())
+    return h.hexdigest()
 
 
 def save_adapter(path: str | Path, weights: dict[str, np.ndarray]) -> Path:
@@ -99,9 +112,13 @@ class LipSyncModel:
     federated update needs no new ONNX file."""
 
     def __init__(self, backend: str = "onnxruntime", adapter: dict[str, np.ndarray] | str | Path | None = None,
-                 threads: int = 1):
+                 threads: int = 1, model_path: Path | None = None, version: str | None = None):
+        """`model_path`: a verified replacement of the shipped ONNX file (a signed release of kind "model");
+        `version`: what FaceFrame.model_versions names this model (default: derived from the files)."""
         path, self.manifest = shipped_model("lipsync")
-        if adapter is None:  # a signed release installed by `fedagent update install` (hash-verified), if any
+        if model_path is not None:
+            path = Path(model_path)
+        elif adapter is None:  # a signed release installed by `fedagent update install` (hash-verified), if any
             from bridge.models.registry import default_registry
 
             active = default_registry().active("lipsync")
@@ -114,15 +131,20 @@ class LipSyncModel:
         self.state_shape = tuple(self.manifest["inputs"]["state"])
         if adapter is None:
             self._session = create_session(path, backend=backend, threads=threads)
+            self.version = self.manifest["sha256"][:12]  # what FaceFrame.model_versions["lipsync"] says
         else:
-            self._session = self._session_with_adapter(path, adapter, threads, backend)
+            weights = load_adapter(adapter) if isinstance(adapter, (str, Path)) else adapter
+            self._session = self._session_with_adapter(path, weights, threads, backend)
+            self.version = f"adapter-{adapter_digest(weights)[:12]}"
+        if version is not None:
+            self.version = version
         self.reset()
 
     def _session_with_adapter(self, path, adapter, threads, backend):
         if backend not in ("onnxruntime", "auto"):
             raise ModelError(f"adapter override is not implemented for backend {backend!r}",
                              "use the onnxruntime backend or bake the adapter into the ONNX file")
-        weights = load_adapter(adapter) if isinstance(adapter, (str, Path)) else adapter
+        weights = adapter
         expected = {k: tuple(v) for k, v in self.manifest["adapter_initializers"].items()}
         for name, shape in expected.items():
             got = tuple(np.shape(weights[name])) if name in weights else "missing"
@@ -133,6 +155,10 @@ class LipSyncModel:
 
     def reset(self) -> None:
         self._state = np.zeros(self.state_shape, dtype=np.float32)
+
+    def run_raw(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One stateless call of the ONNX graph (mel and state given): the reference check of a release."""
+        return self._session.run(feeds)
 
     def step(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(T, 40) new log-mel frames -> (T, 15) viseme probabilities, (T, 19) mouth weights, each row
@@ -225,6 +251,8 @@ class LipSyncStream:
 
     def __init__(self, backend: str = "onnxruntime", adapter=None, use_vad: bool = True, history: int = 0):
         self.model = LipSyncModel(backend=backend, adapter=adapter)
+        self.model_version = self.model.version
+        self.swapper = None  # a runtime.swap.ModelSwapper: a new model is taken between two hops, never waited for
         self.vad = SileroVad(backend=backend) if use_vad else None
         self.gate = VoiceGate()
         self._latest: LipSyncResult | None = None
@@ -289,6 +317,8 @@ class LipSyncStream:
             mel = front.push(chunk.pcm)
             if len(mel) == 0:
                 continue
+            if self.swapper is not None and (ready := self.swapper.take("lipsync")) is not None:
+                self._swap(ready.replacement, ready.request.version)
             vis, mouth = self.model.step(mel)
             self.compute_s += time.perf_counter() - t0
             self.hops += len(mel)
@@ -299,6 +329,13 @@ class LipSyncStream:
                 wall, mono = clock.at(float(features.frame_center_s(frame)) * features.SAMPLE_RATE)
                 self._publish(vis[k], mouth[k], activity, wall, mono)
 
+    def _swap(self, model: LipSyncModel, version: str) -> None:
+        """Serve `model` from this hop on. The recurrent state carries over when the shapes agree (an adapter
+        update keeps the base), so the mouth does not jump back to its start-up pose."""
+        if model.state_shape == self.model.state_shape and model.lookahead == self.model.lookahead:
+            model._state = self.model._state
+        self.model, self.model_version = model, version
+
     def _publish(self, vis, mouth, activity, wall, mono) -> None:
         now = time.perf_counter()
         gain = self.gate(activity, mono) if self.vad is not None else 1.0
@@ -308,7 +345,8 @@ class LipSyncStream:
         if gain < 1.0:  # silence probability grows as the gate closes
             visemes = visemes * gain
             visemes[0] += 1.0 - gain
-        result = LipSyncResult(visemes, shapes, MOUTH_MASK, float(activity), wall, mono, (now - mono) * 1000.0)
+        result = LipSyncResult(visemes, shapes, MOUTH_MASK, float(activity), wall, mono, (now - mono) * 1000.0,
+                               self.model_version)
         self._latest = result
         if self.history is not None:
             self.history.append(result)

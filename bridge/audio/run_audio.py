@@ -16,19 +16,20 @@ from bridge.audio.fusion import fuse_mouth
 from bridge.audio.lipsync import LipSyncStream
 from bridge.audio.sources import open_audio
 from bridge.errors import FaceBridgeError
-from bridge.frame import FaceFrame, Frame
+from bridge.frame import FaceFrame, Frame, versions_with
 from bridge.sources.base import FrameSource
 
 AUDIO_ONLY_FPS = 60.0
 
 
-def start_lipsync(spec: str, backend: str = "onnxruntime", realtime: bool = True) -> LipSyncStream:
+def start_lipsync(spec: str, backend: str = "onnxruntime", realtime: bool = True, adapter=None,
+                  loop: bool = False) -> LipSyncStream:
     """Open the audio source and start lip-sync on it (raises SourceError / ModelError with the fix).
     The default backend is ONNX Runtime on one CPU thread: a hop costs about 0.2 ms there, less than a GPU
     launch and copy would."""
-    source = open_audio(spec, realtime=realtime)
+    source = open_audio(spec, realtime=realtime, loop=loop)
     try:
-        return LipSyncStream(backend=backend).start(source)
+        return LipSyncStream(backend=backend, adapter=adapter).start(source)
     except BaseException:
         source.close()
         raise
@@ -42,6 +43,9 @@ class AudioFusion:
 
     def __call__(self, frame: Frame) -> FaceFrame:
         out = self._process(frame)
+        # the lip-sync model in use is named on every frame, fused or not (a late result is not used), so the
+        # stream's layout does not flap when audio falls behind
+        out.model_versions = versions_with(out.model_versions, "lipsync", self.stream.model_version)
         fuse_mouth(out, self.stream.latest(), mouth_visible=float(out.region_confidence.get("mouth", 1.0)))
         return out
 
@@ -89,12 +93,13 @@ class AudioOnlyPipeline:
 
     @property
     def model_versions(self) -> dict[str, str]:
-        return {"lipsync": self.stream.model.manifest["sha256"][:12]}
+        return versions_with({}, "lipsync", self.stream.model_version)
 
     def process(self, frame: Frame) -> FaceFrame:
         result = self.stream.latest()
         out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
-                        subject=self.subject, face_found=False, frame_rate=frame.fps)
+                        subject=self.subject, face_found=False, frame_rate=frame.fps,
+                        model_versions=self.model_versions)
         fuse_mouth(out, result, mouth_visible=0.0)  # a stale result (audio dropout) leaves the neutral pose
         if out.visemes is not None:
             out.t_capture, out.t_capture_mono = result.t_capture, result.t_capture_mono

@@ -259,11 +259,11 @@ class MicrophoneSource(AudioSource):
 SAMPLE_SPEECH = Path(__file__).resolve().parents[1] / "data" / "sample_speech.wav"
 
 
-def open_audio(spec: str, realtime: bool = True) -> AudioSource:
+def open_audio(spec: str, realtime: bool = True, loop: bool = False) -> AudioSource:
     """"mic", "mic:INDEX", "sample" (the bundled soundtrack) or a file path -> an AudioSource."""
     spec = str(spec).strip()
-    if spec == "sample":
-        return FileSource(SAMPLE_SPEECH, realtime=realtime)
+    if spec == "sample":  # loops with a looping video (the sample clip); an audio-only run ends with it
+        return FileSource(SAMPLE_SPEECH, realtime=realtime, loop=loop)
     if spec == "mic" or spec.startswith("mic:"):
         index = spec[4:]
         if index and not index.lstrip("-").isdigit():

@@ -17,6 +17,7 @@ BENCHES = {
     "expression": ("bridge.bench.expression", "blendshape accuracy, jitter and speed of the expression engine"),
     "engines": ("bridge.bench.engines", "every model and the pipeline on every available inference backend"),
     "lipsync": ("bridge.bench.lipsync", "lip-sync accuracy and latency on held-out speech"),
+    "swap": ("bridge.bench.swap", "live model swap: release active to first new frame, drops and gaps at a sink"),
     "grpc": ("bridge.bench.grpc_stream", "gRPC stream: send cost and capture-to-client latency, slow subscribers"),
 }
 

@@ -82,6 +82,14 @@ def add_parser(sub) -> None:
                    "played at real time")
     p.add_argument("--audio-only", action="store_true",
                    help="no camera: the audio (--audio) drives the mouth, everything else stays neutral")
+    p.add_argument("--updates", nargs="?", const="auto", default="auto", metavar="STATE",
+                   help="follow the signed-updates store live: when `fedagent update install` (or rollback) changes a "
+                        "model's active release, the new model is built and checked in the background and swapped in "
+                        "between two frames (default: the per-user store, when one exists); 'off' turns it off")
+    p.add_argument("--adapter", metavar="FILE.npz", help="try a lip-sync adapter locally (with --audio) instead of the "
+                   "installed one; needs --adapter-sha256")
+    p.add_argument("--adapter-sha256", metavar="HEX", help="the adapter file's sha256 (at least 12 hex digits), "
+                   "checked before it is used")
     p.add_argument("--quiet", action="store_true", help="no live status line")
     p.set_defaults(func=run)
 
@@ -97,12 +105,13 @@ def outputs_config(args):
 
 
 def run_config(args):
-    from bridge.runtime.session import RunConfig
+    from bridge.runtime.session import RunConfig, address_or_off
 
     return RunConfig(source=args.source, fast=args.fast, max_frames=args.max_frames, subject=args.subject,
                      pipeline=pipeline_options(args), stages=args.stages, audio=args.audio,
                      audio_only=args.audio_only, calibration=not args.no_calibration, status_line=not args.quiet,
-                     outputs=outputs_config(args))
+                     outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
+                     adapter_sha256=args.adapter_sha256)
 
 
 def run(args) -> int:

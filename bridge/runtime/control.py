@@ -17,6 +17,7 @@ class RunControl:
         self.source = None  # set by the session as each part opens; None while starting
         self.pipeline = None
         self.stats = None
+        self.last_versions: dict[str, str] | None = None  # model versions of the last frame sent (after swaps)
         self._calibration_frames: list | None = None
         self._calibration_done = threading.Event()
         self._lock = threading.Lock()
@@ -26,7 +27,7 @@ class RunControl:
         landmarker = getattr(self.pipeline, "landmarker", None)  # None while starting and in audio-only runs
         backend = landmarker.session.backend_name if landmarker is not None else self.backend_requested
         return {"sources": [self.source.name] if self.source else [], "backends": [backend],
-                "model_versions": getattr(self.pipeline, "model_versions", {}),
+                "model_versions": self.last_versions or getattr(self.pipeline, "model_versions", {}),
                 "fps": snap.fps if snap else 0.0,
                 "latency_ms_p50": snap.latency_ms_p50 if snap else 0.0,
                 "latency_ms_p99": snap.latency_ms_p99 if snap else 0.0,
@@ -37,6 +38,7 @@ class RunControl:
 
     def on_frame(self, frame) -> None:
         """Called by the send thread with every frame sent."""
+        self.last_versions = frame.model_versions
         with self._lock:
             if self._calibration_frames is not None:
                 self._calibration_frames.append(frame)

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 class BridgeRunner:
     def __init__(self, source: FrameSource, process, sinks: list[Sink], max_frames: int | None = None,
-                 status: bool = True, on_frame=None, stages: list | None = None) -> None:
+                 status: bool = True, on_frame=None, stages: list | None = None, stats: RunStats | None = None) -> None:
         """`process(frame) -> FaceFrame` is the pipeline; `stages`, when given instead, splits it into steps that
         run in their own threads (each step's output is the next one's input, the last returns a FaceFrame), so
         on several cores frame N+1 is tracked while frame N is described. `on_frame(face_frame)` runs in the
@@ -35,7 +35,7 @@ class BridgeRunner:
         self.max_frames = max_frames
         self.show_status = status
         self.on_frame = on_frame
-        self.stats = RunStats()
+        self.stats = stats if stats is not None else RunStats()
         # A file read as fast as possible keeps every frame (back-pressure); live and paced sources drop the oldest.
         self.lossless = source.mode is SourceMode.FAST
         self._queues: list[LatestQueue] = [LatestQueue(2) for _ in range(len(self.stages) + 1)]

@@ -6,13 +6,15 @@ sink. `open_sinks` is the one sink factory, shared with `facebridge replay`.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bridge.errors import FaceBridgeError
 from bridge.pipeline import PipelineOptions
 from bridge.runtime.control import RunControl
 from bridge.runtime.runner import BridgeRunner
-from bridge.runtime.stats import StatsSnapshot
+from bridge.runtime.stats import RunStats, StatsSnapshot
 from bridge.sinks.base import Sink
 
 OFF = ("off", "none", "no", "")
@@ -68,6 +70,41 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
     return sinks
 
 
+def update_state_dir(spec: str | None) -> Path | None:
+    """The update store a run follows: None when off, or "auto" and this user has none (nothing installed yet)."""
+    if spec is None:
+        return None
+    if spec != "auto":
+        path = Path(spec)
+        if not path.is_dir():
+            raise FaceBridgeError(f"update state directory {path} does not exist",
+                                  "install a release first (`fedagent update install --state DIR`), or drop --updates")
+        return path
+    from bridge.updates.store import default_state_dir
+
+    path = default_state_dir()
+    return path if (path / "state.json").is_file() else None
+
+
+def checked_adapter(path: str, sha256: str | None) -> dict:
+    """A local lip-sync adapter trial: its file hash must match what the user gave, its tensors must fit."""
+    from bridge.audio.lipsync import load_adapter
+    from bridge.models import sha256_file
+
+    if not sha256 or len(sha256) < 12:
+        raise FaceBridgeError("--adapter needs --adapter-sha256 (at least 12 hex digits of the file's sha256)",
+                              f"run `sha256sum {path}` and pass what it prints")
+    try:
+        digest = sha256_file(Path(path))
+    except OSError as e:
+        raise FaceBridgeError(f"cannot read adapter {path} ({e.strerror})",
+                              "check the path given to --adapter") from None
+    if not digest.startswith(sha256.lower()):
+        raise FaceBridgeError(f"adapter {path} has sha256 {digest[:16]}…, not {sha256[:16]}…",
+                              "the file changed since its hash was taken; use the file you meant")
+    return load_adapter(path)
+
+
 def close_all(sinks: list[Sink]) -> None:
     for sink in sinks:
         sink.close()
@@ -88,6 +125,10 @@ class RunConfig:
     calibration: bool = True  # apply the subject's stored calibration profile
     status_line: bool = True
     outputs: OutputConfig = field(default_factory=OutputConfig)
+    updates: str | None = "auto"  # update store to follow live: a directory, "auto" (the per-user one when it
+    # exists) or None (off)
+    adapter: str | None = None  # a lip-sync adapter (.npz) to try locally instead of the installed one
+    adapter_sha256: str | None = None  # its sha256 (or a prefix of at least 12 hex digits), checked before use
 
 
 @dataclass(frozen=True)
@@ -111,6 +152,8 @@ class BridgeSession:
         self.audio = self.source = self.pipeline = self.profile = None
         self.sinks: list[Sink] = []
         self.runner: BridgeRunner | None = None
+        self.swapper = self.release_watch = None
+        self.stats = RunStats()
 
     def __enter__(self) -> BridgeSession:
         return self.open()
@@ -125,12 +168,16 @@ class BridgeSession:
             if config.audio:  # lip-sync runs on its own thread; the video side only polls it
                 from bridge.audio.run_audio import start_lipsync
 
-                self.audio = start_lipsync(config.audio)  # CPU: 0.2 ms a hop, less than any GPU round trip
+                adapter = checked_adapter(config.adapter, config.adapter_sha256) if config.adapter else None
+                # the sample voice loops with the sample clip (which loops); alone, the run ends with it
+                loop = config.audio == "sample" and not config.audio_only and config.source in (None, "sample")
+                self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop)  # CPU: 0.2 ms a hop
             self.source = self._open_source()
             self.control.source = self.source
             self.sinks = open_sinks(config.outputs, self.control)
             self.pipeline = self._build_pipeline()
             self.control.pipeline = self.pipeline
+            self._follow_updates()
         except BaseException:
             self.close()
             raise
@@ -156,6 +203,26 @@ class BridgeSession:
 
         self.profile = CalibrationProfile.load(config.subject) if config.calibration else None
         return FacePipeline(config.pipeline, profile=self.profile)
+
+    def _follow_updates(self) -> None:
+        """Watch the update store and swap newly active releases in between two frames (runtime/swap.py)."""
+        state = update_state_dir(self.config.updates)
+        if state is None:
+            return
+        from bridge.runtime.releases import ReleaseWatch
+        from bridge.runtime.swap import ModelSwapper
+
+        self.swapper = ModelSwapper(report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True))
+        models = []
+        if hasattr(self.pipeline, "swappable_models"):
+            self.pipeline.swapper = self.swapper
+            models += self.pipeline.swappable_models()
+        if self.audio is not None and self.config.adapter is None:  # a local --adapter trial is not replaced
+            self.audio.swapper = self.swapper
+            models.append("lipsync")
+        options = self.config.pipeline
+        self.release_watch = ReleaseWatch(state, models, self.swapper, backend=options.backend,
+                                          cpu_precision=options.cpu_precision, on_release=self.stats.set_release)
 
     def _stages(self) -> list:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
@@ -183,8 +250,10 @@ class BridgeSession:
             self.open()
         self.runner = BridgeRunner(self.source, None, self.sinks, max_frames=self.config.max_frames,
                                    status=self.config.status_line, on_frame=self.control.on_frame,
-                                   stages=self._stages())
-        self.control.stats = self.runner.stats
+                                   stages=self._stages(), stats=self.stats)
+        self.control.stats = self.stats
+        if self.release_watch is not None:
+            self.release_watch.start()
         try:
             stats = self.runner.run()
         finally:
@@ -197,6 +266,10 @@ class BridgeSession:
             close_all(self.sinks)
             if self.source is not None:
                 self.source.close()
+        if self.release_watch is not None:
+            self.release_watch.stop()
+        if self.swapper is not None:
+            self.swapper.close()
         if self.audio is not None:
             self.audio.stop()
             self.audio = None

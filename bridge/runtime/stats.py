@@ -61,6 +61,7 @@ class StatsSnapshot:
     stage_ms: dict[str, tuple[float, float]]  # stage -> (p50, p99) ms over the window
     face_found: bool  # in the last frame processed
     uptime_s: float
+    releases: dict[str, int] = field(default_factory=dict)  # model -> installed release now active (0: shipped)
 
     @property
     def dropped_total(self) -> int:
@@ -80,6 +81,7 @@ class RunStats:
     bad_frames: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: {"capture": 0, "send": 0})
     last_face: bool = False
+    releases: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
     _sends: RollingWindow = field(default_factory=RollingWindow)  # value: capture -> sent ms
     _stages: dict[str, RollingWindow] = field(default_factory=dict)
@@ -111,6 +113,10 @@ class RunStats:
         with self._lock:
             self.dropped[reason] = frames
 
+    def set_release(self, model: str, release: int) -> None:
+        with self._lock:
+            self.releases = {**self.releases, model: release}
+
     # --- readers ------------------------------------------------------------------------------------------------
     def snapshot(self) -> StatsSnapshot:
         now = time.perf_counter()
@@ -121,7 +127,7 @@ class RunStats:
                 bad_frames=self.bad_frames, dropped=dict(self.dropped), fps=self._sends.rate(now),
                 latency_ms_p50=p50, latency_ms_p99=p99,
                 stage_ms={k: tuple(w.percentiles(now)) for k, w in self._stages.items()},
-                face_found=self.last_face, uptime_s=now - self.started)
+                face_found=self.last_face, uptime_s=now - self.started, releases=self.releases)
 
     def fps(self) -> float:
         return self.snapshot().fps
@@ -136,5 +142,7 @@ class RunStats:
     def status_line(self) -> str:
         s = self.snapshot()
         face = "yes" if s.face_found else "NO"
+        installed = " ".join(f"{m} r{r}" for m, r in sorted(s.releases.items()) if r)
         return (f"{s.fps:5.1f} fps | latency p50 {s.latency_ms_p50:5.1f} ms p99 {s.latency_ms_p99:5.1f} ms | "
-                f"dropped {s.dropped_total} | face {face} | frames {s.sent}")
+                f"dropped {s.dropped_total} | face {face} | frames {s.sent}"
+                + (f" | release {installed}" if installed else ""))

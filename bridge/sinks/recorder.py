@@ -49,6 +49,7 @@ class TakeRecorder(Sink):
         self._last: FaceFrame | None = None
         self._last_sync = time.monotonic()
         self._closed = False
+        self._swaps: list[dict] = []  # where the take spans a model swap: first frame recorded with new versions
 
     def send(self, frame: FaceFrame) -> None:
         if self._closed:
@@ -60,6 +61,12 @@ class TakeRecorder(Sink):
             self._failed(f"frame {frame.seq} not recorded", e)
             return
         try:
+            swapped = self._last is not None and frame.model_versions is not self._last.model_versions and \
+                frame.model_versions != self._last.model_versions
+            if swapped:
+                old, new = self._last.model_versions, frame.model_versions
+                self._swaps.append({"seq": frame.seq, "frame_index": self.frames, "t_capture": frame.t_capture,
+                                    "models": {k: [old.get(k), v] for k, v in new.items() if old.get(k) != v}})
             if self._first is None:
                 self._first = frame
                 self._write_metadata(complete=False)
@@ -71,6 +78,11 @@ class TakeRecorder(Sink):
         self.frames += 1
         self.sent += 1
         self._last = frame
+        if swapped:  # said at once: a crash after a swap still tells where the versions changed
+            try:
+                self._write_metadata(complete=False)
+            except OSError as e:
+                self._failed(f"cannot note the model swap in {TAKE_JSON}", e)
         if time.monotonic() - self._last_sync >= self.sync_interval_s:
             self.sync()
 
@@ -85,7 +97,9 @@ class TakeRecorder(Sink):
                 self._failed(f"cannot sync {f.name}", e)
 
     def _write_metadata(self, complete: bool) -> None:
-        atomic_write_json(self.directory / TAKE_JSON, take_metadata(self._first, self._last, self.frames, complete))
+        meta = take_metadata(self._first, self._last, self.frames, complete)
+        meta["model_swaps"] = self._swaps
+        atomic_write_json(self.directory / TAKE_JSON, meta)
 
     def close(self) -> None:
         if self._closed:

@@ -238,3 +238,23 @@ def test_cuda_driver_check_says_what_is_missing():
     with pytest.raises(EngineUnavailable, match="no NVIDIA driver|driver supports CUDA") as info:
         check_driver()
     assert "--backend onnxruntime" in str(info.value)
+
+
+def test_an_adapter_release_gets_its_own_engine_with_the_adapter_refittable_or_a_reason(flavour, tmp_path):
+    """The live swap's TensorRT path for a new lip-sync adapter: a real TensorRT-RTX build of the shipped graph
+    with the new adapter baked in, keyed by that graph; refittable where the library can (a GPU), else says why."""
+    from bridge.audio.lipsync import load_adapter
+    from bridge.engines.gpu import probe_gpu
+    from bridge.models.registry import default_registry
+    from bridge.runtime.releases import tensorrt_adapter_engine
+
+    base = load_adapter(default_registry().default_adapter_path("lipsync"))
+    first = tensorrt_adapter_engine(base, cache_dir=tmp_path, report=lambda line: None)
+    second = tensorrt_adapter_engine({k: v * 0.5 for k, v in base.items()}, cache_dir=tmp_path,
+                                     report=lambda line: None)
+    assert first.plan and second.plan and not second.cache_hit and second.seconds > 0
+    assert first.entry.fields["onnx_sha256"] != second.entry.fields["onnx_sha256"]
+    if probe_gpu().gpu is None:
+        assert second.entry.meta["refit_unavailable"].startswith("refittable build needs a GPU")
+    else:
+        assert sorted(second.entry.meta["refittable"]) == ["adapter.A", "adapter.B"]
