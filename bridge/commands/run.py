@@ -31,8 +31,9 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expression-model", metavar="DIR",
                    help="use your own ONNX expression model (a folder with the model and its manifest; see "
                         "docs/FACE.md 'Expression model contract') instead of the shipped regressor")
-    p.add_argument("--emotion-every", type=int, default=1, metavar="N",
-                   help="classify emotion on every Nth frame (default 1; emotion changes slowly)")
+    p.add_argument("--emotion-every", type=int, default=3, metavar="N",
+                   help="classify emotion on every Nth frame and hold it between (default 3: it changes slowly; "
+                        "1 = every frame)")
     p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filter")
     p.add_argument("--stages", choices=["auto", "1", "2"], default="auto",
                    help="inference threads: 2 overlaps tracking of the next frame with the rest of this one "
