@@ -7,7 +7,8 @@ core and drives it over stdin/stdout, one JSON line each way, so the two sides t
   -> {"frames": "/tmp/x.npy", "refine": true}         load the frames (N, H, W, 3) uint8 BGR; open FaceMesh
   <- {"ready": true, "mediapipe": "0.10.21"}
   -> {"run": [start, count]}                          track frames start .. start+count-1 (wrapping around)
-  <- {"ms": [...], "found": [...]}                    FaceMesh.process() time per frame, face found or not
+  <- {"ms": [...], "cpu_ms": [...], "found": [...]}   FaceMesh.process() wall and CPU time (all of its threads)
+                                                      per frame, face found or not
   -> {"quit": true}
 
 Timed is `FaceMesh.process(rgb)` alone (legacy solution API, tracking mode, one face): the BGR->RGB conversion
@@ -36,14 +37,15 @@ def main() -> int:
             reply = {"ready": True, "mediapipe": mp.__version__}
         elif "run" in msg:
             start, count = msg["run"]
-            ms, found = [], []
+            ms, cpu_ms, found = [], [], []
             for i in range(start, start + count):
                 rgb = frames[i % len(frames)]
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 result = mesh.process(rgb)
                 ms.append((time.perf_counter() - t0) * 1000.0)
+                cpu_ms.append((time.process_time() - c0) * 1000.0)
                 found.append(bool(result.multi_face_landmarks))
-            reply = {"ms": ms, "found": found}
+            reply = {"ms": ms, "cpu_ms": cpu_ms, "found": found}
         else:
             break
         sys.stdout.write(json.dumps(reply) + "\n")

@@ -81,6 +81,10 @@ def run(args) -> dict:
     from bridge.sources.files import SampleSource
 
     if args.core is not None:
+        if not hasattr(os, "sched_setaffinity"):
+            from bridge.errors import FaceBridgeError
+
+            raise FaceBridgeError("--core needs Linux (sched_setaffinity)", "pin the process with your OS's tool")
         os.sched_setaffinity(0, {args.core})
     with SampleSource(realtime=False, loop=True) as src:
         frames = [src.read() for _ in range(min(args.frames, 300))]

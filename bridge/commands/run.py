@@ -16,10 +16,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subject", default="FaceBridge",
                    help="subject name shown in Unreal's Live Link panel and used for the calibration profile")
     p.add_argument("--backend", default="auto",
-                   choices=["auto", "onnxruntime", "onnxruntime-cuda", "openvino", "tensorrt", "tensorrt-rtx"],
-                   help="inference backend (default auto: the fastest one installed and usable here, "
-                        "TensorRT > TensorRT-RTX > ONNX Runtime CUDA > OpenVINO > ONNX Runtime CPU; the choice and "
-                        "the reason are printed)")
+                   choices=["auto", "onnxruntime", "onnxruntime-cuda", "openvino", "litert", "tensorrt",
+                            "tensorrt-rtx"],
+                   help="inference backend (default auto: TensorRT > TensorRT-RTX > ONNX Runtime CUDA when usable, "
+                        "else per model the CPU backend (LiteRT, OpenVINO, ONNX Runtime) measured fastest among those "
+                        "that agree with ONNX Runtime; the choice and the reason are printed)")
     p.add_argument("--cpu-precision", choices=["f32", "bf16"], default="f32",
                    help="CPU inference precision (default f32). bf16 only where the CPU has it natively (AMX, "
                         "AVX512-BF16) and only with OpenVINO; it is faster there but moves landmarks by up to "

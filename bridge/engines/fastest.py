@@ -29,6 +29,7 @@ CPU_BACKENDS = ("litert", "openvino", "onnxruntime")
 # own measured bound instead (docs/PERFORMANCE.md, "CPU inference precision").
 PARITY = {"f32": 1e-3, "bf16": 2e-2}
 ROUNDS, RUNS, WARMUP = 5, 6, 3
+MEASURE_VERSION = 2  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite)
 
 
 @dataclass
@@ -59,8 +60,8 @@ def _cpu_name() -> str:
 
 
 def _key(model_path: Path, threads: int, precision: str, batch: int) -> str:
-    fields = {"model": hashlib.sha256(model_path.read_bytes()).hexdigest()[:16], "cpu": _cpu_name(),
-              "versions": _versions(), "threads": threads, "precision": precision, "batch": batch}
+    fields = {"v": MEASURE_VERSION, "model": hashlib.sha256(model_path.read_bytes()).hexdigest()[:16],
+              "cpu": _cpu_name(), "versions": _versions(), "threads": threads, "precision": precision, "batch": batch}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:20]
 
 
