@@ -96,7 +96,11 @@ def run(args) -> dict:
         python = mediapipe_python(args.mediapipe_python)
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))
         side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","))
-        side |= {"cores": cores, "backends": _backends(pipeline)}
+        from bridge.engines.fastest import CHOSEN
+
+        side |= {"cores": cores, "backends": _backends(pipeline),
+                 "cpu_backend_choice": {m: {"backend": c.backend, "reason": c.reason, "median_ms": c.timings_ms}
+                                        for m, c in CHOSEN.items()}}
     for config in (c for c in args.configs.split(",") if c):
         runner = {"one_core": _one_core, "two_stage": _two_stage}[config]
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))

@@ -29,6 +29,7 @@ CPU_BACKENDS = ("litert", "openvino", "onnxruntime")
 # own measured bound instead (docs/PERFORMANCE.md, "CPU inference precision").
 PARITY = {"f32": 1e-3, "bf16": 2e-2}
 ROUNDS, RUNS, WARMUP = 5, 6, 3
+CHOSEN: dict = {}  # model file name -> the Choice made for it in this process (benchmarks report them)
 MEASURE_VERSION = 2  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite)
 
 
@@ -143,17 +144,25 @@ def choose(model_path: Path, opener, threads: int = 1, precision: str = "f32", b
            cache_dir=None) -> tuple[object, Choice]:
     """(open session, Choice) for `model_path`. `opener(backend)` opens it or raises EngineError. A stored choice
     is reused; otherwise every CPU backend is measured and the choice stored."""
-    from bridge.engines.select import check_available
-    from bridge.fsutil import atomic_write_json
-
     store, key = _store(cache_dir), _key(model_path, threads, precision, batch)
     known = _load(store).get(key)
     if known and known.get("backend") in CPU_BACKENDS:
         try:
-            return opener(known["backend"]), Choice(known["backend"], "measured before: " + known["reason"],
-                                                    known.get("timings_ms", {}))
+            choice = Choice(known["backend"], "measured before: " + known["reason"], known.get("timings_ms", {}))
+            session = opener(known["backend"])
+            CHOSEN[model_path.name] = choice
+            return session, choice
         except EngineError:
             pass  # the stored backend no longer opens here: measure again
+    session, choice = _measure_and_store(model_path, opener, precision, batch, store, key)
+    CHOSEN[model_path.name] = choice
+    return session, choice
+
+
+def _measure_and_store(model_path: Path, opener, precision: str, batch: int, store: Path, key: str):
+    from bridge.engines.select import check_available
+    from bridge.fsutil import atomic_write_json
+
     sessions, skipped = {}, []
     for name in CPU_BACKENDS:
         available = check_available(name)
