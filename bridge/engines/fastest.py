@@ -28,7 +28,7 @@ CPU_BACKENDS = ("litert", "openvino", "onnxruntime")
 # tests (1e-3, about 0.15 px on the landmark model's 192 px scale); bf16, asked for explicitly, is held to its
 # own measured bound instead (docs/PERFORMANCE.md, "CPU inference precision").
 PARITY = {"f32": 1e-3, "bf16": 2e-2}
-ROUNDS, RUNS, WARMUP = 5, 6, 3
+ROUNDS, RUNS, WARMUP = 4, 4, 2  # 16 timed calls a backend, taking turns: about 1-2 s on a first start
 CHOSEN: dict = {}  # model file name -> the Choice made for it in this process (benchmarks report them)
 MEASURE_VERSION = 2  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite)
 
