@@ -6,8 +6,9 @@ one whose outputs differ from ONNX Runtime f32 by more than PARITY (relative to 
 and of the rest the fastest median, the candidates taking turns round by round, wins. The choice, with every
 candidate's time and the reason for each refusal, is printed and kept in `cpu-backends.json` in the engine cache
 folder, keyed by the model's bytes, the CPU, the library versions, threads, precision and batch, so later starts
-open only the chosen backend. Which backend wins differs by CPU (AVX2 or AMX) and by model (small models run
-faster on ONNX Runtime), which is why it is measured rather than ordered.
+open only the chosen backend; `facebridge engines clear` forgets them (measure again on a quiet machine). Which
+backend wins differs by CPU (AVX2 or AMX) and by model (small models run faster on ONNX Runtime), which is why it
+is measured rather than ordered.
 """
 from __future__ import annotations
 
@@ -128,9 +129,9 @@ def measure(sessions: dict, feed: dict, precision: str) -> Choice:
 
 
 def _store(cache_dir) -> Path:
-    from bridge.engines.cache import default_cache_dir
+    from bridge.engines.cache import CPU_CHOICES, default_cache_dir
 
-    return Path(cache_dir or default_cache_dir()) / "cpu-backends.json"
+    return Path(cache_dir or default_cache_dir()) / CPU_CHOICES
 
 
 def _load(path: Path) -> dict:

@@ -25,6 +25,9 @@ def test_the_choice_is_measured_once_stored_and_reused(tmp_path):
     assert [v["backend"] for v in stored.values()] == [choice.backend]
     again, second = choose(path, _opener(path), cache_dir=tmp_path)
     assert second.backend == choice.backend and second.reason.startswith("measured before")
+    from bridge.engines.cache import EngineCache
+
+    assert EngineCache(tmp_path).clear() == 1 and not (tmp_path / "cpu-backends.json").exists()  # measure again
 
 
 def test_auto_says_which_backend_each_model_runs_on_and_why(tmp_path, capsys):
