@@ -35,11 +35,10 @@ endif
 	$(PY) -m pytest -q
 
 # MediaPipe 0.10.21 for `facebridge bench pipeline --against-mediapipe` (needs numpy<2, protobuf<5: its own venv)
-mediapipe-venv: .venv-mediapipe/.installed
-.venv-mediapipe/.installed:
+mediapipe-venv:
 	test -x .venv-mediapipe/bin/python || $(PYTHON) -m venv .venv-mediapipe
-	.venv-mediapipe/bin/python -m pip install -q "mediapipe==0.10.21" "numpy<2" "protobuf<5"
-	touch $@
+	.venv-mediapipe/bin/python -c "import mediapipe" 2>/dev/null || \
+		.venv-mediapipe/bin/python -m pip install -q "mediapipe==0.10.21" "numpy<2" "protobuf<5"
 
 clean:
 	rm -rf $(VENV) .pytest_cache
