@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut 
 # where one lies on disk (without one, `make test` skips the tests that need torch and says so).
 TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
-.PHONY: run test install tools clean
+.PHONY: run test install tools clean mediapipe-venv
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ ifneq ($(TORCH_WHEEL),)
 endif
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+
+# MediaPipe 0.10.21 for `facebridge bench pipeline --against-mediapipe` (needs numpy<2, protobuf<5: its own venv)
+mediapipe-venv:
+	test -x .venv-mediapipe/bin/python || $(PYTHON) -m venv .venv-mediapipe
+	.venv-mediapipe/bin/python -c "import mediapipe" 2>/dev/null || \
+		.venv-mediapipe/bin/python -m pip install -q "mediapipe==0.10.21" "numpy<2" "protobuf<5"
 
 clean:
 	rm -rf $(VENV) .pytest_cache

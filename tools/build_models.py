@@ -5,9 +5,11 @@
     python tools/build_models.py --only emotion  # one model; other manifest entries are kept
     python tools/build_models.py --check         # rebuild in memory, compare with the shipped files, write nothing
 
-Each model is converted, its batch axis made dynamic, and checked against its SOURCE before anything is
-written: the TFLite models against LiteRT (ai-edge-litert), the emotion model against an independent numpy
-forward pass over the HDF5 weights. Also batch 1 vs batch N. Needs the `tools` extra.
+A model whose source is a .tflite also ships that file unchanged beside the ONNX one (the manifest's `litert`
+block, run by the LiteRT backend, bridge/engines/litert_backend.py). Each model is converted, its batch axis made
+dynamic, and checked against its SOURCE before anything is written: the TFLite models against LiteRT
+(ai-edge-litert), the emotion model against an independent numpy forward pass over the HDF5 weights. Also batch 1
+vs batch N. Needs the `tools` extra.
 """
 from __future__ import annotations
 
@@ -70,7 +72,13 @@ def check_batching(sess: ort.InferenceSession, x: np.ndarray) -> float:
     return worst
 
 
-def build_one(name: str, cache: Path) -> tuple[bytes, dict]:
+def litert_block(name: str, data: bytes) -> dict:
+    """The manifest's record of the source .tflite shipped as is (NHWC, batch 1), for the LiteRT backend."""
+    return {"file": f"{name}.tflite", "sha256": sha256_bytes(data), "bytes": len(data),
+            "layout": "NHWC float32, batch 1: the source file unchanged; the session keeps the ONNX interface"}
+
+
+def build_one(name: str, cache: Path) -> tuple[bytes, dict, bytes]:
     spec, src = SPECS[name], SOURCES[name]
     t0 = time.perf_counter()
     data, origin = read_source(src, cache)
@@ -114,7 +122,9 @@ def build_one(name: str, cache: Path) -> tuple[bytes, dict]:
                        "checked_against": spec.reference_name, "max_abs_diff": float(f"{source_diff:.3g}"),
                        "batch_check_max_abs_diff": float(f"{batch_diff:.3g}")},
     }
-    return model_bytes, entry
+    if src.path.endswith(".tflite"):
+        entry["litert"] = litert_block(name, data)
+    return model_bytes, entry, data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -131,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         import json
         shipped = json.loads(MANIFEST_PATH.read_text())["models"] if MANIFEST_PATH.exists() else {}
-        differ = [n for n, (_, e) in built.items() if shipped.get(n, {}).get("sha256") != e["sha256"]]
+        differ = [n for n, (_, e, _) in built.items() if shipped.get(n, {}).get("sha256") != e["sha256"]
+                  or shipped.get(n, {}).get("litert") != e.get("litert")]
         for n in differ:
             print(f"[{n}] rebuilt sha256 {built[n][1]['sha256'][:12]} differs from the manifest's "
                   f"{shipped.get(n, {}).get('sha256', 'none')[:12]}")
@@ -145,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         manifest = json.loads(MANIFEST_PATH.read_text())
     manifest["generated_by"] = "tools/build_models.py"
     manifest["tool_versions"] = tool_versions()
-    for name, (model_bytes, entry) in built.items():
+    for name, (model_bytes, entry, source_bytes) in built.items():
         atomic_write_bytes(MODELS_DIR / entry["file"], model_bytes)
+        if "litert" in entry:
+            atomic_write_bytes(MODELS_DIR / entry["litert"]["file"], source_bytes)
         manifest["models"][name] = entry
         print(f"wrote {MODELS_DIR / entry['file']} sha256 {entry['sha256'][:12]}", flush=True)
     manifest["models"] = {k: manifest["models"][k] for k in SPECS if k in manifest["models"]}  # stable order

@@ -7,8 +7,9 @@ session would, in two configurations:
   2+ cores); latency is from the start of track() to the end of describe(), so it includes the wait in the
   queue when the describe thread is saturated.
 Pin the process to one core for a one-core figure: `taskset -c 0 facebridge bench pipeline --configs one_core`
-(pinning from outside also sizes the backends' thread pools to that core). `cores` in the JSON is the number of
-cores the process was allowed to use.
+(pinning from outside also sizes the backends' thread pools to that core), or pass --core N. `cores` in the JSON is
+the number of cores the process was allowed to use. --against-mediapipe adds a side-by-side run of one_core against
+MediaPipe FaceMesh on the same frames and core, taking turns (side_by_side.py).
 """
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ def add_arguments(p) -> None:
     p.add_argument("--cpu-precision", choices=("f32", "bf16"), default="f32",
                    help="CPU backends' inference precision (default f32, as `run`)")
     p.add_argument("--configs", default="one_core,two_stage", help="configurations to run, comma-separated")
+    p.add_argument("--core", type=int, metavar="N", help="pin this process (and MediaPipe's) to CPU core N")
+    p.add_argument("--against-mediapipe", action="store_true",
+                   help="also run one_core side by side with MediaPipe 0.10.21 FaceMesh (`make mediapipe-venv`)")
+    p.add_argument("--mediapipe-python", metavar="PATH", help="MediaPipe's Python (default .venv-mediapipe)")
+    p.add_argument("--mediapipe-variants", default="refine",
+                   help="refine (478 points with iris, default), plain (468), or both: refine,plain")
 
 
 def _percentiles(values) -> dict:
@@ -73,11 +80,28 @@ def run(args) -> dict:
     from bridge.pipeline import FacePipeline, PipelineOptions
     from bridge.sources.files import SampleSource
 
+    if args.core is not None:
+        if not hasattr(os, "sched_setaffinity"):
+            from bridge.errors import FaceBridgeError
+
+            raise FaceBridgeError("--core needs Linux (sched_setaffinity)", "pin the process with your OS's tool")
+        os.sched_setaffinity(0, {args.core})
     with SampleSource(realtime=False, loop=True) as src:
         frames = [src.read() for _ in range(min(args.frames, 300))]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    results = {}
-    for config in args.configs.split(","):
+    results, side = {}, None
+    if args.against_mediapipe:
+        from bridge.bench.side_by_side import mediapipe_python, run_side_by_side
+
+        python = mediapipe_python(args.mediapipe_python)
+        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))
+        side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","))
+        from bridge.engines.fastest import CHOSEN
+
+        side |= {"cores": cores, "backends": _backends(pipeline),
+                 "cpu_backend_choice": {m: {"backend": c.backend, "reason": c.reason, "median_ms": c.timings_ms}
+                                        for m, c in CHOSEN.items()}}
+    for config in (c for c in args.configs.split(",") if c):
         runner = {"one_core": _one_core, "two_stage": _two_stage}[config]
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))
         backend = pipeline.landmarker.session.backend_name
@@ -104,4 +128,13 @@ def run(args) -> dict:
         r = results[config]
         print(f"{config} ({backend} {precision or ''}, {r['cores']} core(s)): {r['fps']} fps, per frame median "
               f"{r['per_frame']['median_ms']} ms, p99 {r['per_frame']['p99_ms']} ms")
-    return {"source": "sample", "cpu_count": os.cpu_count(), "configurations": results}
+    out = {"source": "sample", "cpu_count": os.cpu_count(), "configurations": results}
+    return out | ({"side_by_side": side} if side else {})
+
+
+def _backends(pipeline) -> dict:
+    """Which backend and precision each model's session runs on."""
+    stages = {"detector": pipeline.detector, "landmarks": pipeline.landmarker, "iris": pipeline.iris,
+              "emotion": pipeline.emotion, "expression": pipeline.expression}
+    return {name: f"{stage.session.backend_name} {getattr(stage.session, 'precision', '')}".strip()
+            for name, stage in stages.items() if getattr(stage, "session", None) is not None}

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from bridge.bench.common import percentiles
+
 MODELS = ("face_landmark", "iris_landmark", "emotion", "regressor")
 
 
@@ -69,7 +71,7 @@ def _track(pipeline, frames) -> list:
 
 def _stats(values) -> dict:
     a = np.asarray(values, np.float64).reshape(-1)
-    return {"max": round(float(a.max()), 4), "p99": round(float(np.percentile(a, 99)), 4),
+    return {"max": round(float(a.max()), 4), "p99": percentiles(a, (99,), digits=4)[0],
             "mean": round(float(a.mean()), 5)}
 
 
@@ -149,8 +151,8 @@ def _speed(pipelines: dict, feeds: dict, rounds: int) -> dict:
                     t0 = time.perf_counter()
                     session.run(feed)
                     times[config][model].append((time.perf_counter() - t0) * 1000.0)
-    return {c: {m: {"median_ms": round(float(np.median(v)), 4), "p90_ms": round(float(np.percentile(v, 90)), 4)}
-                for m, v in per.items()} for c, per in times.items()}
+    return {c: {m: dict(zip(("median_ms", "p90_ms"), percentiles(v, (50, 90), digits=4))) for m, v in per.items()}
+            for c, per in times.items()}
 
 
 def _pipeline_speed(pipelines: dict, frames: list, chunk: int = 30) -> dict:
@@ -165,8 +167,8 @@ def _pipeline_speed(pipelines: dict, frames: list, chunk: int = 30) -> dict:
                 t0 = time.perf_counter()
                 pipeline.process(frame)
                 times[config].append((time.perf_counter() - t0) * 1000.0)
-    return {c: {"frames": len(v), "median_ms": round(float(np.median(v)), 3),
-                "p99_ms": round(float(np.percentile(v, 99)), 3)} for c, v in times.items()}
+    return {c: {"frames": len(v), **dict(zip(("median_ms", "p99_ms"), percentiles(v, (50, 99))))}
+            for c, v in times.items()}
 
 
 def run(args) -> dict:

@@ -16,10 +16,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--subject", default="FaceBridge",
                    help="subject name shown in Unreal's Live Link panel and used for the calibration profile")
     p.add_argument("--backend", default="auto",
-                   choices=["auto", "onnxruntime", "onnxruntime-cuda", "openvino", "tensorrt", "tensorrt-rtx"],
-                   help="inference backend (default auto: the fastest one installed and usable here, "
-                        "TensorRT > TensorRT-RTX > ONNX Runtime CUDA > OpenVINO > ONNX Runtime CPU; the choice and "
-                        "the reason are printed)")
+                   choices=["auto", "onnxruntime", "onnxruntime-cuda", "openvino", "litert", "tensorrt",
+                            "tensorrt-rtx"],
+                   help="inference backend (default auto: TensorRT > TensorRT-RTX > ONNX Runtime CUDA when usable, "
+                        "else per model the CPU backend (LiteRT, OpenVINO, ONNX Runtime) measured fastest among those "
+                        "that agree with ONNX Runtime; the choice and the reason are printed)")
     p.add_argument("--cpu-precision", choices=["f32", "bf16"], default="f32",
                    help="CPU inference precision (default f32). bf16 only where the CPU has it natively (AMX, "
                         "AVX512-BF16) and only with OpenVINO; it is faster there but moves landmarks by up to "
@@ -31,8 +32,9 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expression-model", metavar="DIR",
                    help="use your own ONNX expression model (a folder with the model and its manifest; see "
                         "docs/FACE.md 'Expression model contract') instead of the shipped regressor")
-    p.add_argument("--emotion-every", type=int, default=1, metavar="N",
-                   help="classify emotion on every Nth frame (default 1; emotion changes slowly)")
+    p.add_argument("--emotion-every", type=int, default=3, metavar="N",
+                   help="classify emotion on every Nth frame and hold it between (default 3: it changes slowly; "
+                        "1 = every frame)")
     p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filter")
     p.add_argument("--stages", choices=["auto", "1", "2"], default="auto",
                    help="inference threads: 2 overlaps tracking of the next frame with the rest of this one "

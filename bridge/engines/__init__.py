@@ -1,8 +1,10 @@
 """Inference backends behind one interface (see base.py). `create_session` picks one and says why.
 
-Backends: "onnxruntime" (CPU), "onnxruntime-cuda", "openvino" (CPU), "tensorrt" (full TensorRT 10/11),
-"tensorrt-rtx" (TensorRT-RTX). "auto" tries them fastest first (select.AUTO_ORDER). A requested backend that
-cannot be used here falls back to the next working one with a printed reason, unless strict=True.
+Backends: "onnxruntime" (CPU), "onnxruntime-cuda", "openvino" (CPU), "litert" (CPU, XNNPACK, the shipped .tflite),
+"tensorrt" (full TensorRT 10/11), "tensorrt-rtx" (TensorRT-RTX). "auto" tries the GPU backends in order
+(select.AUTO_ORDER) and, when none is usable, takes the CPU backend measured fastest for that model among those
+that agree with ONNX Runtime (fastest.py). A requested backend that cannot be used here falls back to the next
+working one with a printed reason, unless strict=True.
 CPU backends compute in `cpu_precision` (f32 by default; see precision.py), and the line printed for a CPU
 backend names the precision that runs.
 """
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from bridge.engines.base import EngineError, EngineUnavailable, InferenceSession, TensorSpec  # noqa: F401
 from bridge.engines.precision import DEFAULT_CPU_PRECISION, check_cpu_precision, precision_note
-from bridge.engines.select import AUTO_ORDER, BACKENDS, candidates, check_available  # noqa: F401
+from bridge.engines.select import AUTO_ORDER, BACKENDS, CPU_BACKENDS, candidates, check_available  # noqa: F401
 
 _announced: set[tuple] = set()
 
@@ -28,6 +30,10 @@ def _open(backend: str, model_path: Path, threads: int, cache_dir, precision: st
         from bridge.engines.onnxruntime_backend import OrtCudaSession
 
         return OrtCudaSession(model_path, threads=threads)
+    if backend == "litert":
+        from bridge.engines.litert_backend import LiteRtSession
+
+        return LiteRtSession(model_path, threads=threads)
     if backend == "openvino":
         from bridge.engines.openvino_backend import OpenVinoSession
 
@@ -44,18 +50,21 @@ def _say(line: str) -> None:
 
 
 def create_session(model_path: str | Path, backend: str = "onnxruntime", threads: int = 1, *, cache_dir=None,
-                   precision: str = "fp32", cpu_precision: str = DEFAULT_CPU_PRECISION,
+                   precision: str = "fp32", cpu_precision: str = DEFAULT_CPU_PRECISION, batch: int = 1,
                    strict: bool = False) -> InferenceSession:
     """Open `model_path` on `backend` ("auto" = fastest available), falling back with a printed reason.
 
     The default stays "onnxruntime" so existing callers keep bit-stable CPU results; user-facing commands pass
     --backend (default auto). strict=True raises the requested backend's error instead of falling back.
-    `precision` is TensorRT's (fp32, fp16); `cpu_precision` the CPU backends' (f32, bf16).
+    `precision` is TensorRT's (fp32, fp16); `cpu_precision` the CPU backends' (f32, bf16); `batch` is the batch
+    the caller will run, at which `auto` times the CPU backends.
     """
     model_path = Path(model_path)
     check_cpu_precision(cpu_precision)
     skipped: list[str] = []
     for name in candidates(backend):
+        if backend == "auto" and name in CPU_BACKENDS:
+            return _fastest_cpu(model_path, threads, cache_dir, precision, cpu_precision, batch, skipped)
         available = check_available(name)
         if not available.ok:
             if strict and name == backend:
@@ -82,3 +91,16 @@ def create_session(model_path: str | Path, backend: str = "onnxruntime", threads
         return session
     raise EngineError("no inference backend could open " + model_path.name + ": " + "; ".join(skipped),
                       "check the model file with `facebridge engines verify`")
+
+
+def _fastest_cpu(model_path: Path, threads: int, cache_dir, precision: str, cpu_precision: str, batch: int,
+                 skipped: list[str]) -> InferenceSession:
+    from bridge.engines.fastest import choose
+
+    if skipped:
+        _say("no GPU backend here (" + "; ".join(skipped) + "): each model runs on the CPU backend measured fastest")
+    session, choice = choose(model_path, lambda b: _open(b, model_path, threads, cache_dir, precision, cpu_precision),
+                             threads=threads, precision=cpu_precision, batch=batch, cache_dir=cache_dir)
+    note = precision_note(cpu_precision, getattr(session, "precision", "f32"), choice.backend)
+    _say(f"{model_path.stem}: using {choice.backend}, {note}, {choice.reason}")
+    return session

@@ -27,6 +27,7 @@ from bridge.fsutil import atomic_write_bytes, atomic_write_json
 KEY_VERSION = 1
 INDUCTOR_DIR = "torch-inductor"  # torch.compile's kernels (see torch_runner)
 NOT_MODELS = ("timing", INDUCTOR_DIR)  # folders of the cache that hold no engines
+CPU_CHOICES = "cpu-backends.json"  # the CPU backend measured fastest per model (engines/fastest.py)
 
 
 def default_cache_dir() -> Path:
@@ -139,9 +140,13 @@ class EngineCache:
         return found
 
     def clear(self, model: str | None = None) -> int:
-        """Remove engines (of one model, or all, plus timing caches and compiled torch kernels). Returns how many
-        files went."""
+        """Remove engines (of one model, or all, plus timing caches, compiled torch kernels and the stored CPU backend
+        choices, so the next start measures again). Returns how many files went."""
         removed = 0
+        choices = self.root / CPU_CHOICES
+        if model is None and choices.is_file():
+            choices.unlink()
+            removed += 1
         inductor = self.inductor_dir
         if model is None and inductor.is_dir():
             removed += sum(1 for path in inductor.rglob("*") if path.is_file())

@@ -112,14 +112,24 @@ class MorphableModel:
         self.num_identity = self.identity_basis.shape[0]  # 101
         self._id_flat = self.identity_basis.reshape(self.num_identity, -1)
         self._exp_flat = self.expression_basis.reshape(52, -1)
+        # the 468 face points' columns, contiguous: face_points runs every frame
+        self._neutral468 = np.ascontiguousarray(self.neutral[:468].reshape(-1))
+        self._id468 = np.ascontiguousarray(self._id_flat[:, :1404])
+        self._exp468 = np.ascontiguousarray(self._exp_flat[:, :1404])
+        self._base_key: bytes | None = None
+        self._base: np.ndarray | None = None
         counts = self.region_points.sum(1, keepdims=True)
         self.region_average = self.region_points / np.maximum(counts, 1)  # (regions, 468): mean over a region
 
     # -- shape ------------------------------------------------------------------------------------------
     def face_points(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """(468, 3) model-space landmarks, without the iris (faster than shape() for one face)."""
-        return (self.neutral[:468].reshape(-1) + identity @ self._id_flat[:, :1404]
-                + weights @ self._exp_flat[:, :1404]).reshape(468, 3)
+        """(468, 3) model-space landmarks, without the iris (faster than shape() for one face). The identity's
+        part is kept between calls: a subject's identity changes only every IDENTITY_EVERY frames."""
+        key = np.asarray(identity).tobytes()
+        if key != self._base_key:
+            self._base = self._neutral468 + identity @ self._id468
+            self._base_key = key
+        return (self._base + weights @ self._exp468).reshape(468, 3)
 
     def eye_angles(self, weights: np.ndarray) -> np.ndarray:
         """(..., 52) weights -> (..., 2, 2) per-eye (yaw, pitch) degrees in head space, [left, right]."""

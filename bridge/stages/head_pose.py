@@ -26,22 +26,22 @@ def rotation_to_ypr(rot: np.ndarray) -> np.ndarray:
     toward the subject's left, pitch its rise, roll the tilt of the left axis toward the subject's left shoulder,
     measured about forward.
     """
-    forward = rot @ np.array([0.0, 0.0, -1.0])
-    left = rot @ np.array([1.0, 0.0, 0.0])
-    yaw = math.atan2(forward[0], -forward[2])
-    pitch = math.atan2(-forward[1], math.hypot(forward[0], forward[2]))
+    fx, fy, fz = -float(rot[0, 2]), -float(rot[1, 2]), -float(rot[2, 2])  # forward = rot @ (0, 0, -1)
+    lx, ly, lz = float(rot[0, 0]), float(rot[1, 0]), float(rot[2, 0])  # left = rot @ (1, 0, 0)
+    yaw = math.atan2(fx, -fz)
+    pitch = math.atan2(-fy, math.hypot(fx, fz))
     # left axis of the same head turned by yaw and pitch only, then the signed angle about forward
-    cy, sy, cp, sp = math.cos(yaw), math.sin(yaw), math.cos(pitch), math.sin(pitch)
-    left_no_roll = np.array([cy, 0.0, sy])
-    up_no_roll = np.cross(forward, left_no_roll)
-    roll = math.atan2(float(left @ up_no_roll), float(left @ left_no_roll))
-    del cp, sp
+    cy, sy = math.cos(yaw), math.sin(yaw)  # left_no_roll = (cy, 0, sy); up_no_roll = forward x left_no_roll
+    ux, uy, uz = fy * sy, fz * cy - fx * sy, -fy * cy
+    roll = math.atan2(lx * ux + ly * uy + lz * uz, lx * cy + lz * sy)
     return np.degrees([yaw, pitch, -roll]).astype(np.float32)
 
 
 class HeadPoseEstimator:
     def __init__(self) -> None:
         self.model = np.load(CANONICAL_PATH).astype(np.float64)
+        self._rigid = np.ascontiguousarray(self.model[RIGID_POINTS])
+        self._camera: tuple[tuple[int, int], np.ndarray] | None = None
         self._rvec: np.ndarray | None = None
         self._tvec: np.ndarray | None = None
 
@@ -50,8 +50,9 @@ class HeadPoseEstimator:
 
     def estimate(self, points: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(yaw/pitch/roll degrees, translation cm, 3x3 rotation) of the head in camera space."""
-        k = camera_matrix(width, height)
-        obj = self.model[RIGID_POINTS]
+        if self._camera is None or self._camera[0] != (width, height):
+            self._camera = ((width, height), camera_matrix(width, height))
+        k, obj = self._camera[1], self._rigid
         img = points[RIGID_POINTS, :2].astype(np.float64)
         if self._rvec is None:
             ok, rvec, tvec = cv2.solvePnP(obj, img, k, None, flags=cv2.SOLVEPNP_SQPNP)

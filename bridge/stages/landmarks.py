@@ -85,7 +85,7 @@ class IrisLandmarker:
 
     def __init__(self, backend: str = "onnxruntime", threads: int = 1, cpu_precision: str = "f32") -> None:
         self.session = create_session(model_path("iris_landmark"), backend=backend, threads=threads,
-                                      cpu_precision=cpu_precision)
+                                      cpu_precision=cpu_precision, batch=2)  # both eyes in one call
         self.input_name = self.session.inputs[0].name
 
     @staticmethod

@@ -159,7 +159,7 @@ def test_full_disk_during_build_gives_a_clear_error_and_leaves_nothing(flavour, 
         assert "--cache-dir" in str(info.value)
         assert not list(mount.rglob("*.engine")) and not list(mount.rglob("*.tmp"))
         session = create_session(find_model("face_landmark").path, "auto", cache_dir=mount)
-        assert session.backend_name in ("openvino", "onnxruntime")
+        assert session.backend_name in ("litert", "openvino", "onnxruntime")
     finally:
         subprocess.run(["umount", str(mount)], check=False)
 

@@ -1,0 +1,149 @@
+"""`facebridge bench pipeline --against-mediapipe`: FaceBridge and MediaPipe FaceMesh on the same frames, taking turns.
+
+MediaPipe 0.10.21 runs in its own venv (`make mediapipe-venv`: it needs numpy<2 and protobuf<5) as a subprocess
+(bridge/bench/mediapipe_side.py) on the same core. Every CHUNK frames the two sides take turns on the same frames,
+the order alternating (FaceBridge first, then MediaPipe first), and neither runs while the other does: machine noise
+from other jobs hits both alike, so read the ratio, which is also given per chunk to show its spread. FaceBridge is
+timed over process() (everything it streams: landmarks, iris, head pose, gaze, expression, emotion, filters);
+MediaPipe over FaceMesh.process() (478 landmarks with refine_landmarks, nothing else). Both wall time and CPU
+time (time.process_time: every thread of the process) are taken per frame; on a machine that other jobs load, CPU
+time is the steadier figure, and it is what a game on the same PC loses.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bridge.bench.common import percentiles
+from bridge.errors import FaceBridgeError
+
+CHUNK = 30
+VENV = ".venv-mediapipe"
+
+
+def mediapipe_python(explicit: str | None) -> Path:
+    """The Python of MediaPipe's venv: --mediapipe-python, else .venv-mediapipe here or beside the package."""
+    if explicit:
+        candidates = [Path(explicit)]
+    else:
+        here = [Path.cwd(), Path(__file__).resolve().parents[2]]
+        candidates = [root / VENV / "bin" / "python" for root in here]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FaceBridgeError(f"MediaPipe's Python was not found ({', '.join(map(str, candidates))})",
+                          "run `make mediapipe-venv` (mediapipe==0.10.21 in .venv-mediapipe), or pass "
+                          "--mediapipe-python PATH")
+
+
+class MediaPipeSide:
+    """The worker subprocess: one JSON line each way (see mediapipe_side.py)."""
+
+    def __init__(self, python: Path, frames_path: Path, refine: bool) -> None:
+        worker = Path(__file__).with_name("mediapipe_side.py")
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env["GLOG_minloglevel"] = "2"
+        self._proc = subprocess.Popen([str(python), str(worker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, env=env)
+        self.version = self._ask({"frames": str(frames_path), "refine": refine}).get("mediapipe")
+
+    def _ask(self, msg: dict) -> dict:
+        self._proc.stdin.write(json.dumps(msg) + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise FaceBridgeError("the MediaPipe worker stopped", f"check the venv: {VENV}/bin/python -c 'import "
+                                  "mediapipe' (run `make mediapipe-venv` again if it fails)")
+        return json.loads(line)
+
+    def run(self, start: int, count: int) -> tuple[list[float], list[float], list[bool]]:
+        reply = self._ask({"run": [start, count]})
+        return reply["ms"], reply["cpu_ms"], reply["found"]
+
+    def close(self) -> None:
+        try:
+            self._proc.stdin.write(json.dumps({"quit": True}) + "\n")
+            self._proc.stdin.close()
+            self._proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+
+
+def _summary(ms: list[float]) -> dict:
+    median, p99 = percentiles(ms, (50, 99))
+    return {"frames": len(ms), "median_ms": median, "p99_ms": p99, "mean_ms": round(float(np.mean(ms)), 3),
+            "p99_over_median": round(p99 / median, 3) if median else None}
+
+
+def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: list[str]) -> dict:
+    """Interleave FaceBridge's process() with each MediaPipe variant ("refine", "plain") over n frames."""
+    images = np.stack([f.image for f in frames])
+    with tempfile.TemporaryDirectory() as tmp:
+        frames_path = Path(tmp) / "frames.npy"
+        np.save(frames_path, images)
+        sides = {v: MediaPipeSide(python, frames_path, refine=(v == "refine")) for v in variants}
+        try:
+            for side in sides.values():  # warm-up: first detection, allocators
+                side.run(0, CHUNK)
+            for f in frames[:CHUNK]:
+                pipeline.process(f)
+            pipeline.reset()
+            ours: list[float] = []
+            ours_cpu: list[float] = []
+            stage_ms: dict[str, list[float]] = {}
+            found = 0
+            theirs = {v: ([], [], []) for v in variants}
+            chunk_ratio = {v: [] for v in variants}
+            for k, start in enumerate(range(0, n, CHUNK)):
+                count = min(CHUNK, n - start)
+                order = ["ours", *variants] if k % 2 == 0 else [*variants, "ours"]
+                chunk = {}
+                for who in order:
+                    if who == "ours":
+                        ms = []
+                        for i in range(start, start + count):
+                            c0, t0 = time.process_time(), time.perf_counter()
+                            out = pipeline.process(frames[i % len(frames)])
+                            ms.append((time.perf_counter() - t0) * 1000.0)
+                            ours_cpu.append((time.process_time() - c0) * 1000.0)
+                            found += out.face_found
+                            for stage, v in out.latencies_ms.items():
+                                stage_ms.setdefault(stage, []).append(v)
+                        ours += ms
+                    else:
+                        ms, cpu, hit = sides[who].run(start, count)
+                        for kept, new in zip(theirs[who], (ms, cpu, hit)):
+                            kept.extend(new)
+                    chunk[who] = float(np.median(ms))
+                for v in variants:
+                    chunk_ratio[v].append(chunk["ours"] / chunk[v])
+        finally:
+            for side in sides.values():
+                side.close()
+    result = {"chunk_frames": CHUNK, "mediapipe": next(iter(sides.values())).version,
+              "facebridge": _summary(ours) | {"cpu": _summary(ours_cpu),
+                                              "face_found_ratio": round(found / len(ours), 4),
+                                              "stages": {k: {"median_ms": percentiles(v, (50,))[0], "runs": len(v)}
+                                                         for k, v in stage_ms.items()}}}
+    for v in variants:
+        ms, cpu, hit = theirs[v]
+        ratios = chunk_ratio[v]
+        result[f"mediapipe_{v}"] = _summary(ms) | {"cpu": _summary(cpu),
+                                                   "face_found_ratio": round(float(np.mean(hit)), 4)}
+        result[f"ratio_vs_{v}"] = {"median_of_all_frames": round(result["facebridge"]["median_ms"] / percentiles(
+            ms, (50,))[0], 3), "cpu_median": round(float(np.median(ours_cpu) / np.median(cpu)), 3),
+            "per_chunk_median": round(float(np.median(ratios)), 3),
+            "per_chunk_min": round(float(np.min(ratios)), 3), "per_chunk_max": round(float(np.max(ratios)), 3)}
+    print(f"side by side ({len(ours)} frames, one core {sorted(os.sched_getaffinity(0))}): FaceBridge median "
+          f"{result['facebridge']['median_ms']} ms, p99 {result['facebridge']['p99_ms']} ms; " + "; ".join(
+              f"MediaPipe {v} median {result[f'mediapipe_{v}']['median_ms']} ms, ratio "
+              f"{result[f'ratio_vs_{v}']['median_of_all_frames']} (CPU time {result[f'ratio_vs_{v}']['cpu_median']})"
+              for v in variants), file=sys.stderr)
+    return result
