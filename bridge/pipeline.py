@@ -108,7 +108,7 @@ class FacePipeline:
         self._emotion = np.zeros(7, np.float32)
         self._filters = {k: OneEuroFilter(*p) for k, p in {
             "blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
-            "eyes": (1.5, 0.05)}.items()}
+            "eyes": (1.5, 0.05), "emotion": (1.0, 0.5)}.items()}
         self.detector_runs = 0
         self.swapper = None  # a runtime.swap.ModelSwapper: new model sessions are taken between two frames
 
@@ -246,7 +246,12 @@ class FacePipeline:
         out.head_translation = translation
         out.eye_left, out.eye_right = eyes[0].copy(), eyes[1].copy()
         out.morph = expr.morph if isinstance(expr.morph, MorphParams) else MorphParams()
+        # Emotion is classified every Nth frame and held between; the filter smooths both the steps and the
+        # classifier's own frame-to-frame jumps (up to 0.4 on a still face), renormalised to sum to one.
         out.emotion = self._emotion
+        if self.options.smoothing:
+            smoothed = np.clip(self._filters["emotion"](self._emotion, t), 0.0, None)
+            out.emotion = (smoothed / max(float(smoothed.sum()), 1e-6)).astype(np.float32)
         out.confidence = float(found.presence)
         out.region_confidence = dict(expr.region_confidence)
         out.landmarks = points

@@ -1,9 +1,26 @@
 """Fixtures for every test; plain helpers are in tests/helpers.py."""
+import os
+
 import pytest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_state(tmp_path_factory):
+    """No test reads or writes the user's own state: profiles, installed releases and the engine cache (with the
+    CPU backend choices measured there) go to folders of this test session; subprocesses inherit them."""
+    saved = {k: os.environ.get(k) for k in ("FACEBRIDGE_HOME", "FACEBRIDGE_ENGINE_CACHE")}
+    os.environ["FACEBRIDGE_HOME"] = str(tmp_path_factory.mktemp("home"))
+    os.environ["FACEBRIDGE_ENGINE_CACHE"] = str(tmp_path_factory.mktemp("engine-cache"))
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture
 def isolated_home(tmp_path, monkeypatch):
-    """Calibration profiles and other per-user state go to a temporary folder."""
+    """Calibration profiles and other per-user state go to a temporary folder of this test."""
     monkeypatch.setenv("FACEBRIDGE_HOME", str(tmp_path / "home"))
     return tmp_path / "home"
