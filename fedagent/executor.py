@@ -40,7 +40,7 @@ class ForkExecutor:
     """Flower's Executor protocol: `launch` forks this warm process and runs the ClientApp task in the child."""
 
     def __init__(self):
-        self.children: set[int] = set()
+        self.children: dict[int, float] = {}  # pid -> monotonic start
 
     def get_eligible_capacity(self, supported_task_types, *, insecure=False, root_certificates_path=None):
         return supported_task_types, set()
@@ -68,15 +68,17 @@ class ForkExecutor:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
-        self.children.add(pid)
+        self.children[pid] = time.monotonic()
         return LaunchResult.accepted()
 
     def reconcile(self) -> None:
         """Reap finished children."""
         for pid in list(self.children):
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            done, status = os.waitpid(pid, os.WNOHANG)
             if done:
-                self.children.discard(pid)
+                took = time.monotonic() - self.children.pop(pid)
+                print(f"fedagent executor: task process {pid} exited {os.waitstatus_to_exitcode(status)} after "
+                      f"{took:.2f} s", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         for pid in self.children:

@@ -21,6 +21,7 @@ from flwr.server import Grid, LegacyContext, ServerApp, ServerConfig
 from flwr.server.workflow import DefaultWorkflow
 
 from bridge.audio.learn_store import LearnStore
+from bridge.audio.lipsync import save_adapter
 from fedagent.release import current_global, publish_adapter
 from fedagent.strategy import AdapterFedAvg
 from fedagent.task import TrainConfig, Trunk, default_adapter, frames_from_windows, mouth_error
@@ -82,12 +83,15 @@ def main(grid: Grid, context: Context) -> None:
         events({"event": "publish", "round": server_round, "release": done["release"],
                 "signed": done["release"] is not None})
 
+    def keep(adapter, server_round):
+        save_adapter(state_dir / "rounds" / f"round-{server_round:04d}.npz", adapter)
+
     strategy = AdapterFedAvg(
         initial, min_clients=_get(cfg, "min-clients", 2), clients_per_round=_get(cfg, "clients-per-round", 0),
         train_config={k: cfg[k] for k in TRAIN_KEYS if k in cfg}, num_examples=num_examples,
         clipping_range=_get(cfg, "clipping-range", 1.0), max_update_norm=_get(cfg, "max-update-norm", 2.0),
         dp_noise=_get(cfg, "dp-noise", 0.0), dp_clip=_get(cfg, "dp-clip", 0.0), wait_s=_get(cfg, "wait", 120.0),
-        evaluate_fn=evaluate_fn, on_publish=publish, on_event=events)
+        evaluate_fn=evaluate_fn, on_publish=publish, on_accept=keep, on_event=events)
     fit = RobustSecAggPlusWorkflow(
         _get(cfg, "num-shares", 1.0), _get(cfg, "threshold", 0.67),
         max_weight=float(num_examples), clipping_range=_get(cfg, "clipping-range", 1.0),

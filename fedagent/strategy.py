@@ -12,6 +12,7 @@ Policy:
 - Optional central differential privacy: devices clip their update to L2 <= dp_clip (Flower's
   fixedclipping_mod, inside SecAgg+), and the server adds Gaussian noise of stdev dp_noise * dp_clip / n to the
   aggregate of n devices. The server sees the un-noised aggregate (trusted-server DP).
+- Every accepted aggregate is kept by `on_accept` (the server's audit trail of global adapters).
 - After each accepted round the new global adapter is evaluated on the server's own held-out set and published
   (on_publish) only when its error is no worse than the last published one.
 """
@@ -41,6 +42,7 @@ class AdapterFedAvg(FedAvg):
                  max_update_norm: float = 2.0, dp_noise: float = 0.0, dp_clip: float = 0.0, wait_s: float = 120.0,
                  evaluate_fn: Callable[[Adapter], float] | None = None,
                  on_publish: Callable[[Adapter, int, float], None] | None = None,
+                 on_accept: Callable[[Adapter, int], None] | None = None,
                  on_event: Callable[[dict], None] | None = None):
         super().__init__(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=min_clients,
                          min_available_clients=min_clients, accept_failures=True,
@@ -54,7 +56,7 @@ class AdapterFedAvg(FedAvg):
         self.num_examples, self.clipping_range = int(num_examples), float(clipping_range)
         self.max_update_norm, self.dp_noise, self.dp_clip = float(max_update_norm), float(dp_noise), float(dp_clip)
         self.wait_s = float(wait_s)
-        self.evaluate_fn, self.on_publish = evaluate_fn, on_publish
+        self.evaluate_fn, self.on_publish, self.on_accept = evaluate_fn, on_publish, on_accept
         self.on_event = on_event or (lambda event: None)
         self.excluded: set = set()
         self.best_error: float | None = None
@@ -110,6 +112,8 @@ class AdapterFedAvg(FedAvg):
                            "noise_stdev": compute_stdv(self.dp_noise, self.dp_clip, len(results))})
         self.current = adapter_from_list(parameters_to_ndarrays(params))
         self.accepted_round = server_round
+        if self.on_accept is not None:
+            self.on_accept(self.current, server_round)
         self.on_event({"event": "aggregate", "round": server_round, "status": "accepted", "devices": len(results),
                        "update_norm": round(moved, 6)})
         return params, {}
