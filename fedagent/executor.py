@@ -90,8 +90,9 @@ class ForkExecutor:
 
 def preload(store: str | None) -> None:
     """Import what a task needs and load the device's rows, so every forked child starts with them."""
-    import fedagent.client_app as client_app  # noqa: F401  (also imports flwr's ClientApp machinery)
     import flwr.supernode.runtime.run_clientapp  # noqa: F401
+
+    import fedagent.client_app as client_app  # noqa: F401  (also imports flwr's ClientApp machinery)
 
     if store:
         try:

@@ -1,7 +1,9 @@
 """Test-only fault injection for the device side, so tests can make a real device fail at a chosen SecAgg+ stage.
 
-Policy: off unless FEDAGENT_TEST_FAULTS is set in the environment of the device's own processes (the server
-cannot switch it on). The variable is a comma-separated list of `stage:round:action[:occurrence]`:
+Policy: off unless FEDAGENT_TEST_FAULTS is set in the environment of the device's own processes, or
+FEDAGENT_TEST_FAULTS_FILE names a file holding the same text (read at every message, so a test can change the
+faults between runs); the server cannot switch either on. The text is a comma-separated list of
+`stage:round:action[:occurrence]`:
     stage       setup | share_keys | collect_masked_vectors | unmask
     round       the server round (1, 2, ...)
     action      raise (the device fails this stage), stall (it hangs for 10 minutes, to be killed),
@@ -18,12 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-ENV, DIR_ENV = "FEDAGENT_TEST_FAULTS", "FEDAGENT_TEST_FAULTS_DIR"
+ENV, FILE_ENV, DIR_ENV = "FEDAGENT_TEST_FAULTS", "FEDAGENT_TEST_FAULTS_FILE", "FEDAGENT_TEST_FAULTS_DIR"
 
 
 def _rules() -> list[tuple[str, int, str, int]]:
+    text = os.environ.get(ENV, "")
+    path = os.environ.get(FILE_ENV)
+    if path and Path(path).exists():
+        text += "," + Path(path).read_text()
     rules = []
-    for item in filter(None, (s.strip() for s in os.environ.get(ENV, "").split(","))):
+    for item in filter(None, (s.strip() for s in text.split(","))):
         parts = item.split(":")
         rules.append((parts[0], int(parts[1]), parts[2], int(parts[3]) if len(parts) > 3 else 1))
     return rules

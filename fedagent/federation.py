@@ -86,7 +86,7 @@ class LocalFederation:
     def address(self) -> str:
         return f"{'127.0.0.1' if self.host in ('0.0.0.0', '::') else self.host}:{self.port}"
 
-    def __enter__(self) -> "LocalFederation":
+    def __enter__(self) -> LocalFederation:
         return self
 
     def __exit__(self, *exc) -> None:

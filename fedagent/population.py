@@ -115,7 +115,8 @@ def speaker_store(speaker: Speaker, utterances: int, cache_dir: Path, styled: bo
     """The speaker's learning store under `cache_dir`, generated on first use (owner-only like a real one)."""
     key = json.dumps({"speaker": asdict(speaker), "utterances": utterances, "styled": styled, "v": 1},
                      sort_keys=True)
-    folder = Path(cache_dir) / f"{speaker.name.replace('+', '_').replace('@', '_')}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    name = speaker.name.replace("+", "_").replace("@", "_")
+    folder = Path(cache_dir) / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     store = LearnStore(folder)
     done = folder / ".complete"
     if done.exists():

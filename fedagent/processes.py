@@ -80,14 +80,18 @@ class Proc:
             pass
         self.popen.wait()
 
-    def stop(self, grace: float = 5.0) -> None:
+    def terminate(self) -> None:
         if self.popen.poll() is None:
             try:
                 os.killpg(self.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+
+    def stop(self, grace: float = 5.0) -> None:
+        if self.popen.poll() is None:
+            self.terminate()
             try:
-                self.popen.wait(grace)
+                self.popen.wait(max(grace, 0.0))
             except subprocess.TimeoutExpired:
                 self.kill_now()
         try:  # children of a session leader that already exited
@@ -98,9 +102,12 @@ class Proc:
 
 
 def stop_all(procs: list[Proc], grace: float = 5.0) -> None:
-    """Stop in reverse start order (nodes before the link), each with a bounded grace."""
+    """SIGTERM every process (devices before the link), then give all of them one shared grace, then SIGKILL."""
     for proc in reversed(procs):
-        proc.stop(grace)
+        proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in reversed(procs):
+        proc.stop(deadline - time.monotonic())
 
 
 def free_port() -> int:
@@ -198,7 +205,9 @@ def superlink(home: Path, log_dir: Path, host: str = "127.0.0.1", port: int = 90
         cmd += ["--ssl-ca-certfile", str(tls.ca), "--ssl-certfile", str(tls.cert), "--ssl-keyfile", str(tls.key)]
     if node_auth:
         cmd.append("--enable-supernode-auth")
-    proc = Proc("SuperLink", cmd, flower_env(home), log_dir / "superlink.log", nice)
+    # its SuperExec starts the ServerApp of a run; Flower's knob for how often it looks (default 1 s)
+    env = flower_env(home, {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"})
+    proc = Proc("SuperLink", cmd, env, log_dir / "superlink.log", nice)
     wait_for(lambda: port_open("127.0.0.1" if host in ("0.0.0.0", "::") else host, port), 60,
              f"the SuperLink to listen on {host}:{port}", [proc])
     return proc

@@ -49,7 +49,8 @@ def format_event(event: dict) -> str | None:
             ("" if event["status"] == "ok" else f"  {event['status']}")
     if kind == "round" and event.get("status") != "done":
         extra = f", halted in {event['halted_in']}" if event.get("halted_in") else ""
-        return f"round {event['round']}  {event['status']}{extra}" + (f": {event['reason']}" if event.get("reason") else "")
+        reason = f": {event['reason']}" if event.get("reason") else ""
+        return f"round {event['round']}  {event['status']}{extra}{reason}"
     if kind == "aggregate" and event.get("status") == "rejected":
         return f"round {event['round']}  aggregate rejected: {event['reason']}"
     if kind == "evaluate":

@@ -116,7 +116,7 @@ class Frames:
         return len(self.h)
 
     @staticmethod
-    def concat(parts: list["Frames"]) -> "Frames":
+    def concat(parts: list[Frames]) -> Frames:
         if not parts:
             return Frames(np.zeros((0, 128), np.float32), np.zeros((0, N_VIS + N_MOUTH), np.float32),
                           np.zeros((0, N_MOUTH), np.float32), np.zeros((0, N_MOUTH), np.float32))
@@ -178,7 +178,7 @@ class TrainConfig:
     seed: int = 0
 
     @classmethod
-    def from_config(cls, config: dict) -> "TrainConfig":
+    def from_config(cls, config: dict) -> TrainConfig:
         cfg = cls()
         for key in cfg.__dataclass_fields__:
             wire = key.replace("_", "-")
@@ -227,8 +227,9 @@ def fine_tune(start: Adapter, train: Frames, held_out: Frames, cfg: TrainConfig 
     step = 0
     best = {n: start[n].copy() for n in ADAPTER_NAMES}
     before = best_err = mouth_error(start, held_out)
-    history, stale, epoch = [], 0, 0
+    history, stale, epochs = [], 0, 0
     for epoch in range(1, cfg.max_epochs + 1):
+        epochs = epoch
         order = rng.permutation(len(train))
         for lo in range(0, len(order), cfg.batch):
             idx = order[lo:lo + cfg.batch]
@@ -249,7 +250,7 @@ def fine_tune(start: Adapter, train: Frames, held_out: Frames, cfg: TrainConfig 
             stale += 1
             if stale >= cfg.patience:
                 break
-    return TrainResult(best, before, best_err, epoch, history)
+    return TrainResult(best, before, best_err, epochs, history)
 
 
 def device_frames(trunk: Trunk, windows: list[LearnWindow], holdout_every: int = 5) -> tuple[Frames, Frames]:

@@ -97,3 +97,23 @@ def face_frame(seq: int, smile: float = 0.1, found: bool = True):
     fr.blendshapes[ARKIT_INDEX["mouthSmileLeft"]] = smile
     fr.head_rotation = np.array([5.0, -3.0, 1.0], np.float32)
     return fr
+
+
+def learn_window(frames: int = 120, seed: int = 0, source: str = "simulated"):
+    """A LearnWindow of random log-mel frames and teacher mouth weights (for store and training tests)."""
+    import numpy as np
+
+    from bridge.audio.learn_store import LearnWindow
+
+    rng = np.random.default_rng(seed)
+    return LearnWindow(mel=rng.normal(-8, 3, (frames, 40)).astype(np.float32),
+                       mouth=rng.uniform(0, 1, (frames, 19)).astype(np.float32),
+                       trust=np.ones(frames, np.float32), t_start=1.7e9 + seed, source=source)
+
+
+def speaker_stores(folder: Path, devices: int, held_out: int = 1, utterances: int = 8):
+    """(device stores, one server held-out store) of simulated espeak-ng speakers; skips without espeak-ng."""
+    espeak_or_skip()
+    from fedagent.simulation import device_stores, server_eval_store
+
+    return device_stores(devices, utterances, folder), server_eval_store(held_out, utterances, folder)

@@ -53,7 +53,7 @@ class LearnRecorder:
         self.frames_kept = 0
         self.frames_rejected = 0
         self.write_errors = 0
-        self._mono_to_wall = time.time() - time.perf_counter()
+        self._mono_to_wall = time.time() - time.perf_counter()  # refined from each camera frame's two clocks
 
     # -- video side -----------------------------------------------------------------------------------------
     def on_camera(self, frame: FaceFrame) -> None:
@@ -62,6 +62,7 @@ class LearnRecorder:
               and float(frame.region_confidence.get("mouth", 0.0)) >= self.min_mouth_confidence)
         mouth = np.asarray(frame.blendshapes, np.float32)[MOUTH_ARKIT_INDICES].copy()
         with self._lock:
+            self._mono_to_wall = float(frame.t_capture) - float(frame.t_capture_mono)
             self._camera.append((float(frame.t_capture_mono), mouth, bool(ok)))
             while self._camera and self._camera[-1][0] - self._camera[0][0] > CAMERA_HISTORY_S:
                 self._camera.popleft()

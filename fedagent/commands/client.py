@@ -36,8 +36,16 @@ def _loopback(host: str) -> bool:
 def run(args) -> int:
     from bridge.errors import FaceBridgeError
     from fedagent.data_store import load_device_data, open_store
-    from fedagent.processes import check_superlink, explain, free_port, node_id_of, split_address, stop_all, \
-        supernode, wait_for
+    from fedagent.processes import (
+        check_superlink,
+        explain,
+        free_port,
+        node_id_of,
+        split_address,
+        stop_all,
+        supernode,
+        wait_for,
+    )
 
     host, _ = split_address(args.superlink)
     ca = Path(args.root_certificates) if args.root_certificates else None

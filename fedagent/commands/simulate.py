@@ -1,7 +1,6 @@
 """`fedagent simulate --clients N --rounds R`: a real SuperLink and N real SuperNodes on 127.0.0.1."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -46,11 +45,11 @@ def parse_settings(items: list[str]) -> dict:
 
 
 def run(args) -> int:
-    from bridge.fsutil import atomic_write_json
-    from fedagent.simulation import simulate, summary_lines
-    from fedagent.signing_setup import simulation_publishing
-
     import tempfile
+
+    from bridge.fsutil import atomic_write_json
+    from fedagent.signing_setup import simulation_publishing
+    from fedagent.simulation import simulate, summary_lines
 
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="fedagent-simulate-"))
     publish, install_hint = ({}, None) if args.no_publish else simulation_publishing(work)
