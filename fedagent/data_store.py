@@ -70,6 +70,21 @@ def load_device_data(store: LearnStore, trunk: Trunk | None = None, holdout_ever
     return DeviceData(train, held, len(train_w), len(held_w))
 
 
+def store_frames(store: LearnStore, trunk: Trunk | None = None) -> Frames:
+    """All of a store's windows as rows (the server's held-out set), through the same cache."""
+    paths = store.paths()
+    if not paths:
+        raise FaceBridgeError(f"the learning store {store.root} is empty", "fill it before using it for evaluation")
+    fingerprint = _fingerprint([p.name for p in paths] + ["all"])
+    cache = _cache_path(store, _model_sha())
+    cached = _read_cache(cache, fingerprint)
+    if cached is not None:
+        return cached[0]
+    frames = frames_from_windows(trunk or Trunk(), [store.read(p) for p in paths])
+    _write_cache(cache, fingerprint, frames, Frames.concat([]))
+    return frames
+
+
 def _model_sha() -> str:
     from bridge.audio.vad import shipped_model
 

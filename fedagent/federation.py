@@ -18,6 +18,8 @@ from fedagent.flower_cli import FlowerCli, succeeded
 from fedagent.processes import Proc, Tls, free_port, node_id_of, stop_all, superlink, supernode, wait_for
 from fedagent.project import run_config_file, write_project
 
+STATUS_EVERY_S = 60.0  # a `flwr list` call costs about 1.5 CPU-seconds; the events file says when to look
+
 
 @dataclass
 class Device:
@@ -119,13 +121,18 @@ class LocalFederation:
         return device
 
     def wait_devices(self, count: int, timeout: float = 180.0) -> set[int]:
+        """Wait until `count` devices are online: local ones by their logs (cheap), then the SuperLink's list."""
         watched = [p for d in self.devices for p in d.procs] + ([self.link] if self.link else [])
+        if len(self.devices) >= count:
+            for device in self.devices:
+                device.node_id = wait_for(lambda d=device: node_id_of(d.procs[0]), timeout,
+                                          f"device {device.name} to connect", watched)
 
         def enough():
             ids = self.cli.online_node_ids()
             return ids if len(ids) >= count else None
 
-        return wait_for(enough, timeout, f"{count} device(s) to be online", watched, poll=1.0)
+        return wait_for(enough, timeout, f"{count} device(s) to be online", watched, poll=3.0)
 
     def kill_device(self, device: Device) -> None:
         """The device dies at once (SIGKILL of its SuperNode and ClientApp host)."""
@@ -146,19 +153,31 @@ class LocalFederation:
         config = run_config_file(self.work / "run-config.toml", {"state-dir": str(state), **settings})
         started = time.monotonic()
         run_id = self.cli.run(app, config)
-        watched = [self.link] if self.link else []
-
-        def poll(info):
-            follower.poll()
-            for proc in watched:
-                if not proc.alive():
-                    raise FaceBridgeError(f"{proc.name} exited during run {run_id}", f"see {proc.log}")
-
-        info = self.cli.wait_finished(run_id, timeout, on_poll=poll, poll=0.5)
-        follower.poll()
+        info = self._follow(run_id, follower, started + timeout)
         outcome = RunOutcome(run_id, info, follower.events, round(time.monotonic() - started, 2))
         outcome.rounds = summarize_rounds(follower.events)
         return outcome
+
+    def _follow(self, run_id: int, follower: EventFollower, deadline: float) -> dict:
+        """Print events as they come (cheap file reads); ask the SuperLink for the run's status (a `flwr` CLI call,
+        about 1.5 CPU-seconds) only every STATUS_EVERY_S and once the server says the run is over."""
+        last_status, info = time.monotonic(), {}
+        while True:
+            follower.poll()
+            if self.link is not None and not self.link.alive():
+                raise FaceBridgeError(f"the SuperLink exited during run {run_id}", f"see {self.link.log}")
+            over = any(e.get("event") == "run" and e.get("status") == "finished" for e in follower.events)
+            now = time.monotonic()
+            if over or now - last_status >= STATUS_EVERY_S:
+                info, last_status = self.cli.run_info(run_id), now
+                if str(info.get("status", "")).startswith("finished"):
+                    follower.poll()
+                    return info
+            if now >= deadline:
+                self.cli.stop_run(run_id)
+                raise FaceBridgeError(f"run {run_id} did not finish in time (status {info.get('status')})",
+                                      f"see the logs in {self.work / 'logs'}; the run was stopped")
+            time.sleep(0.5 if over else 0.2)
 
 
 def summarize_rounds(events: list[dict]) -> list[dict]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 from bridge.errors import FaceBridgeError
@@ -16,7 +15,6 @@ from bridge.fsutil import atomic_write_text
 from fedagent.processes import BIN, Tls, flower_env
 
 CONNECTION = "fedagent"
-FINAL = ("finished",)
 
 
 class FlowerCli:
@@ -70,21 +68,6 @@ class FlowerCli:
             self._call("stop", str(run_id), CONNECTION, timeout=30)
         except FaceBridgeError:
             pass
-
-    def wait_finished(self, run_id: int, timeout: float, on_poll=None, poll: float = 1.0) -> dict:
-        """Poll the run until it is finished (any sub-status) or `timeout` passes; -> its last info."""
-        deadline = time.monotonic() + timeout
-        while True:
-            info = self.run_info(run_id)
-            if on_poll is not None:
-                on_poll(info)
-            if str(info.get("status", "")).split(":")[0] in FINAL:
-                return info
-            if time.monotonic() >= deadline:
-                self.stop_run(run_id)
-                raise FaceBridgeError(f"run {run_id} did not finish within {timeout:.0f} s (status "
-                                      f"{info.get('status')})", "see the logs; the run was stopped")
-            time.sleep(poll)
 
 
 def succeeded(info: dict) -> bool:

@@ -101,6 +101,14 @@ class Proc:
         self._out.close()
 
 
+def interrupt_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so `finally` blocks stop what this process started."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def stop_all(procs: list[Proc], grace: float = 5.0) -> None:
     """SIGTERM every process (devices before the link), then give all of them one shared grace, then SIGKILL."""
     for proc in reversed(procs):

@@ -22,9 +22,10 @@ from flwr.server.workflow import DefaultWorkflow
 
 from bridge.audio.learn_store import LearnStore
 from bridge.audio.lipsync import save_adapter
+from fedagent.data_store import store_frames
 from fedagent.release import current_global, publish_adapter
 from fedagent.strategy import AdapterFedAvg
-from fedagent.task import TrainConfig, Trunk, default_adapter, frames_from_windows, mouth_error
+from fedagent.task import TrainConfig, default_adapter, mouth_error
 from fedagent.workflow import RobustSecAggPlusWorkflow
 
 log = logging.getLogger("fedagent.server")
@@ -49,11 +50,7 @@ class EventLog:
 
 def held_out_evaluator(store_dir: str):
     """mouth MAE of an adapter on the server's own held-out windows (computed once, then a matrix product)."""
-    store = LearnStore(store_dir)
-    windows = store.windows()
-    if not windows:
-        raise RuntimeError(f"the server's held-out store {store_dir} is empty")
-    frames = frames_from_windows(Trunk(), windows)
+    frames = store_frames(LearnStore(store_dir))
     return lambda adapter: mouth_error(adapter, frames)
 
 

@@ -40,6 +40,7 @@ def run(args) -> int:
         check_superlink,
         explain,
         free_port,
+        interrupt_on_sigterm,
         node_id_of,
         split_address,
         stop_all,
@@ -47,6 +48,7 @@ def run(args) -> int:
         wait_for,
     )
 
+    interrupt_on_sigterm()
     host, _ = split_address(args.superlink)
     ca = Path(args.root_certificates) if args.root_certificates else None
     if ca is None and not _loopback(host):

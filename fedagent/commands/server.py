@@ -37,9 +37,10 @@ def run(args) -> int:
     from bridge.errors import FaceBridgeError
     from fedagent.commands.simulate import parse_settings
     from fedagent.federation import LocalFederation
-    from fedagent.processes import Tls
+    from fedagent.processes import Tls, interrupt_on_sigterm
     from fedagent.simulation import print_event
 
+    interrupt_on_sigterm()
     tls = None
     if args.tls_cert or args.tls_key or args.tls_ca:
         if not (args.tls_cert and args.tls_key and args.tls_ca):

@@ -48,9 +48,11 @@ def run(args) -> int:
     import tempfile
 
     from bridge.fsutil import atomic_write_json
+    from fedagent.processes import interrupt_on_sigterm
     from fedagent.signing_setup import simulation_publishing
     from fedagent.simulation import simulate, summary_lines
 
+    interrupt_on_sigterm()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="fedagent-simulate-"))
     publish, install_hint = ({}, None) if args.no_publish else simulation_publishing(work)
     sim = simulate(args.clients, args.rounds, work=work, fast=not args.flower_default, utterances=args.utterances,

@@ -78,3 +78,43 @@ def test_raw_audio_is_kept_only_when_asked(tmp_path):
         rec.close()
         windows = store.windows()
         assert windows and all((w.pcm is not None) == keep for w in windows)
+
+
+def test_the_lipsync_stream_hands_every_log_mel_frame_to_its_listener_with_its_instant():
+    from bridge.audio.lipsync import LipSyncStream
+    from bridge.audio.sources import open_audio
+
+    got = []
+    stream = LipSyncStream(use_vad=False)
+    stream.feature_listener = lambda mel, t, first, pcm, first_sample: got.append((mel.shape, t, first, len(pcm)))
+    stream.start(open_audio("sample", realtime=False))
+    stream._thread.join(60)
+    assert stream.error is None and got
+    frames = sum(shape[0] for shape, *_ in got)
+    assert frames == stream.hops  # every frame the model stepped was offered, in order
+    firsts = [first for _, _, first, _ in got]
+    assert firsts == sorted(firsts)
+    times = np.concatenate([t for _, t, _, _ in got if len(t)])
+    assert np.allclose(np.diff(times), 0.01, atol=1e-6)
+
+
+def test_audio_fusion_shows_the_recorder_the_cameras_own_mouth_before_fusing(tmp_path):
+    from bridge.audio.lipsync import LipSyncStream
+    from bridge.audio.run_audio import AudioFusion
+
+    recorder = LearnRecorder(LearnStore(tmp_path / "learn"))
+    fusion = AudioFusion(lambda frame: camera(0.0, jaw=0.42), LipSyncStream(use_vad=False), learn=recorder)
+    fusion(None)
+    assert [float(mouth[0]) for _, mouth, _ in recorder._camera] == [np.float32(0.42)]
+
+
+def test_learning_needs_speech_and_a_camera():
+    import pytest
+
+    from bridge.errors import FaceBridgeError
+    from bridge.runtime.session import BridgeSession, RunConfig
+
+    with pytest.raises(FaceBridgeError, match="--learn.*needs both"):
+        BridgeSession(RunConfig(learn=""))
+    with pytest.raises(FaceBridgeError, match="--learn"):
+        BridgeSession(RunConfig(learn="", audio="sample", audio_only=True))

@@ -30,7 +30,8 @@ def test_a_good_aggregate_is_the_mean_and_is_kept():
 
 
 def test_nan_out_of_range_and_too_large_aggregates_are_rejected():
-    for bad, reason in ((shifted(np.nan), "NaN"), (shifted(5.0), "outside"), (shifted(0.9, (slice(None),) * 2), "moved")):
+    everywhere = (slice(None), slice(None))
+    for bad, reason in ((shifted(np.nan), "NaN"), (shifted(5.0), "outside"), (shifted(0.9, everywhere), "moved")):
         s, events = strategy(max_update_norm=2.0)
         params, _ = s.aggregate_fit(1, results(bad, default_adapter()), [])
         assert params is None and s.accepted_round == 0
