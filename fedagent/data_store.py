@@ -86,9 +86,9 @@ def store_frames(store: LearnStore, trunk: Trunk | None = None) -> Frames:
 
 
 def _model_sha() -> str:
-    from bridge.audio.vad import shipped_model
+    from fedagent.task import shipped_base
 
-    return shipped_model("lipsync")[1]["sha256"]
+    return shipped_base()[1]["sha256"]
 
 
 def _read_cache(path: Path, fingerprint: str) -> tuple[Frames, Frames] | None:

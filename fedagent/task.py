@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from bridge.audio.features import LOG_FLOOR, N_MELS
 from bridge.audio.learn_store import LearnWindow
 from bridge.audio.lipsync import load_adapter
-from bridge.audio.vad import AUDIO_DIR, shipped_model
 from bridge.audio.visemes import MOUTH_CHANNELS
 from bridge.errors import FaceBridgeError
 from bridge.frame import VISEME_NAMES
@@ -36,13 +36,20 @@ JAW = MOUTH_CHANNELS.index("jawOpen")
 Adapter = dict  # {"adapter.A": (128, 8), "adapter.B": (8, 34)} float32
 
 
+def shipped_base() -> tuple[Path, dict]:
+    """(verified path, manifest) of the shipped lip-sync model, through the model registry. Federated adapters
+    are trained for the shipped base, whatever release a device has installed, so server and devices agree."""
+    from bridge.models.registry import default_registry
+
+    model = default_registry().shipped("lipsync")
+    return default_registry().shipped_path("lipsync"), model.entry
+
+
 def default_adapter() -> Adapter:
     """The adapter shipped with the model (bridge/audio/lipsync_adapter_default.npz, hash checked)."""
-    _, manifest = shipped_model("lipsync")
-    from bridge.models import verify_file
+    from bridge.models.registry import default_registry
 
-    entry = manifest["default_adapter"]
-    return load_adapter(verify_file(AUDIO_DIR / entry["file"], entry["sha256"]))
+    return load_adapter(default_registry().default_adapter_path("lipsync"))
 
 
 def adapter_to_list(adapter: Adapter) -> list[np.ndarray]:
@@ -50,7 +57,7 @@ def adapter_to_list(adapter: Adapter) -> list[np.ndarray]:
 
 
 def adapter_from_list(arrays: list[np.ndarray]) -> Adapter:
-    expected = {k: tuple(v) for k, v in shipped_model("lipsync")[1]["adapter_initializers"].items()}
+    expected = {k: tuple(v) for k, v in shipped_base()[1]["adapter_initializers"].items()}
     if len(arrays) != len(ADAPTER_NAMES):
         raise FaceBridgeError(f"adapter update has {len(arrays)} tensors, expected {len(ADAPTER_NAMES)}",
                               "the server and this device run different fedagent versions")
@@ -76,7 +83,7 @@ class Trunk:
                                   "pip install 'facebridge[fed]'") from None
         import onnxruntime as ort
 
-        path, self.manifest = shipped_model("lipsync")
+        path, self.manifest = shipped_base()
         self.lookahead = int(self.manifest["lookahead_frames"])
         self.state_shape = tuple(self.manifest["inputs"]["state"])
         model = onnx.load(str(path))
