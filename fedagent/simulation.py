@@ -53,6 +53,8 @@ def format_event(event: dict) -> str | None:
         return f"round {event['round']}  {event['status']}{extra}{reason}"
     if kind == "aggregate" and event.get("status") == "rejected":
         return f"round {event['round']}  aggregate rejected: {event['reason']}"
+    if kind == "dp":
+        return f"round {event['round']}  DP noise of stdev {event['noise_stdev']:.4g} added to the aggregate"
     if kind == "evaluate":
         return (f"round {event['round']}  server held-out mouth error {event['held_out_mouth_mae']:.4f}"
                 f"  ({event['status']})")
