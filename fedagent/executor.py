@@ -74,11 +74,11 @@ class ForkExecutor:
     def reconcile(self) -> None:
         """Reap finished children."""
         for pid in list(self.children):
-            done, status = os.waitpid(pid, os.WNOHANG)
+            done, status, usage = os.wait4(pid, os.WNOHANG)
             if done:
                 took = time.monotonic() - self.children.pop(pid)
                 print(f"fedagent executor: task process {pid} exited {os.waitstatus_to_exitcode(status)} after "
-                      f"{took:.2f} s", file=sys.stderr, flush=True)
+                      f"{took:.2f} s ({usage.ru_utime + usage.ru_stime:.2f} CPU-s)", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         for pid in self.children:
