@@ -45,8 +45,9 @@ def format_event(event: dict) -> str | None:
     if kind == "stage":
         line = (f"round {event['round']}  {event['stage']:<23} {event['nodes']}/{event.get('nodes_in', '?')} devices"
                 f"  {event.get('seconds', 0):5.1f} s")
-        return line + (f"  (attempt {event['attempt']})" if event.get("attempt", 1) > 1 else "") + \
-            ("" if event["status"] == "ok" else f"  {event['status']}")
+        line += f"  (attempt {event['attempt']})" if event.get("attempt", 1) > 1 else ""
+        line += "" if event["status"] == "ok" else f"  {event['status']}"
+        return line + (f"  failed: {'; '.join(event['failures'])}" if event.get("failures") else "")
     if kind == "round" and event.get("status") != "done":
         extra = f", halted in {event['halted_in']}" if event.get("halted_in") else ""
         reason = f": {event['reason']}" if event.get("reason") else ""

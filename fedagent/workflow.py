@@ -8,8 +8,8 @@ Policy, on top of stock `SecAggPlusWorkflow` (legacy path, LegacyContext + legac
 - A round that still halts (too few live neighbours, no aggregate) is detected and retried, at most
   `max_retries` times, without the nodes that did not complete key sharing in the halted attempt.
 - Replies are polled every `poll_s` through the Grid's own push/pull API instead of the stock 3 s sleep.
-- Every stage reports (round, attempt, stage, nodes in, nodes out, seconds) to `progress`; counts only, never
-  keys, shares or vectors.
+- Every stage reports (round, attempt, stage, nodes in, nodes out, seconds, and the distinct one-line reasons
+  devices gave for failing) to `progress`; never node ids, keys, shares or vectors.
 """
 from __future__ import annotations
 
@@ -22,6 +22,15 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 
 STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
 DEFAULT_TIMEOUTS = {"setup": 30.0, "share_keys": 30.0, "collect_masked_vectors": 120.0, "unmask": 30.0}
+
+
+def _reason(failure: BaseException) -> str:
+    """A device's error reply as one short line (Flower wraps it as "<class ...>:<'message'>")."""
+    error = failure.args[0] if failure.args else failure
+    text = str(getattr(error, "reason", None) or error)
+    if ":<'" in text:
+        text = text.split(":<'", 1)[1].rstrip("'>")
+    return text.splitlines()[0][:160] if text else "no reason given"
 
 
 class FastPollGrid:
@@ -110,6 +119,7 @@ class RobustSecAggPlusWorkflow(SecAggPlusWorkflow):
         steps = (self.setup_stage, self.share_keys_stage, self.collect_masked_vectors_stage, self.unmask_stage)
         for name, step in zip(STAGES, steps):
             nodes_in = set(state.active_node_ids)
+            known_failures = len(state.failures)
             self.timeout = self.stage_timeouts[name]
             started = time.monotonic()
             ok = step(grid, context, state)
@@ -118,7 +128,9 @@ class RobustSecAggPlusWorkflow(SecAggPlusWorkflow):
                 nodes_in = record.sampled
             record.seconds[name] = round(time.monotonic() - started, 3)
             record.after[name] = set(state.active_node_ids)
-            self._report(record, name, "ok" if ok else "halted", len(state.active_node_ids), nodes_in=len(nodes_in))
+            reasons = sorted({_reason(e) for e in state.failures[known_failures:]})
+            self._report(record, name, "ok" if ok else "halted", len(state.active_node_ids), nodes_in=len(nodes_in),
+                         **({"failures": reasons} if reasons else {}))
             if not ok:
                 record.halted_in = name
                 return record

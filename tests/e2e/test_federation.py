@@ -145,6 +145,8 @@ def test_a_nan_or_out_of_range_update_is_refused_by_its_device_and_never_aggrega
     range_line = [line for line in (logs / "device1-clientapp.log").read_text().splitlines() if "refused" in line]
     assert nan_line and "1 value(s) are NaN or infinite" in nan_line[-1]
     assert range_line and "outside +-1" in range_line[-1]
+    told = [r for e in outcome.events if e.get("event") == "stage" for r in e.get("failures", [])]
+    assert any("local update refused (1 value(s) are NaN" in r for r in told)  # the server learns why, not what
 
 
 # -- dropouts -------------------------------------------------------------------------------------------------
