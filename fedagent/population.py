@@ -73,7 +73,9 @@ def _style(seed: int, personal: float = 0.25, population: float = 0.3) -> tuple[
 
 
 @functools.lru_cache(maxsize=1)
-def _generator():
+def _generator_module():
+    if "gen_lipsync_data" in sys.modules:  # already imported (tests load tools/ as modules too)
+        return sys.modules["gen_lipsync_data"]
     if not GENERATOR.exists():
         raise FaceBridgeError("the simulated population needs tools/gen_lipsync_data.py",
                               "run fedagent simulate/bench from a FaceBridge source checkout")
@@ -81,6 +83,13 @@ def _generator():
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
+    return module
+
+
+def _generator():
+    """(tools/gen_lipsync_data, a fresh synthesizer). Fresh each time: libespeak-ng holds one audio callback per
+    process, and whichever Espeak was created last owns it."""
+    module = _generator_module()
     try:
         return module, module.Espeak()
     except module.EspeakError as e:
@@ -122,7 +131,11 @@ def speaker_store(speaker: Speaker, utterances: int, cache_dir: Path, styled: bo
     if done.exists():
         return store
     store.clear()
-    for i, window in enumerate(speaker_windows(speaker, utterances, styled)):
+    windows = speaker_windows(speaker, utterances, styled)
+    if len(windows) < 2:
+        raise FaceBridgeError(f"espeak-ng produced {len(windows)} window(s) of speech for {speaker.name}",
+                              "check that espeak-ng speaks (`espeak-ng -v it hello`) and has its voices")
+    for i, window in enumerate(windows):
         window.t_start = 1.7e9 + i * 3.0  # names sort in generation order
         store.add(window)
     done.write_text(key)

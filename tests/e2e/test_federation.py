@@ -16,7 +16,6 @@ import pytest
 from bridge.audio.lipsync import load_adapter
 from fedagent.federation import LocalFederation
 from fedagent.task import adapter_to_list
-from tests.helpers import speaker_stores
 
 pytestmark = [pytest.mark.flower, pytest.mark.timeout(600)]
 
@@ -56,8 +55,8 @@ class Devices:
 
 
 @pytest.fixture(scope="module")
-def devices(tmp_path_factory):
-    stores, evaluation = speaker_stores(tmp_path_factory.mktemp("population"), devices=3, held_out=1, utterances=8)
+def devices(speaker_population, tmp_path_factory):
+    stores, evaluation = speaker_population
     group = Devices(tmp_path_factory.mktemp("federation"), stores, evaluation)
     yield group
     group.fed.close()

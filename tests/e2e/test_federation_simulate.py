@@ -5,16 +5,16 @@ import subprocess
 
 import pytest
 
-from tests.helpers import espeak_or_skip, fedagent_cmd, subprocess_env
+from tests.helpers import fedagent_cmd, subprocess_env
 
 pytestmark = [pytest.mark.flower, pytest.mark.timeout(600)]
 
 
-def test_simulate_ends_with_a_signed_release_a_device_installs(tmp_path):
-    espeak_or_skip()
+def test_simulate_ends_with_a_signed_release_a_device_installs(speaker_population, tmp_path):
+    cache = speaker_population[0][0].root.parent  # the session's simulated speakers, already generated
     work = tmp_path / "work"
     out = subprocess.run(fedagent_cmd("simulate", "--clients", "2", "--rounds", "1", "--utterances", "8",
-                                      "--held-out", "1", "--cache", str(tmp_path / "population"), "--work", str(work),
+                                      "--held-out", "1", "--cache", str(cache), "--work", str(work),
                                       "--set", "max-epochs=2", "--json", str(tmp_path / "sim.json")),
                          capture_output=True, text=True, timeout=540, env=subprocess_env(tmp_path / "server-home"))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]

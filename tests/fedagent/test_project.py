@@ -1,9 +1,9 @@
 """The Flower app project holds settings only: Flower builds it into a FAB with no Python file in it."""
 import subprocess
-import tomllib
 import zipfile
 
 import pytest
+import tomllib
 
 from bridge.errors import FaceBridgeError
 from fedagent.processes import BIN, flower_env

@@ -5,12 +5,12 @@ import pytest
 from bridge.audio.lipsync import LipSyncModel
 from bridge.errors import FaceBridgeError
 from fedagent import task
-from tests.helpers import learn_window, speaker_stores
+from tests.helpers import learn_window
 
 
 @pytest.fixture(scope="module")
-def speaker(tmp_path_factory):
-    stores, _ = speaker_stores(tmp_path_factory.mktemp("population"), devices=1, utterances=10)
+def speaker(speaker_population):
+    stores, _ = speaker_population
     trunk = task.Trunk()
     return task.device_frames(trunk, stores[0].windows()), trunk, stores[0]
 
