@@ -37,7 +37,7 @@ def _stats(args) -> int:
         print(json.dumps(info, indent=2))
         return 0
     print(f"{info['store']}: {info['windows']} windows, {info['seconds'] / 60:.1f} min of speech, "
-          f"{info['bytes'] / 1e6:.1f} of {info['max_bytes'] / 1e6:.0f} MB, {info['windows_with_audio']} with raw "
+          f"{info['bytes'] / 2**20:.1f} of {info['max_bytes'] / 2**20:.0f} MiB, {info['windows_with_audio']} with raw "
           f"audio, folder mode {info['mode']}")
     return 0
 
