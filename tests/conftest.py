@@ -24,3 +24,12 @@ def isolated_home(tmp_path, monkeypatch):
     """Calibration profiles and other per-user state go to a temporary folder of this test."""
     monkeypatch.setenv("FACEBRIDGE_HOME", str(tmp_path / "home"))
     return tmp_path / "home"
+
+
+@pytest.fixture(scope="session")
+def speaker_population(tmp_path_factory):
+    """(3 device stores, 1 held-out store) of simulated espeak-ng speakers, 8 sentences each, made once per session
+    (fedagent and its federation tests share them); skips without espeak-ng."""
+    from tests.helpers import speaker_stores
+
+    return speaker_stores(tmp_path_factory.mktemp("population"), devices=3, held_out=1, utterances=8)

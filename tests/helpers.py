@@ -97,3 +97,74 @@ def face_frame(seq: int, smile: float = 0.1, found: bool = True):
     fr.blendshapes[ARKIT_INDEX["mouthSmileLeft"]] = smile
     fr.head_rotation = np.array([5.0, -3.0, 1.0], np.float32)
     return fr
+
+
+def learn_window(frames: int = 120, seed: int = 0, source: str = "simulated"):
+    """A LearnWindow of random log-mel frames and teacher mouth weights (for store and training tests)."""
+    import numpy as np
+
+    from bridge.audio.learn_store import LearnWindow
+
+    rng = np.random.default_rng(seed)
+    return LearnWindow(mel=rng.normal(-8, 3, (frames, 40)).astype(np.float32),
+                       mouth=rng.uniform(0, 1, (frames, 19)).astype(np.float32),
+                       trust=np.ones(frames, np.float32), t_start=1.7e9 + seed, source=source)
+
+
+def speaker_stores(folder: Path, devices: int, held_out: int = 1, utterances: int = 8):
+    """(device stores, one server held-out store) of simulated espeak-ng speakers; skips without espeak-ng."""
+    espeak_or_skip()
+    from fedagent.simulation import device_stores, server_eval_store
+
+    return device_stores(devices, utterances, folder), server_eval_store(held_out, utterances, folder)
+
+
+def tls_files(folder: Path, name: str = "ca"):
+    """A throw-away CA and a server certificate for 127.0.0.1/localhost signed by it: (ca, cert, key) paths."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"fedagent test {name}")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+          .not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
+    server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+              .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
+              .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
+              .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                          x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                             critical=False).sign(ca_key, hashes.SHA256()))
+    paths = folder / f"{name}.pem", folder / f"{name}-server.pem", folder / f"{name}-server.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(server_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                  serialization.NoEncryption()))
+    return paths
+
+
+def device_key(folder: Path, name: str):
+    """An EC P-384 device key pair in OpenSSH format (what SuperNode authentication uses): (private, public)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP384R1())
+    private, public = folder / name, folder / f"{name}.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                          serialization.NoEncryption()))
+    private.chmod(0o600)
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                     serialization.PublicFormat.OpenSSH))
+    return private, public
+
+
+def fedagent_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fedagent", *args]

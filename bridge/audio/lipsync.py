@@ -260,6 +260,9 @@ class LipSyncStream:
         self.error: str | None = None
         self.hops = 0
         self.compute_s = 0.0
+        # on_audio(mel (T, 40), t_mono (T,), first frame index, pcm chunk, its first sample index), called on this
+        # stream's thread for every chunk (facebridge run --learn); an error in it is logged and never stops lip-sync
+        self.feature_listener = None
         self._thread: threading.Thread | None = None
         self._source: AudioSource | None = None
         self._stop = threading.Event()
@@ -315,6 +318,8 @@ class LipSyncStream:
                 if probs:
                     activity = probs[-1]
             mel = front.push(chunk.pcm)
+            if self.feature_listener is not None:
+                self._tell_listener(mel, front.frames_emitted - len(mel), clock, chunk.pcm, samples - len(chunk.pcm))
             if len(mel) == 0:
                 continue
             if self.swapper is not None and (ready := self.swapper.take("lipsync")) is not None:
@@ -335,6 +340,15 @@ class LipSyncStream:
         if model.state_shape == self.model.state_shape and model.lookahead == self.model.lookahead:
             model._state = self.model._state
         self.model, self.model_version = model, version
+
+    def _tell_listener(self, mel, first_frame, clock, pcm, first_sample) -> None:
+        times = np.array([clock.at(float(features.frame_center_s(first_frame + k)) * features.SAMPLE_RATE)[1]
+                          for k in range(len(mel))])
+        try:
+            self.feature_listener(mel, times, first_frame, pcm, first_sample)
+        except Exception as e:
+            log.warning("audio feature listener failed (%s); it is switched off", e)
+            self.feature_listener = None
 
     def _publish(self, vis, mouth, activity, wall, mono) -> None:
         now = time.perf_counter()

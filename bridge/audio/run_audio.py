@@ -36,13 +36,16 @@ def start_lipsync(spec: str, backend: str = "onnxruntime", realtime: bool = True
 
 
 class AudioFusion:
-    """`process(frame) -> FaceFrame` of the face pipeline, with the audio mouth fused in."""
+    """`process(frame) -> FaceFrame` of the face pipeline, with the audio mouth fused in. A `learn` recorder
+    (facebridge run --learn) sees the camera's own mouth first, before fusion changes it."""
 
-    def __init__(self, process, stream: LipSyncStream):
-        self._process, self.stream = process, stream
+    def __init__(self, process, stream: LipSyncStream, learn=None):
+        self._process, self.stream, self.learn = process, stream, learn
 
     def __call__(self, frame: Frame) -> FaceFrame:
         out = self._process(frame)
+        if self.learn is not None:
+            self.learn.on_camera(out)
         # the lip-sync model in use is named on every frame, fused or not (a late result is not used), so the
         # stream's layout does not flap when audio falls behind
         out.model_versions = versions_with(out.model_versions, "lipsync", self.stream.model_version)

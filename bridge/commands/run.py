@@ -92,6 +92,12 @@ def add_parser(sub) -> None:
                    "installed one; needs --adapter-sha256")
     p.add_argument("--adapter-sha256", metavar="HEX", help="the adapter file's sha256 (at least 12 hex digits), "
                    "checked before it is used")
+    p.add_argument("--learn", nargs="?", const="", default=None, metavar="DIR",
+                   help="with --audio and a camera: keep short windows of speech features with the camera's mouth "
+                        "weights (only while the face and mouth are clearly seen) in a bounded, owner-only store on "
+                        "this device, for `fedagent client` (default store $FACEBRIDGE_HOME/learn)")
+    p.add_argument("--learn-keep-audio", action="store_true",
+                   help="with --learn: also keep the raw audio of each window (off by default)")
     p.add_argument("--quiet", action="store_true", help="no live status line")
     p.set_defaults(func=run)
 
@@ -111,7 +117,8 @@ def run_config(args):
 
     return RunConfig(source=args.source, fast=args.fast, max_frames=args.max_frames, subject=args.subject,
                      pipeline=pipeline_options(args), stages=args.stages, audio=args.audio,
-                     audio_only=args.audio_only, calibration=not args.no_calibration, status_line=not args.quiet,
+                     audio_only=args.audio_only, learn=args.learn, learn_audio=args.learn_keep_audio,
+                     calibration=not args.no_calibration, status_line=not args.quiet,
                      outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
                      adapter_sha256=args.adapter_sha256)
 

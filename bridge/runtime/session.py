@@ -122,6 +122,8 @@ class RunConfig:
     stages: str = "auto"  # inference threads: "auto", "1" or "2"
     audio: str | None = None  # mic | mic:N | sample | FILE
     audio_only: bool = False
+    learn: str | None = None  # --learn: store learning windows in this folder ("" = the default store); None: off
+    learn_audio: bool = False  # --learn-keep-audio: also keep the raw 16 kHz audio of each window
     calibration: bool = True  # apply the subject's stored calibration profile
     status_line: bool = True
     outputs: OutputConfig = field(default_factory=OutputConfig)
@@ -147,7 +149,11 @@ class BridgeSession:
             raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
         if config.audio_only and not config.audio:
             raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
+        if config.learn is not None and (not config.audio or config.audio_only):
+            raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
+                                  "add --audio mic (and a camera source, without --audio-only)")
         self.config = config
+        self.learn = None
         self.control = RunControl(config.subject, config.pipeline.backend)
         self.audio = self.source = self.pipeline = self.profile = None
         self.sinks: list[Sink] = []
@@ -172,6 +178,12 @@ class BridgeSession:
                 # the sample voice loops with the sample clip (which loops); alone, the run ends with it
                 loop = config.audio == "sample" and not config.audio_only and config.source in (None, "sample")
                 self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop)  # CPU: 0.2 ms a hop
+            if config.learn is not None:  # consented: only while asked, into the owner-only, bounded store
+                from bridge.audio.learn_recorder import LearnRecorder
+                from bridge.audio.learn_store import LearnStore
+
+                self.learn = LearnRecorder(LearnStore(config.learn or None), keep_audio=config.learn_audio)
+                self.audio.feature_listener = self.learn.on_audio
             self.source = self._open_source()
             self.control.source = self.source
             self.sinks = open_sinks(config.outputs, self.control)
@@ -230,7 +242,7 @@ class BridgeSession:
         if self.audio is not None and not config.audio_only:
             from bridge.audio.run_audio import AudioFusion
 
-            fuse = lambda step: AudioFusion(step, self.audio)
+            fuse = lambda step: AudioFusion(step, self.audio, learn=self.learn)
         else:
             fuse = lambda step: step
         two = not config.audio_only and (config.stages == "2" or (config.stages == "auto" and
@@ -242,7 +254,9 @@ class BridgeSession:
         outs = ", ".join(s.name for s in self.sinks) or "no outputs"
         subject = self.config.subject
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
-        return f"{self.source.name} -> {outs}; {cal}"
+        learn = (f"; learning into {self.learn.store.root} (owner-only, at most {self.learn.store.max_bytes >> 20} MB;"
+                 " `fedagent data clear` deletes it)" if self.learn is not None else "")
+        return f"{self.source.name} -> {outs}; {cal}{learn}"
 
     def run(self) -> RunSummary:
         """Stream until the source ends, --max-frames, Ctrl-C or SIGTERM; the sinks and source close at the end."""
@@ -273,3 +287,5 @@ class BridgeSession:
         if self.audio is not None:
             self.audio.stop()
             self.audio = None
+        if self.learn is not None:
+            self.learn.close()
