@@ -121,7 +121,7 @@ def test_the_face_pipeline_swaps_a_session_at_its_stage_and_earlier_frames_keep_
     from bridge.pipeline import FacePipeline, PipelineOptions
     from bridge.sources.files import SampleSource
 
-    pipeline = FacePipeline(PipelineOptions(backend="onnxruntime"))
+    pipeline = FacePipeline(PipelineOptions(backend="onnxruntime", emotion_every=1, smoothing=False))
     swapper = ModelSwapper(report=lambda line: None)
     pipeline.swapper = swapper
 
