@@ -310,6 +310,9 @@ class GrpcSink(Sink):
             sub.close()
         self._server.stop(grace=1.0).wait(5.0)
 
+    def label(self) -> str:
+        return f"grpc {self.address}"
+
     # ---- service side ------------------------------------------------------------------------------------------
     def _add_subscriber(self, peer: str, subjects: set[str], max_frame_rate: float) -> _Subscriber | None:
         with self._lock:
