@@ -60,6 +60,11 @@ class BridgeRunner:
             self._stop_requested_at = time.perf_counter()
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was asked for or the source ended."""
+        return self._stop.is_set()
+
     def sink_dropped(self) -> dict[str, int]:
         """Per sink: frames it never got because it was slower than the stream."""
         return {w.label: w.dropped for w in self.workers}

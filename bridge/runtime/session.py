@@ -292,6 +292,7 @@ class BridgeSession:
                                    status=self.config.status_line, on_frame=self.control.on_frame,
                                    stages=self._stages(), stats=self.stats)
         self.control.stats = self.stats
+        self.control.runner = self.runner
         if self.release_watch is not None:
             self.release_watch.start()
         try:
