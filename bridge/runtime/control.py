@@ -12,7 +12,8 @@ import threading
 
 from bridge.errors import FaceBridgeError
 
-CALIBRATION_FRAMES = 45
+CALIBRATION_FRAMES = 45  # frames measured when they come in time
+CALIBRATION_MIN_FRAMES = 15  # enough for a median when a busy machine delivers fewer within the timeout
 CALIBRATION_TIMEOUT_S = 10.0
 
 
@@ -25,6 +26,7 @@ class RunControl:
         self.stats = None
         self.last_versions: dict[str, str] | None = None  # model versions of the last frame sent (after swaps)
         self.runner = None  # set when the threads start; its `stopping` says the run is ending
+        self.calibration_timeout_s = CALIBRATION_TIMEOUT_S
         self._calibrating = threading.Lock()  # held for the whole of one calibration
         self._frames_lock = threading.Lock()
         self._calibration_frames: list | None = None
@@ -87,14 +89,14 @@ class RunControl:
             self._calibration_frames, self._calibration_done = [], threading.Event()
         pipeline.calibration_tap = self._collect
         try:
-            done = self._calibration_done.wait(CALIBRATION_TIMEOUT_S)
+            done = self._calibration_done.wait(self.calibration_timeout_s)
         finally:
             pipeline.calibration_tap = None
             with self._frames_lock:
                 frames, self._calibration_frames = self._calibration_frames, None
-        if not done:
+        if not done and len(frames) < CALIBRATION_MIN_FRAMES:
             return False, (f"only {len(frames)} of {CALIBRATION_FRAMES} frames arrived within "
-                           f"{CALIBRATION_TIMEOUT_S:.0f} s; is the source running? The calibration in use is kept")
+                           f"{self.calibration_timeout_s:.0f} s; is the source running? The calibration in use is kept")
         try:
             profile = CalibrationProfile.from_frames(subject, frames, pipeline.expression.identity)
         except FaceBridgeError as e:
