@@ -89,3 +89,24 @@ def test_a_profile_never_stores_nan(tmp_path):
         f.head_rotation = np.array([np.nan, 0, 0], np.float32)
     with pytest.raises(FaceBridgeError, match="NaN"):
         CalibrationProfile.from_frames("Ann", frames)
+
+
+def test_tests_never_touch_the_users_own_profiles():
+    from bridge.calibration import profiles_dir
+
+    real = os.path.join(os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "facebridge")
+    assert not str(profiles_dir()).startswith(real)  # tests/conftest.py points FACEBRIDGE_HOME elsewhere
+
+
+def test_calibrate_without_a_camera_refuses_instead_of_using_the_sample(isolated_home):
+    import subprocess
+
+    from bridge.sources.camera import camera_available
+    from tests.helpers import facebridge_cmd, subprocess_env
+
+    if camera_available(0):
+        pytest.skip("this machine has a camera; calibrate would use it")
+    proc = subprocess.run(facebridge_cmd("calibrate", "--subject", "Ann"), env=subprocess_env(isolated_home),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no camera found to calibrate from" in proc.stderr, proc.stderr
+    assert "--source sample" in proc.stderr and not (isolated_home / "profiles").exists()

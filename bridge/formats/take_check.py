@@ -44,12 +44,12 @@ def _array(record: dict, key: str, sizes: tuple[int, ...], optional: bool = Fals
         if optional:
             return None
         raise BadRecord(f"'{key}' is missing")
-    if not isinstance(value, list) or any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in value):
-        raise BadRecord(f"'{key}' is not a list of numbers")
-    if sizes and len(value) not in sizes:
-        raise BadRecord(f"'{key}' has {len(value)} values, not {' or '.join(map(str, sizes))}")
-    array = np.asarray(value, dtype=np.float64)
-    if not np.all(np.isfinite(array)) or np.any(np.abs(array) > 3.4e38):
+    array = np.asarray(value) if isinstance(value, list) else None
+    if array is None or array.ndim != 1 or (array.size and array.dtype.kind not in "fiu"):
+        raise BadRecord(f"'{key}' is not a list of numbers")  # text, null, nested lists come out as other kinds
+    if sizes and len(array) not in sizes:
+        raise BadRecord(f"'{key}' has {len(array)} values, not {' or '.join(map(str, sizes))}")
+    if array.size and not np.abs(array).max() <= 3.4e38:  # NaN and inf fail the comparison, as do huge values
         raise BadRecord(f"'{key}' holds a value that is not a finite number")
     return array.astype(np.float32)
 
