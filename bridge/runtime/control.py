@@ -27,6 +27,7 @@ class RunControl:
         self.last_versions: dict[str, str] | None = None  # model versions of the last frame sent (after swaps)
         self.runner = None  # set when the threads start; its `stopping` says the run is ending
         self.calibration_timeout_s = CALIBRATION_TIMEOUT_S
+        self.calibration_frames = CALIBRATION_FRAMES
         self._calibrating = threading.Lock()  # held for the whole of one calibration
         self._frames_lock = threading.Lock()
         self._calibration_frames: list | None = None
@@ -64,7 +65,7 @@ class RunControl:
         with self._frames_lock:
             if self._calibration_frames is not None:
                 self._calibration_frames.append(frame)
-                if len(self._calibration_frames) >= CALIBRATION_FRAMES:
+                if len(self._calibration_frames) >= self.calibration_frames:
                     self._calibration_done.set()
 
     def calibrate(self, subject: str) -> tuple[bool, str]:
@@ -94,8 +95,8 @@ class RunControl:
             pipeline.calibration_tap = None
             with self._frames_lock:
                 frames, self._calibration_frames = self._calibration_frames, None
-        if not done and len(frames) < CALIBRATION_MIN_FRAMES:
-            return False, (f"only {len(frames)} of {CALIBRATION_FRAMES} frames arrived within "
+        if not done and len(frames) < min(CALIBRATION_MIN_FRAMES, self.calibration_frames):
+            return False, (f"only {len(frames)} of {self.calibration_frames} frames arrived within "
                            f"{self.calibration_timeout_s:.0f} s; is the source running? The calibration in use is kept")
         try:
             profile = CalibrationProfile.from_frames(subject, frames, pipeline.expression.identity)

@@ -112,8 +112,10 @@ def test_a_starting_bridge_says_so_then_serves_and_thirty_calibrations_do_not_ra
     assert states and states[0] == "starting" and states[-1] == "running", states
     assert states == sorted(states, key=lambda s: s != "starting")  # starting, then running, never back
     assert f"gRPC stream on {address}" in out  # printed even with --quiet
-    ok = [a for a in answers if a.ok]
-    assert len(answers) == 30 and len(ok) >= 1
-    assert all("already running" in a.message for a in answers if not a.ok)
+    measured = [a for a in answers if "already running" not in a.message]
+    assert len(answers) == 30 and 1 <= len(measured) <= 2, [a.message for a in measured]
+    # the one that measured succeeded, unless a loaded machine delivered too few frames in time (said so)
+    assert all(a.ok or "frames arrived within" in a.message for a in measured), [a.message for a in measured]
+    assert all(not a.ok for a in answers if a not in measured)
     assert profile_file.read_bytes() == before
     assert "Traceback" not in err
