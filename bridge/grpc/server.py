@@ -152,6 +152,7 @@ class GrpcSink(Sink):
     """The facebridge.v1 gRPC server as a pipeline sink."""
 
     name = "grpc"
+    failure_hint = "frames that could not be encoded; the stream went on"
 
     def __init__(self, address: str = "127.0.0.1:50051", *, token: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, control: BridgeControl | None = None, max_subscribers: int = 16,
