@@ -35,6 +35,7 @@ SAMPLE_PATH = Path(__file__).resolve().parents[1] / "data" / "sample.mp4"
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"}
 NAMED_SKIPS = 5  # skipped images named one by one; the rest are counted
 END_TOLERANCE = 0.01  # a container's frame count may be off by this share before a short file counts as cut
+MAX_MISSES = 2000  # failed reads in a row before a file whose stated count is not reached counts as ended
 
 
 class _Paced(FrameSource):
@@ -133,7 +134,7 @@ class VideoFileSource(_Paced):
             misses += 1
             seen = self.delivered + self._pass_damaged + misses
             remaining = self.frame_count - seen if self.frame_count > 0 else 0
-            if remaining <= 0 or misses >= 100_000:  # the end the container states (or no count to go by)
+            if remaining <= 0 or misses >= MAX_MISSES:  # the end the container states (or no count to go by)
                 expected = self.frame_count
                 short = expected - self.delivered - self._pass_damaged if expected > 0 else 0
                 if short > max(2, END_TOLERANCE * expected):
