@@ -4,7 +4,9 @@ minutes, sampling the bridge process's memory, threads and open files every inte
 wanted: the JSON gives each sample and the slopes fitted to them after the first sample (warm-up).
 
 The bridge runs as its own process with a temporary FACEBRIDGE_HOME (no profile of the user's is touched) and
-records into a temporary take that is checked and removed at the end (--keep-take keeps it).
+records into a temporary take that is checked and removed at the end (--keep-take keeps it). `--slow-fsync-ms N`
+runs it under strace with every fsync delayed by N ms (a slow disk, for real): Live Link Face's packet count and
+longest gap then show whether the recorder holds the live outputs back.
 """
 from __future__ import annotations
 
@@ -30,6 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("--reconnect-every", type=float, default=10.0, metavar="S",
                    help="the gRPC subscriber disconnects and reconnects every S seconds (default 10)")
     p.add_argument("--keep-take", action="store_true", help="keep the recorded take (its path is in the JSON)")
+    p.add_argument("--slow-fsync-ms", type=float, default=0.0, metavar="MS",
+                   help="delay every fsync of the bridge by MS milliseconds (needs strace): a slow disk")
 
 
 def _proc_status(pid: int) -> dict:
@@ -52,6 +56,8 @@ class _UdpCounter:
         self.sock.settimeout(0.5)
         self.port = self.sock.getsockname()[1]
         self.count = 0
+        self.longest_gap_s = 0.0  # between two datagrams, after the first
+        self._last: float | None = None
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -60,6 +66,10 @@ class _UdpCounter:
         while not self.stop.is_set():
             try:
                 self.sock.recv(65536)
+                now = time.monotonic()
+                if self._last is not None:
+                    self.longest_gap_s = max(self.longest_gap_s, now - self._last)
+                self._last = now
                 self.count += 1
             except OSError:
                 continue
@@ -76,6 +86,7 @@ class _Reconnecting:
     def __init__(self, address: str, every: float) -> None:
         self.address, self.every = address, every
         self.frames = self.connections = self.errors = 0
+        self.error_codes: dict[str, int] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -90,14 +101,18 @@ class _Reconnecting:
             channel = grpc.insecure_channel(self.address)
             try:
                 stream = pb_grpc.FaceBridgeServiceStub(channel).Subscribe(pb.SubscribeRequest(), timeout=self.every)
-                self.connections += 1
+                first = True
                 for part in stream:
+                    self.connections += first  # connected once the header came
+                    first = False
                     self.frames += part.WhichOneof("part") == "frame"
                     if self.stop.is_set():
                         stream.cancel()
             except grpc.RpcError as e:
                 if e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-                    self.errors += self.connections > 0  # before the first connection the bridge is starting
+                    if self.connections:  # before the first connection the bridge is starting
+                        self.errors += 1
+                        self.error_codes[e.code().name] = self.error_codes.get(e.code().name, 0) + 1
                     self.stop.wait(1.0)
             finally:
                 channel.close()
@@ -105,6 +120,22 @@ class _Reconnecting:
     def close(self) -> None:
         self.stop.set()
         self.thread.join(self.every + 5)
+
+
+def _bridge_pid(proc: subprocess.Popen, wrapped: bool) -> int:
+    """The bridge's own pid: the process itself, or strace's child when strace runs it."""
+    if not wrapped:
+        return proc.pid
+    for _ in range(200):
+        try:
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+                children = f.read().split()
+            if children:
+                return int(children[0])
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return proc.pid
 
 
 def _free_port() -> int:
@@ -131,11 +162,20 @@ def run(args) -> dict:
     address = f"127.0.0.1:{_free_port()}"
     cmd = [sys.executable, "-m", "bridge.cli", "run", "--source", args.source, "--quiet",
            "--llf", f"127.0.0.1:{llf.port}", "--vmc", f"127.0.0.1:{vmc.port}", "--grpc", address, "--record", take]
+    if args.slow_fsync_ms > 0:
+        if shutil.which("strace") is None:
+            from bridge.errors import FaceBridgeError
+
+            raise FaceBridgeError("--slow-fsync-ms needs strace", "apt-get install strace, or leave the option out")
+        delay_us = int(args.slow_fsync_ms * 1000)
+        cmd = ["strace", "--seccomp-bpf", "-f", "-qq", "-o", os.devnull, "-e", "trace=fsync,fdatasync",
+               "-e", f"inject=fsync,fdatasync:delay_exit={delay_us}"] + cmd
     env = dict(os.environ, FACEBRIDGE_HOME=os.path.join(work, "home"))
     log_path = os.path.join(work, "bridge.log")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     subscriber = _Reconnecting(address, args.reconnect_every)
+    bridge_pid = _bridge_pid(proc, wrapped=args.slow_fsync_ms > 0)
     samples: list[dict] = []
     started = time.monotonic()
     end = started + args.minutes * 60.0
@@ -144,7 +184,7 @@ def run(args) -> dict:
         while time.monotonic() < end and proc.poll() is None:
             now = time.monotonic()
             if now >= next_sample:
-                sample = {"t_s": round(now - started, 1), **_proc_status(proc.pid), "llf_packets": llf.count,
+                sample = {"t_s": round(now - started, 1), **_proc_status(bridge_pid), "llf_packets": llf.count,
                           "vmc_packets": vmc.count, "grpc_frames": subscriber.frames,
                           "grpc_connections": subscriber.connections,
                           "take_mb": round(_size(take) / 2**20, 1)}
@@ -158,7 +198,7 @@ def run(args) -> dict:
         crashed = proc.poll()
         subscriber.close()  # first, so that the bridge going down is not counted as a subscriber error
         if crashed is None:
-            proc.send_signal(signal.SIGTERM)
+            os.kill(bridge_pid, signal.SIGTERM)
         try:
             rc = proc.wait(60)
         except subprocess.TimeoutExpired:
@@ -171,12 +211,15 @@ def run(args) -> dict:
     frames = _lines(os.path.join(take, "frames.jsonl"))
     result = {
         "command": " ".join(cmd[1:]), "minutes": args.minutes, "interval_s": args.interval,
+        "slow_fsync_ms": args.slow_fsync_ms,
         "exit_code": rc, "ended_by": "crash" if crashed is not None else "SIGTERM", "samples": samples,
         "growth_per_hour": {key: _slope_per_hour(samples, key) for key in ("rss_mb", "threads", "open_files")},
         "range_after_first_sample": {key: [min(s[key] for s in samples[1:]), max(s[key] for s in samples[1:])]
                                      if len(samples) > 1 else None for key in ("rss_mb", "threads", "open_files")},
-        "outputs": {"llf_packets": llf.count, "vmc_packets": vmc.count, "grpc_frames": subscriber.frames,
+        "outputs": {"llf_packets": llf.count, "llf_longest_gap_ms": round(llf.longest_gap_s * 1000, 1),
+                    "vmc_packets": vmc.count, "grpc_frames": subscriber.frames,
                     "grpc_connections": subscriber.connections, "grpc_errors": subscriber.errors,
+                    "grpc_error_codes": subscriber.error_codes,
                     "take_frames": frames, "take_csv_rows": max(0, _lines(os.path.join(take, "frames.csv")) - 1)},
         "bridge_log_tail": tail,
     }
