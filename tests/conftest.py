@@ -3,6 +3,7 @@ import os
 
 import pytest
 
+
 @pytest.fixture(scope="session", autouse=True)
 def private_state(tmp_path_factory):
     """No test reads or writes the user's own state: profiles, installed releases and the engine cache (with the
