@@ -9,6 +9,7 @@ describe: iris (both eyes, one batch) -> head pose (PnP) -> gaze -> expression (
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -98,6 +99,9 @@ class FacePipeline:
                                               cpu_precision=options.cpu_precision)
         self.emotion = EmotionClassifier(**engine)
         self.profile = profile
+        # calibration_tap(frame), when set (bridge/runtime/control.py), gets every frame as it would be without
+        # the profile, so a calibration measures the raw neutral while the stream keeps the profile in use
+        self.calibration_tap = None
         self._model_versions: dict[str, str] | None = None
         self._warm_up()
         if profile is not None and profile.identity:
@@ -214,6 +218,8 @@ class FacePipeline:
         if found is None:
             self._lost(out)
             out.latencies_ms = {**tracked.stage_ms, **timer.ms}
+            if self.calibration_tap is not None:
+                self.calibration_tap(dataclasses.replace(out, blendshapes=out.blendshapes.copy()))
             return out
         points = found.points
 
@@ -255,6 +261,12 @@ class FacePipeline:
         out.confidence = float(found.presence)
         out.region_confidence = dict(expr.region_confidence)
         out.landmarks = points
+        tap = self.calibration_tap
+        if tap is not None:
+            raw = dataclasses.replace(out, blendshapes=out.blendshapes.copy())
+            eye_look_shapes(raw.blendshapes, np.stack([raw.eye_left, raw.eye_right]))
+            raw.blendshapes = np.clip(raw.blendshapes, 0.0, 1.0)
+            tap(raw)
         if self.profile is not None:
             self.profile.apply(out)
         # eye-look shapes follow the (calibrated) gaze angles

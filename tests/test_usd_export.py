@@ -156,3 +156,19 @@ def test_cli_exports_a_take_recorded_by_facebridge_run(tmp_path):
     failing = subprocess.run(facebridge_cmd("export-usd", str(tmp_path / "nope"), str(out)), capture_output=True,
                              text=True, env=env, timeout=60)
     assert failing.returncode == 1 and failing.stderr.count("\n") == 1 and "nope" in failing.stderr
+
+
+def test_a_take_recorded_at_a_steady_rate_has_whole_frame_time_codes(tmp_path):
+    """Float rounding of Unix seconds made them 0.9999990463..., 299.0000009536743 (issue 21 item 9)."""
+    recorder = TakeRecorder(tmp_path / "take")
+    t0 = 1_796_125_396.2168548  # a real start time: its float64 spacing is 2.4e-7 s
+    for i in range(300):
+        f = FaceFrame(seq=i, t_capture=t0 + i / RATE, t_capture_mono=float(i), subject="Anna", face_found=True,
+                      frame_rate=RATE)
+        recorder.send(f)
+    recorder.close()
+    export_take(tmp_path / "take", tmp_path / "take.usda")
+    stage = read_back(tmp_path / "take.usda")
+    anim = UsdSkel.Animation(stage.GetPrimAtPath("/Take/Anna/Skeleton/Animation"))
+    codes = anim.GetBlendShapeWeightsAttr().GetTimeSamples()
+    assert codes == [float(i) for i in range(300)] and stage.GetEndTimeCode() == 299.0

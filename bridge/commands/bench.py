@@ -19,6 +19,7 @@ BENCHES = {
     "lipsync": ("bridge.bench.lipsync", "lip-sync accuracy and latency on held-out speech"),
     "swap": ("bridge.bench.swap", "live model swap: release active to first new frame, drops and gaps at a sink"),
     "grpc": ("bridge.bench.grpc_stream", "gRPC stream: send cost and capture-to-client latency, slow subscribers"),
+    "soak": ("bridge.bench.soak", "a long run with every output on: memory, threads and open files over time"),
 }
 
 

@@ -1,4 +1,5 @@
-"""`facebridge calibrate`: record the subject's neutral face into their profile."""
+"""`facebridge calibrate`: record the subject's neutral face into their profile. Without --source it needs a
+camera: calibrating from the bundled sample (someone else's face) happens only when asked with --source sample."""
 from __future__ import annotations
 
 import sys
@@ -19,6 +20,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from bridge.calibration import CalibrationProfile
+    from bridge.errors import FaceBridgeError
     from bridge.pipeline import FacePipeline
     from bridge.sources import open_source
 
@@ -29,6 +31,19 @@ def run(args) -> int:
             return 1
         print(f"{profile.path()}: {profile.frames} frames, identity {len(profile.identity)} coefficients")
         return 0
+    if args.frames < 5:
+        raise FaceBridgeError(f"--frames {args.frames} is too few to measure a neutral face", "use 30 or more")
+    if args.source in (None, "", "auto"):
+        from bridge.sources.camera import camera_available
+
+        if not camera_available(0):
+            raise FaceBridgeError("no camera found to calibrate from",
+                                  "connect one, or pass --source camera:N, a video or image folder of the subject "
+                                  "(--source sample calibrates from the bundled clip, for trying it out)")
+        args.source = "camera:0"
+    if args.source == "sample":
+        print(f"note: calibrating '{args.subject}' from the bundled sample clip, as asked: that is not your "
+              "face, so recalibrate from your camera before you perform", file=sys.stderr)
     pipeline = FacePipeline(pipeline_options(args), profile=None)
     frames = []
     with open_source(args.source, realtime=False) as source:

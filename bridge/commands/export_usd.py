@@ -1,6 +1,7 @@
 """`facebridge export-usd TAKE OUT.usda`: a recorded take as a UsdSkel animation (Omniverse, USD tools)."""
 from __future__ import annotations
 
+import signal
 import sys
 
 
@@ -12,17 +13,32 @@ def add_parser(sub) -> None:
                     "take's frame rate. .usda writes text, .usdc/.usd binary.")
     p.add_argument("take", metavar="TAKE", help="the take directory (holds frames.jsonl and take.json)")
     p.add_argument("out", metavar="OUT", help="the USD file to write, e.g. take.usda")
+    p.add_argument("--repair", action="store_true",
+                   help="first make a take that was killed whole again: rebuild its take.json and frames.csv "
+                        "from the frames frames.jsonl holds")
     p.set_defaults(func=run)
 
 
+def _stop(signum, _frame):
+    raise SystemExit(128 + signum)  # unwinds through the atomic write, which removes its temporary file
+
+
 def run(args) -> int:
+    from bridge.commands.replay import repair_first
     from bridge.usd_export import export_take
 
     def progress(done: int, total: int) -> None:
         print(f"export-usd: {done}/{total} frames", file=sys.stderr, flush=True)
 
-    summary = export_take(args.take, args.out, progress=progress)
-    skipped = f", {summary.skipped} skipped" if summary.skipped else ""
-    print(f"export-usd: wrote {summary.path}: {summary.frames} frames{skipped}, "
+    if args.repair:
+        repair_first(args.take, "export-usd")
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        summary = export_take(args.take, args.out, progress=progress)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    notes = [f"{summary.skipped} skipped"] if summary.skipped else []
+    notes += [f"{summary.clamped} capture-time jumps clamped"] if summary.clamped else []
+    print(f"export-usd: wrote {summary.path}: {summary.frames} frames{''.join(', ' + n for n in notes)}, "
           f"{summary.duration_s:.2f} s at {summary.frame_rate:g} fps, subjects {', '.join(summary.subjects)}")
     return 0

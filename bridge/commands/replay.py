@@ -27,6 +27,9 @@ def add_parser(sub) -> None:
     p.add_argument("--original-timecode", action="store_true",
                    help="send the recorded capture timecode instead of the time of replay")
     p.add_argument("--subject", help="send under this subject name instead of the recorded one")
+    p.add_argument("--repair", action="store_true",
+                   help="first make a take that was killed whole again: rebuild its take.json and frames.csv "
+                        "from the frames frames.jsonl holds")
     p.set_defaults(func=run)
 
 
@@ -113,11 +116,23 @@ def replay(reader, sinks: list[Sink], speed: float = 1.0, loop: bool = False, or
             "skipped_lines": reader.skipped, "sinks": {s.name: s.stats() for s in sinks}}
 
 
+def repair_first(take: str, command: str) -> None:
+    """`--repair`: rebuild the take's take.json and frames.csv from frames.jsonl, saying what changed."""
+    from bridge.formats.take import repair_take
+
+    report = repair_take(take)
+    cut = f", cut a half-written last line ({report.truncated_bytes} bytes)" if report.truncated_bytes else ""
+    print(f"{command}: repaired {take}: {report.frames} frames, rewrote {', '.join(report.rewrote)}{cut}",
+          flush=True)
+
+
 def run(args) -> int:
     from bridge.formats.take import TakeReader
 
     if not (args.speed > 0 and math.isfinite(args.speed)):
         raise FaceBridgeError(f"--speed {args.speed} is not a positive number", "use for example --speed 1 or 0.5")
+    if args.repair:
+        repair_first(args.take, "replay")
     reader = TakeReader(args.take)
     sinks = open_sinks(args)
     progress = Progress()
@@ -139,5 +154,5 @@ def run(args) -> int:
     stats = ", ".join(f"{name}: {st['sent']} sent, {st['errors']} failed" for name, st in summary["sinks"].items())
     print(f"replayed {summary['frames']} frames ({summary['passes']} pass{'es' if summary['passes'] > 1 else ''}) "
           f"in {summary['seconds']:.2f} s; {stats}"
-          + (f"; skipped {summary['skipped_lines']} damaged lines" if summary["skipped_lines"] else ""), flush=True)
+          + (f"; {reader.summary()}" if reader.summary() else ""), flush=True)
     return 0

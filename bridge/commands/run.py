@@ -129,11 +129,12 @@ def run(args) -> int:
     with BridgeSession(run_config(args)) as session:
         if not args.quiet:
             print(f"facebridge: {session.describe()}", flush=True)
+        elif args.grpc:  # a port the system chose (HOST:0) must be said even when quiet
+            print(f"facebridge: {session.grpc_address()}", flush=True)
         summary = session.run()
-    for name, s in summary.sinks.items():
-        if s.get("errors"):
-            print(f"facebridge: {name}: {s['errors']} sends failed (is the receiver running?)")
+    for note in summary.notes:
+        print(f"facebridge: {note}")
     stats = summary.stats
     print(f"facebridge: {stats.sent} frames sent, face found in {100 * stats.face_ratio:.0f}%, "
           f"{stats.dropped_total} dropped, {stats.bad_frames} bad")
-    return 0
+    return 1 if summary.failed else 0

@@ -3,12 +3,13 @@
 The pipeline calls `send(frame)`; it converts the frame once and drops it into each subscriber's latest-frame
 slot (one slot per subject), so `send` never waits on the network. Each subscriber's own server thread takes
 what is in its slots and writes it; a slow reader only ever gets the newest frame, and what it missed is
-counted (Frame.dropped_frames). Health checking and server reflection are enabled.
+counted (Frame.dropped_frames); a client that stops reading loses its slot (bridge/grpc/subscribers.py). Who may
+connect is bridge/grpc/access.py. Requests are capped at MAX_REQUEST_BYTES and the server's receive window is
+kept that small, so a huge request costs the server one window, not its whole body; a malformed one is refused
+with INVALID_ARGUMENT and one log line, never a traceback. Health checking and server reflection are enabled.
 """
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
 import math
 import threading
@@ -24,9 +25,11 @@ from grpc_reflection.v1alpha import reflection
 from bridge import __version__
 from bridge.errors import SinkError
 from bridge.frame import FaceFrame
+from bridge.grpc import access
 from bridge.grpc.convert import build_frame, build_header, layout_key
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+from bridge.grpc.subscribers import LEASE_GRACE_S, WRITE_DEADLINE_S, Subscriber, stuck_longest
 from bridge.runtime.stats import RollingWindow
 from bridge.sinks.base import Sink
 
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["FaceBridgeService"].full_name  # "facebridge.v1.FaceBridgeService"
 MAX_REQUEST_BYTES = 64 * 1024  # requests are tiny; anything bigger is malformed or hostile
+MALFORMED_LOG_INTERVAL_S = 1.0  # one line per malformed request, at most one a second (the rest are counted)
 WAKE_INTERVAL_S = 0.5  # how often an idle subscriber thread checks that its client is still there
 
 
@@ -41,7 +45,7 @@ class BridgeControl(Protocol):
     """What the running pipeline offers the gRPC service beyond frames (implemented by `facebridge run`)."""
 
     def status(self) -> dict:
-        """Keys: sources, backends, model_versions (dict), fps, latency_ms_p50, latency_ms_p99, subjects."""
+        """Keys: sources, backends, model_versions (dict), fps, latency_ms_p50, latency_ms_p99, subjects, state."""
 
     def calibrate(self, subject: str) -> tuple[bool, str]:
         ...
@@ -50,74 +54,60 @@ class BridgeControl(Protocol):
         ...
 
 
-class _Subscriber:
-    """One client's latest-frame slots (one per subject) and its counters."""
-
-    def __init__(self, peer: str, subjects: set[str], max_frame_rate: float) -> None:
-        self.peer = peer
-        self.subjects = subjects
-        self.min_interval = 1.0 / max_frame_rate if max_frame_rate > 0 else 0.0
-        self.pending: dict[str, tuple[pb.StreamHeader, pb.Frame]] = {}
-        self.last_offer: dict[str, float] = {}
-        self.header_sent: dict[str, int] = {}  # subject -> layout_id this client has
-        self.dropped = 0
-        self.sent = 0
-        self.closed = False
-        self.cond = threading.Condition()
-
-    def offer(self, subject: str, header: pb.StreamHeader, frame: pb.Frame, now: float) -> None:
-        if self.subjects and subject not in self.subjects:
-            return
-        if self.min_interval and now - self.last_offer.get(subject, -math.inf) < self.min_interval:
-            return  # the client asked for fewer frames: not a drop
-        self.last_offer[subject] = now
-        with self.cond:
-            if subject in self.pending:
-                self.dropped += 1
-            self.pending[subject] = (header, frame)
-            self.cond.notify()
-
-    def take(self, timeout: float) -> list[tuple[pb.StreamHeader, pb.Frame]]:
-        with self.cond:
-            if not self.pending and not self.closed:
-                self.cond.wait(timeout)
-            items = list(self.pending.values())
-            self.pending.clear()
-            return items
-
-    def close(self) -> None:
-        with self.cond:
-            self.closed = True
-            self.cond.notify_all()
-
-
 class _Servicer(pb_grpc.FaceBridgeServiceServicer):
     def __init__(self, sink: GrpcSink) -> None:
         self.sink = sink
 
+    def handler(self) -> grpc.GenericRpcHandler:
+        """The service with deserializers that never raise, so a malformed request is refused by us."""
+        unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+        methods = {name: kind(getattr(self, name), access.lenient(request), response.SerializeToString)
+                   for name, kind, request, response in (
+                       ("Subscribe", stream, pb.SubscribeRequest, pb.SubscribeResponse),
+                       ("GetStatus", unary, pb.GetStatusRequest, pb.GetStatusResponse),
+                       ("Calibrate", unary, pb.CalibrateRequest, pb.CalibrateResponse),
+                       ("ListSubjects", unary, pb.ListSubjectsRequest, pb.ListSubjectsResponse))}
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, methods)
+
+    def _check(self, request, context) -> None:
+        if isinstance(request, access.Malformed):
+            self.sink._note_malformed(context.peer(), request)
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"the request is not a facebridge.v1.{request.message} ({request.error})")
+
     def Subscribe(self, request, context):
+        self._check(request, context)
         rate = request.max_frame_rate
         if not math.isfinite(rate) or rate < 0:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"max_frame_rate must be a finite number >= 0, got {rate}; send 0 for every frame")
-        sub = self.sink._add_subscriber(context.peer(), set(request.subjects), rate)
+        known = self.sink.known_subjects(context)
+        unknown = sorted(set(request.subjects) - set(known)) if known else []
+        if unknown:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown subject {', '.join(map(repr, unknown))}; this "
+                          f"bridge has {', '.join(map(repr, known))} (send no subjects for all of them)")
+        sub = self.sink._add_subscriber(context.peer(), set(request.subjects), rate, context)
         if sub is None:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"this bridge already serves {self.sink.max_subscribers} subscribers; close one "
-                          "or start facebridge with a higher limit")
+                          f"this bridge already serves {self.sink.max_subscribers} subscribers that all read; "
+                          "close one or start facebridge with a higher limit")
         # Runs when the client cancels, vanishes or the server stops: wakes the loop below at once.
         context.add_callback(sub.close)
         try:
             while not sub.closed and context.is_active():
                 for header, frame in sub.take(WAKE_INTERVAL_S):
                     if sub.header_sent.get(header.subject) != header.layout_id:
-                        yield pb.SubscribeResponse(header=header)
+                        sub.writing()
+                        yield pb.SubscribeResponse(header=header)  # returns once gRPC took it (flow control)
+                        sub.written()
                         sub.header_sent[header.subject] = header.layout_id
                     response = pb.SubscribeResponse()
                     response.frame.CopyFrom(frame)
                     response.frame.dropped_frames = sub.dropped
                     response.frame.send_time = time.time()
+                    sub.writing()
                     yield response
+                    sub.written()
                     sub.sent += 1
             if self.sink._closed and context.is_active():
                 context.abort(grpc.StatusCode.UNAVAILABLE, "the bridge is shutting down; reconnect later")
@@ -125,9 +115,11 @@ class _Servicer(pb_grpc.FaceBridgeServiceServicer):
             self.sink._remove_subscriber(sub)
 
     def GetStatus(self, request, context):
+        self._check(request, context)
         return self.sink.status_message(context)
 
     def Calibrate(self, request, context):
+        self._check(request, context)
         control = self.sink.control
         if control is None:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
@@ -143,9 +135,8 @@ class _Servicer(pb_grpc.FaceBridgeServiceServicer):
         return pb.CalibrateResponse(ok=bool(ok), message=str(message))
 
     def ListSubjects(self, request, context):
-        control = self.sink.control
-        subjects = _call(context, control.subjects) if control is not None else self.sink.subjects()
-        return pb.ListSubjectsResponse(subjects=[str(s) for s in subjects])
+        self._check(request, context)
+        return pb.ListSubjectsResponse(subjects=self.sink.known_subjects(context))
 
 
 def _call(context, fn, *args):
@@ -157,72 +148,31 @@ def _call(context, fn, *args):
         context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {e}")
 
 
-class _BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` on every call except health checks (probes carry no secrets)."""
-
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
-
-        def deny(request_or_iterator, context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                          "missing or wrong bearer token; send metadata 'authorization: Bearer <token>'")
-
-        # A refusal must have the same streaming shape as the method it stands in for.
-        self._deny = {
-            (False, False): grpc.unary_unary_rpc_method_handler(deny),
-            (False, True): grpc.unary_stream_rpc_method_handler(deny),
-            (True, False): grpc.stream_unary_rpc_method_handler(deny),
-            (True, True): grpc.stream_stream_rpc_method_handler(deny),
-        }
-
-    def intercept_service(self, continuation, details):
-        handler = continuation(details)
-        if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
-            return handler
-        got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
-        if isinstance(got, str) and hmac.compare_digest(got.encode(), self._expected):
-            return handler
-        return self._deny[(handler.request_streaming, handler.response_streaming)]
-
-
-def _is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise SinkError(f"gRPC address {address!r} is not HOST:PORT", "use e.g. --grpc 127.0.0.1:50051")
-    return host, int(port)
-
-
 class GrpcSink(Sink):
     """The facebridge.v1 gRPC server as a pipeline sink."""
 
     name = "grpc"
+    failure_hint = "frames that could not be encoded; the stream went on"
 
     def __init__(self, address: str = "127.0.0.1:50051", *, token: str | None = None, tls_cert: str | None = None,
-                 tls_key: str | None = None, control: BridgeControl | None = None, max_subscribers: int = 16) -> None:
+                 tls_key: str | None = None, control: BridgeControl | None = None, max_subscribers: int = 16,
+                 write_deadline_s: float = WRITE_DEADLINE_S) -> None:
         super().__init__()
-        host, port = _split_address(address)
-        if not _is_loopback(host) and not token:
+        access.check_token(token)
+        host, port = access.split_address(address)
+        if not access.is_loopback(host) and not token:
             raise SinkError(f"gRPC on {address} would stream face data to the network without a token",
                             "pass --grpc-token TOKEN (and --grpc-tls-cert/--grpc-tls-key), or bind 127.0.0.1")
         if bool(tls_cert) != bool(tls_key):
             raise SinkError("TLS needs both a certificate and its private key",
                             "pass both --grpc-tls-cert CERT.pem and --grpc-tls-key KEY.pem")
-        if token and not tls_cert and not _is_loopback(host):
+        if token and not tls_cert and not access.is_loopback(host):
             log.warning("gRPC token on %s travels unencrypted; add --grpc-tls-cert/--grpc-tls-key", address)
         self.control = control
         self.max_subscribers = max_subscribers
+        self.write_deadline_s = write_deadline_s
         self._lock = threading.Lock()
-        self._subscribers: list[_Subscriber] = []
+        self._subscribers: list[Subscriber] = []
         self._layouts: dict[str, tuple[tuple, pb.StreamHeader]] = {}  # subject -> (layout key, header)
         self._latest: dict[str, tuple[pb.StreamHeader, pb.Frame]] = {}  # what a new subscriber starts with
         self._next_layout_id = 1
@@ -230,8 +180,16 @@ class GrpcSink(Sink):
         self._window = RollingWindow()  # what this server saw, for GetStatus when no RunControl is attached
         self._model_versions: dict[str, str] = {}
         self._closed = False
+        self._closing = threading.Event()
+        self._malformed = 0
+        self._malformed_logged_at = -1e9
+        self.evicted = 0
+        for name in ("grpc._common", "grpc._server"):
+            grpc_log = logging.getLogger(name)
+            if not any(isinstance(f, access.OneLineGrpcLog) for f in grpc_log.filters):
+                grpc_log.addFilter(access.OneLineGrpcLog())
 
-        interceptors = [_BearerTokenInterceptor(token)] if token else []
+        interceptors = [access.BearerTokenInterceptor(token)] if token else []
         # One worker per streaming subscriber plus a few for unary calls; more concurrent calls are refused
         # (RESOURCE_EXHAUSTED) instead of queueing without bound.
         self._server = grpc.server(
@@ -240,12 +198,16 @@ class GrpcSink(Sink):
             maximum_concurrent_rpcs=max_subscribers + 16,
             options=[
                 ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
+                # the receive window stays about one request: a huge request is refused after one window,
+                # not read in full (a 64 MB body cost CPU the pipeline needed)
+                ("grpc.http2.lookahead_bytes", MAX_REQUEST_BYTES + 1024),
+                ("grpc.http2.bdp_probe", 0),
                 ("grpc.keepalive_time_ms", 10_000),  # find clients that vanished without closing
                 ("grpc.keepalive_timeout_ms", 5_000),
                 ("grpc.so_reuseport", 0),  # a second bridge on the same port must fail, not share it
             ],
         )
-        pb_grpc.add_FaceBridgeServiceServicer_to_server(_Servicer(self), self._server)
+        self._server.add_generic_rpc_handlers((_Servicer(self).handler(),))
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
@@ -266,9 +228,18 @@ class GrpcSink(Sink):
                             "the port is probably in use; pick another with --grpc HOST:PORT")
         self.address = f"{host}:{self.port}"
         self._server.start()
-        for service in ("", SERVICE_NAME):
-            self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        # With a pipeline behind it the server says NOT_SERVING until the first frame is published (the models
+        # are still loading); on its own it serves at once.
+        self._serving = control is None
+        self._set_health(self._serving)
+        self._reaper = threading.Thread(target=self._evict_stuck, name="grpc-sink-lease", daemon=True)
+        self._reaper.start()
         log.info("gRPC stream on %s (%s)", self.address, "TLS" if tls_cert else "plaintext")
+
+    def _set_health(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", SERVICE_NAME):
+            self._health.set(service, status)
 
     # ---- pipeline side -------------------------------------------------------------------------------------
     def send(self, frame: FaceFrame) -> None:
@@ -298,11 +269,15 @@ class GrpcSink(Sink):
         for sub in subscribers:
             sub.offer(frame.subject, header, message, now)
         self.sent += 1
+        if not self._serving:
+            self._serving = True
+            self._set_health(True)
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
         self._health.enter_graceful_shutdown()
         with self._lock:
             subscribers = list(self._subscribers)
@@ -310,27 +285,71 @@ class GrpcSink(Sink):
             sub.close()
         self._server.stop(grace=1.0).wait(5.0)
 
+    def label(self) -> str:
+        return f"grpc {self.address}"
+
     # ---- service side ------------------------------------------------------------------------------------------
-    def _add_subscriber(self, peer: str, subjects: set[str], max_frame_rate: float) -> _Subscriber | None:
+    def _add_subscriber(self, peer: str, subjects: set[str], max_frame_rate: float, context=None
+                        ) -> Subscriber | None:
+        evicted = None
         with self._lock:
-            if self._closed or len(self._subscribers) >= self.max_subscribers:
+            if self._closed:
                 return None
-            sub = _Subscriber(peer, subjects, max_frame_rate)
+            if len(self._subscribers) >= self.max_subscribers:  # the lease: a stuck one gives up its slot
+                evicted = stuck_longest(self._subscribers, time.monotonic(), LEASE_GRACE_S)
+                if evicted is None:
+                    return None
+                self._subscribers.remove(evicted)
+                self._dropped_by_gone += evicted.dropped
+            sub = Subscriber(peer, subjects, max_frame_rate, context)
             self._subscribers.append(sub)
             latest = list(self._latest.items())
+        if evicted is not None:
+            self._evict(evicted, f"its slot went to {peer}; it took no frame for "
+                                 f"{evicted.stuck_for(time.monotonic()):.0f} s")
         now = time.monotonic()
         for subject, (header, frame) in latest:  # a client of an idle bridge still gets header and state now
             sub.offer(subject, header, frame, now)
         log.info("gRPC subscriber %s joined (%d now)", peer, len(self._subscribers))
         return sub
 
-    def _remove_subscriber(self, sub: _Subscriber) -> None:
+    def _evict(self, sub: Subscriber, why: str) -> None:
+        self.evicted += 1
+        log.warning("gRPC subscriber %s evicted: it stopped reading (%s); its slot is free", sub.peer, why)
+        sub.evict(why)
+
+    def _evict_stuck(self) -> None:
+        """The lease keeper: cancel every subscriber whose frame gRPC has not taken for `write_deadline_s`."""
+        while not self._closing.wait(1.0):
+            now = time.monotonic()
+            with self._lock:
+                stuck = [s for s in self._subscribers if s.stuck_for(now) >= self.write_deadline_s and not s.evicted]
+            for sub in stuck:
+                self._remove_subscriber(sub)
+                self._evict(sub, f"no frame taken for {sub.stuck_for(now):.0f} s")
+
+    def _remove_subscriber(self, sub: Subscriber) -> None:
         sub.close()
         with self._lock:
-            if sub in self._subscribers:
-                self._subscribers.remove(sub)
-                self._dropped_by_gone += sub.dropped
+            if sub not in self._subscribers:
+                return
+            self._subscribers.remove(sub)
+            self._dropped_by_gone += sub.dropped
         log.info("gRPC subscriber %s left after %d frames, %d dropped", sub.peer, sub.sent, sub.dropped)
+
+    def _note_malformed(self, peer: str, request) -> None:
+        self._malformed += 1
+        now = time.monotonic()
+        if now - self._malformed_logged_at >= MALFORMED_LOG_INTERVAL_S:
+            self._malformed_logged_at = now
+            log.warning("gRPC: a malformed %s from %s was refused (%s); %d so far", request.message, peer,
+                        request.error, self._malformed)
+
+    def known_subjects(self, context=None) -> list[str]:
+        """The subjects this bridge has: the pipeline's when one is attached, else those seen so far."""
+        if self.control is not None:
+            return [str(s) for s in _call(context, self.control.subjects)]
+        return self.subjects()
 
     def subjects(self) -> list[str]:
         with self._lock:
@@ -343,7 +362,8 @@ class GrpcSink(Sink):
     def stats(self) -> dict:
         with self._lock:
             dropped = self._dropped_by_gone + sum(s.dropped for s in self._subscribers)
-            return {**super().stats(), "subscribers": len(self._subscribers), "dropped": dropped}
+            return {**super().stats(), "subscribers": len(self._subscribers), "dropped": dropped,
+                    "evicted": self.evicted, "malformed_requests": self._malformed}
 
     def status_message(self, context) -> pb.GetStatusResponse:
         stats = self.stats()
@@ -353,7 +373,8 @@ class GrpcSink(Sink):
             fps = self._window.rate(now)
             p50, p99 = self._window.percentiles(now)
         status = {"sources": [], "backends": [], "model_versions": model_versions, "fps": fps,
-                  "latency_ms_p50": p50, "latency_ms_p99": p99, "subjects": self.subjects()}
+                  "latency_ms_p50": p50, "latency_ms_p99": p99, "subjects": self.subjects(),
+                  "state": "stopping" if self._closed else "running"}
         if self.control is not None:
             status.update(_call(context, self.control.status) or {})
         return pb.GetStatusResponse(
@@ -368,4 +389,5 @@ class GrpcSink(Sink):
             frames_published=self.sent,
             frames_dropped=stats["dropped"],
             server_version=__version__,
+            state=str(status.get("state") or ""),
         )

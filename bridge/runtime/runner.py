@@ -3,8 +3,13 @@ queues.
 
 A slow stage never makes the camera lag: each queue holds at most two items and drops the oldest, so the
 newest frame is always the next one processed; drops are counted and shown. A file read as fast as possible
-blocks instead (back-pressure), so every frame is kept. One bad frame is counted and skipped; a sink that raises
-is counted and the others still get the frame.
+blocks instead (back-pressure), so every frame is kept. One bad frame is counted and skipped. The send thread
+hands each frame to every sink's own worker (bridge/runtime/sink_worker.py), so a slow or failing sink costs
+only its own frames, counted per sink.
+
+Stopping is bounded: after Ctrl-C or SIGTERM the threads get STOP_TIMEOUT_S to finish; a source whose read is
+blocked (a FIFO, a stalled network share, a hung camera driver) is left behind with one line saying so, the
+frames already captured still reach the sinks, and every sink is closed (a take is finalised).
 """
 from __future__ import annotations
 
@@ -15,11 +20,15 @@ import threading
 import time
 
 from bridge.runtime.queues import Closed, LatestQueue
+from bridge.runtime.sink_worker import SinkWorker
 from bridge.runtime.stats import RunStats
 from bridge.sinks.base import Sink
 from bridge.sources.base import FrameSource, SourceMode
 
 log = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 3.0  # after a stop request, how long a thread may take to notice before it is left behind
+DRAIN_TIMEOUT_S = 10.0  # how long the sinks may take to send what is queued for them when the run ends
 
 
 class BridgeRunner:
@@ -41,10 +50,24 @@ class BridgeRunner:
         self._queues: list[LatestQueue] = [LatestQueue(2) for _ in range(len(self.stages) + 1)]
         self._frames, self._results = self._queues[0], self._queues[-1]
         self._stop = threading.Event()
+        self._stop_requested_at: float | None = None
         self.error: BaseException | None = None
+        self.workers = [SinkWorker(sink, self.lossless, label) for sink, label in zip(sinks, sink_labels(sinks))]
+        self.abandoned: list[str] = []  # threads that did not stop in time (their names)
 
     def stop(self) -> None:
+        if self._stop_requested_at is None:
+            self._stop_requested_at = time.perf_counter()
         self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once a stop was asked for or the source ended."""
+        return self._stop.is_set()
+
+    def sink_dropped(self) -> dict[str, int]:
+        """Per sink: frames it never got because it was slower than the stream."""
+        return {w.label: w.dropped for w in self.workers}
 
     def _dropped(self) -> int:
         return sum(q.dropped for q in self._queues)
@@ -96,16 +119,13 @@ class BridgeRunner:
                 break
             if result is None:
                 continue
-            for sink in self.sinks:
-                try:
-                    sink.send(result)
-                except Exception as e:  # sinks count their own transient failures; this is a bug guard
-                    sink.errors += 1
-                    log.warning("%s failed on frame %d: %s", sink.name, result.seq, e)
+            for worker in self.workers:  # each sink sends from its own thread: none waits for another
+                worker.put(result)
             now = time.perf_counter()
             self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
             result.latencies_ms["capture_to_send"] = (now - result.t_capture_mono) * 1000.0
             self.stats.frame_sent(result.latencies_ms["capture_to_send"], now)
+            self.stats.set_sink_dropped(self.sink_dropped())
             if self.on_frame is not None:
                 self.on_frame(result)
         self.stats.set_dropped("send", self._results.dropped)
@@ -115,38 +135,82 @@ class BridgeRunner:
         threads += [threading.Thread(target=self._stage, args=(i,), name=f"facebridge-stage{i}", daemon=True)
                     for i in range(len(self.stages))]
         threads.append(threading.Thread(target=self._send, name="facebridge-send", daemon=True))
+        for w in self.workers:
+            w.start()
         for t in threads:
             t.start()
-        tty = sys.stderr.isatty()
-        last_print = 0.0
         # SIGTERM (a service manager, `kill`) ends the run like Ctrl-C: sinks close and recordings are flushed.
         previous = None
         if threading.current_thread() is threading.main_thread():
             previous = signal.signal(signal.SIGTERM, lambda *_: self.stop())
         try:
-            while any(t.is_alive() for t in threads):
-                threads[-1].join(0.25)
-                now = time.perf_counter()
-                if self.show_status and (tty or now - last_print > 5.0):
-                    print(("\r" if tty else "") + self.stats.status_line() + ("" if tty else "\n"),
-                          end="", file=sys.stderr, flush=True)
-                    last_print = now
-        except KeyboardInterrupt:
-            self.stop()
-            for t in threads:
-                t.join(2.0)
+            try:
+                self._watch(threads)
+            except KeyboardInterrupt:
+                self.stop()
+                self._watch(threads)  # bounded now: STOP_TIMEOUT_S, then blocked threads are left behind
         finally:
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
             self.stop()
-            for sink in self.sinks:
-                try:
-                    sink.close()
-                except Exception as e:
-                    log.warning("%s did not close cleanly: %s", sink.name, e)
-            self.source.close()
+            self._shutdown(threads)
         if self.show_status:
-            print(("\r" if tty else "") + self.stats.status_line(), file=sys.stderr, flush=True)
+            print(("\r" if sys.stderr.isatty() else "") + self.stats.status_line(), file=sys.stderr, flush=True)
         if self.error is not None:
             raise self.error
         return self.stats
+
+    def _watch(self, threads: list[threading.Thread]) -> None:
+        """Wait for the threads, printing the status line; after a stop request, wait at most STOP_TIMEOUT_S."""
+        tty = sys.stderr.isatty()
+        last_print = 0.0
+        while any(t.is_alive() for t in threads if t.name not in self.abandoned):
+            threads[-1].join(0.25)
+            now = time.perf_counter()
+            if self.show_status and (tty or now - last_print > 5.0):
+                print(("\r" if tty else "") + self.stats.status_line() + ("" if tty else "\n"),
+                      end="", file=sys.stderr, flush=True)
+                last_print = now
+            if self._stop_requested_at is not None and now - self._stop_requested_at > STOP_TIMEOUT_S:
+                self._leave_behind(threads)
+
+    def _leave_behind(self, threads: list[threading.Thread]) -> None:
+        """Threads still running long after the stop request are blocked (a read that never returns): close the
+        queues so the others drain and finish, and say which one was left."""
+        stuck = [t.name for t in threads if t.is_alive() and t.name not in self.abandoned]
+        if not stuck:
+            return
+        for q in self._queues:
+            q.close()
+        if "facebridge-capture" in stuck and "facebridge-capture" not in self.abandoned:
+            print(f"facebridge: the source ({self.source.name}) did not return a frame within "
+                  f"{STOP_TIMEOUT_S:.0f} s of the stop request (a blocked camera, pipe or network share); "
+                  "stopping without it, everything captured so far is kept", file=sys.stderr, flush=True)
+        if self._stop_requested_at is not None and time.perf_counter() - self._stop_requested_at > 2 * STOP_TIMEOUT_S:
+            self.abandoned.extend(n for n in stuck if n not in self.abandoned)  # a stage stuck in inference too
+        elif "facebridge-capture" in stuck:
+            self.abandoned.append("facebridge-capture")
+
+    def _shutdown(self, threads: list[threading.Thread]) -> None:
+        """Let every sink send what it has queued, then close it (a take is finalised); close the source unless
+        its read is still blocked in another thread."""
+        deadline = time.perf_counter() + DRAIN_TIMEOUT_S
+        for worker in self.workers:
+            if worker.finish(max(0.1, deadline - time.perf_counter())):
+                worker.close()
+            else:
+                print(f"facebridge: {worker.label} did not finish within {DRAIN_TIMEOUT_S:.0f} s; "
+                      f"{worker.pending} frames queued for it were not sent", file=sys.stderr, flush=True)
+        self.stats.set_sink_dropped(self.sink_dropped())
+        if "facebridge-capture" in self.abandoned:
+            return  # closing a source under its own blocked read could crash inside the driver
+        try:
+            self.source.close()
+        except Exception as e:
+            log.warning("the source did not close cleanly: %s", e)
+
+
+def sink_labels(sinks: list[Sink]) -> list[str]:
+    """Each sink's name, numbered where several share one (two Live Link Face targets)."""
+    names = [s.name for s in sinks]
+    return [n if names.count(n) == 1 else f"{n}#{names[:i + 1].count(n)}" for i, n in enumerate(names)]

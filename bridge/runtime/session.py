@@ -13,7 +13,7 @@ from pathlib import Path
 from bridge.errors import FaceBridgeError
 from bridge.pipeline import PipelineOptions
 from bridge.runtime.control import RunControl
-from bridge.runtime.runner import BridgeRunner
+from bridge.runtime.runner import BridgeRunner, sink_labels
 from bridge.runtime.stats import RunStats, StatsSnapshot
 from bridge.sinks.base import Sink
 
@@ -135,10 +135,32 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a finished run did: the statistics' last snapshot and each sink's counters."""
+    """What a finished run did: the statistics' last snapshot, each sink's counters, and the lines to tell the
+    user (a sink's failures, frames a slow sink missed); `failed` when frames meant to be kept were lost."""
 
     stats: StatsSnapshot
     sinks: dict[str, dict]
+    notes: list[str] = field(default_factory=list)
+    failed: bool = False
+
+
+def summarise(stats: StatsSnapshot, sinks: list[Sink], labels: list[str], source=None) -> RunSummary:
+    """The run summary from the source's and the sinks' own reports and the frames each sink missed being slower
+    than the stream."""
+    notes, failed, counters = [], False, {}
+    source_note = source.report() if source is not None and hasattr(source, "report") else None
+    if source_note:
+        notes.append(source_note)
+    for sink, label in zip(sinks, labels):
+        counters[label] = {**sink.stats(), "queue_dropped": stats.sink_dropped.get(label, 0)}
+        line, lost = sink.report()
+        if line:
+            notes.append(line)
+        failed = failed or lost
+        if counters[label]["queue_dropped"]:
+            notes.append(f"{label}: {counters[label]['queue_dropped']} frames skipped for this output alone "
+                         "(it was slower than the stream; the other outputs got them)")
+    return RunSummary(stats=stats, sinks=counters, notes=notes, failed=failed)
 
 
 class BridgeSession:
@@ -251,12 +273,16 @@ class BridgeSession:
 
     def describe(self) -> str:
         """One line: where frames come from and go, and the calibration in use."""
-        outs = ", ".join(s.name for s in self.sinks) or "no outputs"
+        outs = ", ".join(s.label() for s in self.sinks) or "no outputs"
         subject = self.config.subject
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
         learn = (f"; learning into {self.learn.store.root} (owner-only, at most {self.learn.store.max_bytes >> 20} MB;"
                  " `fedagent data clear` deletes it)" if self.learn is not None else "")
         return f"{self.source.name} -> {outs}; {cal}{learn}"
+
+    def grpc_address(self) -> str:
+        """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
+        return next((f"gRPC stream on {s.address}" for s in self.sinks if s.name == "grpc"), "")
 
     def run(self) -> RunSummary:
         """Stream until the source ends, --max-frames, Ctrl-C or SIGTERM; the sinks and source close at the end."""
@@ -266,13 +292,14 @@ class BridgeSession:
                                    status=self.config.status_line, on_frame=self.control.on_frame,
                                    stages=self._stages(), stats=self.stats)
         self.control.stats = self.stats
+        self.control.runner = self.runner
         if self.release_watch is not None:
             self.release_watch.start()
         try:
             stats = self.runner.run()
         finally:
             self.close()
-        return RunSummary(stats=stats.snapshot(), sinks={s.name: s.stats() for s in self.sinks})
+        return summarise(stats.snapshot(), self.sinks, sink_labels(self.sinks), self.source)
 
     def close(self) -> None:
         """Close what is open (idempotent; the runner closes sinks and source itself when it ran)."""

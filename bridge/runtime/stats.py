@@ -62,6 +62,8 @@ class StatsSnapshot:
     face_found: bool  # in the last frame processed
     uptime_s: float
     releases: dict[str, int] = field(default_factory=dict)  # model -> installed release now active (0: shipped)
+    sink_dropped: dict[str, int] = field(default_factory=dict)  # sink -> frames it missed being slower than the
+    # stream (the other sinks still got them; not part of dropped_total)
 
     @property
     def dropped_total(self) -> int:
@@ -80,6 +82,7 @@ class RunStats:
     faces: int = 0
     bad_frames: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: {"capture": 0, "send": 0})
+    sink_dropped: dict[str, int] = field(default_factory=dict)
     last_face: bool = False
     releases: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
@@ -117,6 +120,10 @@ class RunStats:
         with self._lock:
             self.releases = {**self.releases, model: release}
 
+    def set_sink_dropped(self, per_sink: dict[str, int]) -> None:
+        with self._lock:
+            self.sink_dropped = dict(per_sink)
+
     # --- readers ------------------------------------------------------------------------------------------------
     def snapshot(self) -> StatsSnapshot:
         now = time.perf_counter()
@@ -127,7 +134,8 @@ class RunStats:
                 bad_frames=self.bad_frames, dropped=dict(self.dropped), fps=self._sends.rate(now),
                 latency_ms_p50=p50, latency_ms_p99=p99,
                 stage_ms={k: tuple(w.percentiles(now)) for k, w in self._stages.items()},
-                face_found=self.last_face, uptime_s=now - self.started, releases=self.releases)
+                face_found=self.last_face, uptime_s=now - self.started, releases=self.releases,
+                sink_dropped=dict(self.sink_dropped))
 
     def fps(self) -> float:
         return self.snapshot().fps
@@ -143,6 +151,7 @@ class RunStats:
         s = self.snapshot()
         face = "yes" if s.face_found else "NO"
         installed = " ".join(f"{m} r{r}" for m, r in sorted(s.releases.items()) if r)
+        slow = ", ".join(f"{name} {n}" for name, n in s.sink_dropped.items() if n)
         return (f"{s.fps:5.1f} fps | latency p50 {s.latency_ms_p50:5.1f} ms p99 {s.latency_ms_p99:5.1f} ms | "
-                f"dropped {s.dropped_total} | face {face} | frames {s.sent}"
-                + (f" | release {installed}" if installed else ""))
+                f"dropped {s.dropped_total}" + (f" (slow sinks: {slow})" if slow else "") +
+                f" | face {face} | frames {s.sent}" + (f" | release {installed}" if installed else ""))

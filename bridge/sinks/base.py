@@ -15,6 +15,8 @@ class Sink:
     with `_failed` so the stream goes on; raise only from the constructor for unusable configuration."""
 
     name = "sink"
+    queue_depth = 2  # frames that may wait for this sink (its own thread sends them); live outputs want the newest
+    failure_hint = "is the receiver running?"  # what the run summary says about failed sends
 
     def __init__(self) -> None:
         self.sent = 0
@@ -37,3 +39,13 @@ class Sink:
 
     def stats(self) -> dict:
         return {"sent": self.sent, "errors": self.errors}
+
+    def label(self) -> str:
+        """The sink and where it sends, for the start-up line."""
+        return self.name
+
+    def report(self) -> tuple[str | None, bool]:
+        """(one summary line or None, whether frames meant to be kept were lost: the run then fails)."""
+        if self.errors:
+            return f"{self.name}: {self.errors} sends failed ({self.failure_hint})", False
+        return None, False

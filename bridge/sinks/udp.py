@@ -117,5 +117,8 @@ class UdpSink(Sink):
     def close(self) -> None:
         self._sock.close()
 
+    def label(self) -> str:
+        return f"{self.name} {self.address[0]}:{self.address[1]}"
+
     def stats(self) -> dict:
         return {**super().stats(), "nonfinite_values": self.nonfinite}

@@ -49,6 +49,10 @@ class FrameSource:
     def close(self) -> None:
         pass
 
+    def report(self) -> str | None:
+        """One line for the run summary about frames this source could not deliver, or None."""
+        return None
+
     def _stamp(self, image: np.ndarray) -> Frame:
         now = time.perf_counter()
         frame = Frame(image=image, seq=self._seq, t_capture=time.time(), t_capture_mono=now, t_media=now,

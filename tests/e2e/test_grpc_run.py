@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import grpc
@@ -17,7 +19,14 @@ CLIENT = Path(__file__).resolve().parents[1] / "grpc" / "standalone_client.py"
 
 
 def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):
-    with running_bridge(tmp_path / "home", token="run-token") as (address, bridge):
+    from bridge.calibration import CalibrationProfile
+    from tests.helpers import face_frame
+
+    home = tmp_path / "home"
+    stored = CalibrationProfile.from_frames("FaceBridge", [face_frame(i) for i in range(10)])
+    profile_file = stored.save(home / "profiles")
+    before = profile_file.read_bytes()
+    with running_bridge(home, token="run-token") as (address, bridge):
         out = subprocess.run([sys.executable, str(CLIENT), address, "--frames", "15", "--token", "run-token"],
                              capture_output=True, text=True, timeout=120)
         # The pipeline answers status questions through the same server, and refuses a wrong token.
@@ -33,8 +42,8 @@ def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):
                                     metadata=[("authorization", "Bearer run-token")], timeout=30)
         channel.close()
         assert bridge.poll() is None
-    assert calibrated.ok, calibrated.message
-    assert list((tmp_path / "home").rglob("FaceBridge*.json")), "the neutral profile was saved"
+    assert calibrated.ok and "for this run only" in calibrated.message, calibrated.message
+    assert profile_file.read_bytes() == before, "calibrating the sample overwrote the stored profile"
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert not result["bridge_imported"]
@@ -57,3 +66,56 @@ def test_run_refuses_to_expose_the_stream_without_a_token(tmp_path):
                          capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=120)
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and "--grpc-token" in run.stderr, run.stderr
+
+
+def test_a_starting_bridge_says_so_then_serves_and_thirty_calibrations_do_not_race(tmp_path):
+    """GetStatus answers 'starting' while the models load; 30 concurrent Calibrate calls: one measures, the rest
+    are refused at once with the reason, and nobody's stored profile changes (the source is the sample)."""
+    from bridge.calibration import CalibrationProfile
+    from tests.grpc.bridge_process import free_tcp_port
+    from tests.helpers import ROOT, face_frame, facebridge_cmd, subprocess_env
+
+    home = tmp_path / "home"
+    profile_file = CalibrationProfile.from_frames("FaceBridge", [face_frame(i) for i in range(10)]).save(
+        home / "profiles")
+    before = profile_file.read_bytes()
+    address = f"127.0.0.1:{free_tcp_port()}"
+    proc = subprocess.Popen(facebridge_cmd("run", "--source", "sample", "--grpc", address, "--llf", "off", "--vmc",
+                                           "off", "--quiet"), cwd=ROOT, env=subprocess_env(home),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    states = []
+    try:
+        channel = grpc.insecure_channel(address)
+        stub = pb_grpc.FaceBridgeServiceStub(channel)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (not states or states[-1] != "running"):
+            try:
+                states.append(stub.GetStatus(pb.GetStatusRequest(), timeout=2).state)
+            except grpc.RpcError:
+                pass  # not listening yet
+            time.sleep(0.05)
+        answers = []
+
+        def calibrate():
+            answers.append(stub.Calibrate(pb.CalibrateRequest(subject="FaceBridge"), timeout=120))
+
+        callers = [threading.Thread(target=calibrate) for _ in range(30)]
+        for c in callers:
+            c.start()
+        for c in callers:
+            c.join(150)
+        channel.close()
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=60)
+    assert states and states[0] == "starting" and states[-1] == "running", states
+    assert states == sorted(states, key=lambda s: s != "starting")  # starting, then running, never back
+    assert f"gRPC stream on {address}" in out  # printed even with --quiet
+    measured = [a for a in answers if "already running" not in a.message]
+    assert len(answers) == 30 and 1 <= len(measured) <= 2, [a.message for a in measured]
+    # the one that measured succeeded, unless a loaded machine delivered too few frames in time (said so)
+    assert all(a.ok or "frames arrived within" in a.message for a in measured), [a.message for a in measured]
+    assert all(not a.ok for a in answers if a not in measured)
+    assert profile_file.read_bytes() == before
+    assert "Traceback" not in err

@@ -147,7 +147,10 @@ def test_calibrate_stores_a_profile_that_run_applies(isolated_home, tmp_path):
     cal = subprocess.run(facebridge_cmd("calibrate", "--source", "sample", "--frames", "20", "--subject", "Neutral"),
                          env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=120)
     assert cal.returncode == 0, cal.stderr
-    profile = json.loads((isolated_home / "profiles" / "Neutral.json").read_text())
+    from bridge.calibration import profile_file_name
+
+    assert "bundled sample clip, as asked" in cal.stderr  # calibrating from someone else's face is said
+    profile = json.loads((isolated_home / "profiles" / profile_file_name("Neutral")).read_text())
     assert profile["frames"] == 20 and len(profile["neutral_blendshapes"]) == 52 and profile["identity"]
     take = tmp_path / "take"
     run = subprocess.run(facebridge_cmd("run", "--source", "sample", "--max-frames", "20", "--fast", "--subject",

@@ -59,6 +59,13 @@ def _ctest(build: Path, tmp_path: Path, env: dict) -> dict[str, str]:
 
 
 def test_core_unit_and_live_tests_pass_against_the_bridge(core_build, tmp_path):
+    from bridge.calibration import CalibrationProfile
+    from tests.helpers import face_frame
+
+    # The live tests calibrate the bridge's subject: a profile stored before must come through untouched.
+    profile = CalibrationProfile.from_frames("FaceBridge", [face_frame(i) for i in range(10)])
+    stored = profile.save(tmp_path / "home" / "profiles")
+    before = stored.read_bytes()
     with running_bridge(tmp_path / "home", token="ctest-token") as (address, bridge):
         results = _ctest(core_build, tmp_path, {"FACEBRIDGE_TEST_ADDRESS": address,
                                                 "FACEBRIDGE_TEST_TOKEN": "ctest-token"})
@@ -68,3 +75,4 @@ def test_core_unit_and_live_tests_pass_against_the_bridge(core_build, tmp_path):
     assert set(live.values()) == {"passed"}, live  # none skipped: they really talked to the bridge
     assert results.get("StreamDecoder.TruncatedAndCorruptedBytesNeverCrash") == "passed"
     assert len(results) >= 15
+    assert stored.read_bytes() == before, "the C++ live tests overwrote the stored calibration profile"

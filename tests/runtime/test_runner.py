@@ -141,3 +141,53 @@ print("stopped", stats.sent, flush=True)
     meta = json.loads((take / "take.json").read_text())
     lines = (take / "frames.jsonl").read_text().splitlines()
     assert meta["complete"] is True and meta["frames"] == len(lines) == int(out.split()[1])
+
+
+class BlockingSource(CountingSource):
+    """`count` frames, then a read that blocks for good: it opens a FIFO nobody writes to (a stalled share)."""
+
+    def __init__(self, count: int, fifo: str) -> None:
+        super().__init__(count, SourceMode.LIVE, 0.005)
+        self.fifo = fifo
+
+    def read(self) -> Frame | None:
+        if self._seq >= self.count:
+            open(self.fifo + ".reached", "w").close()
+            with open(self.fifo, "rb") as f:  # blocks in open(2) until a writer appears: never
+                f.read()
+        return super().read()
+
+
+def test_sigterm_stops_a_run_whose_source_read_is_blocked_and_finalises_the_take(tmp_path):
+    import json
+    import os
+
+    take, fifo = tmp_path / "take", tmp_path / "stalled.png"
+    os.mkfifo(fifo)
+    script = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.runtime.test_runner import BlockingSource, describe
+from bridge.runtime.runner import BridgeRunner
+from bridge.sinks.recorder import TakeRecorder
+runner = BridgeRunner(BlockingSource(30, {str(fifo)!r}), describe, [TakeRecorder({str(take)!r})], status=False)
+print("running", flush=True)
+stats = runner.run()
+print("stopped", stats.sent, flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=subprocess_env())
+    assert proc.stdout.readline().strip() == "running"
+    lines = take / "frames.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the capture thread reached the FIFO and sits in open(2)
+        if (tmp_path / "stalled.png.reached").exists() and (take / "take.json").exists():
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)  # bounded: it no longer waits for the blocked read
+    assert proc.returncode == 0 and out.startswith("stopped"), err
+    assert "did not return a frame within" in err and "Traceback" not in err
+    meta = json.loads((take / "take.json").read_text())
+    recorded = lines.read_text().splitlines()
+    assert meta["complete"] is True and meta["frames"] == len(recorded) == int(out.split()[1]) > 0

@@ -170,7 +170,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("sources", "backends", "model_versions", "fps", "latency_ms_p50", "latency_ms_p99", "subjects", "subscribers", "frames_published", "frames_dropped", "server_version")
+    __slots__ = ("sources", "backends", "model_versions", "fps", "latency_ms_p50", "latency_ms_p99", "subjects", "subscribers", "frames_published", "frames_dropped", "server_version", "state")
     class ModelVersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +189,7 @@ class GetStatusResponse(_message.Message):
     FRAMES_PUBLISHED_FIELD_NUMBER: _ClassVar[int]
     FRAMES_DROPPED_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     sources: _containers.RepeatedScalarFieldContainer[str]
     backends: _containers.RepeatedScalarFieldContainer[str]
     model_versions: _containers.ScalarMap[str, str]
@@ -200,7 +201,8 @@ class GetStatusResponse(_message.Message):
     frames_published: int
     frames_dropped: int
     server_version: str
-    def __init__(self, sources: _Optional[_Iterable[str]] = ..., backends: _Optional[_Iterable[str]] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., fps: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., subjects: _Optional[_Iterable[str]] = ..., subscribers: _Optional[int] = ..., frames_published: _Optional[int] = ..., frames_dropped: _Optional[int] = ..., server_version: _Optional[str] = ...) -> None: ...
+    state: str
+    def __init__(self, sources: _Optional[_Iterable[str]] = ..., backends: _Optional[_Iterable[str]] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., fps: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., subjects: _Optional[_Iterable[str]] = ..., subscribers: _Optional[int] = ..., frames_published: _Optional[int] = ..., frames_dropped: _Optional[int] = ..., server_version: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
 
 class CalibrateRequest(_message.Message):
     __slots__ = ("subject",)

@@ -62,7 +62,9 @@ class FaceBridgeServiceServicer:
     def Subscribe(self, request, context):
         """Server stream: for each subject, a StreamHeader, then Frames. A slow reader receives the newest frame for
         each subject (older ones are dropped and counted in Frame.dropped_frames); it never slows the bridge or
-        other subscribers.
+        other subscribers. A subject the bridge does not know fails at once with NOT_FOUND, naming the known ones;
+        a client that stops reading (a frame not taken within the server's write deadline) is cancelled (it sees
+        CANCELLED) and its slot goes to the next client.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,7 +1,8 @@
 // StreamClient against a real bridge. The live tests need a running FaceBridge gRPC server:
 //   facebridge run --source sample --grpc 127.0.0.1:50051 [--grpc-token T]
 //   FACEBRIDGE_TEST_ADDRESS=127.0.0.1:50051 [FACEBRIDGE_TEST_TOKEN=T] ctest --output-on-failure
-// (tests/test_unreal_core.py does exactly this).
+// (tests/e2e/test_unreal_core.py does exactly this). Run them against a bridge on --source sample: its Calibrate
+// applies to that run only, so CalibrateThroughTheBridge never overwrites anyone's stored profile.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>

@@ -1,0 +1,248 @@
+"""`facebridge bench soak --minutes N`: a real `facebridge run` with every output on (Live Link Face and VMC to
+UDP receivers here, the gRPC stream with a subscriber that disconnects and reconnects, a take recorder) for N
+minutes, sampling the bridge process's memory, threads and open files every interval. No growth is the result
+wanted: the JSON gives each sample and the slopes fitted to them after the first sample (warm-up).
+
+The bridge runs as its own process with a temporary FACEBRIDGE_HOME (no profile of the user's is touched) and
+records into a temporary take that is checked and removed at the end (--keep-take keeps it). `--slow-fsync-ms N`
+runs it under strace with every fsync delayed by N ms (a slow disk, for real): Live Link Face's packet count and
+longest gap then show whether the recorder holds the live outputs back.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from bridge.bench.common import reporter
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--minutes", type=float, default=5.0, help="how long the bridge runs (default 5)")
+    p.add_argument("--interval", type=float, default=60.0, help="seconds between samples (default 60)")
+    p.add_argument("--source", default="sample", help="the bridge's --source (default: the bundled sample, looped)")
+    p.add_argument("--reconnect-every", type=float, default=10.0, metavar="S",
+                   help="the gRPC subscriber disconnects and reconnects every S seconds (default 10)")
+    p.add_argument("--keep-take", action="store_true", help="keep the recorded take (its path is in the JSON)")
+    p.add_argument("--slow-fsync-ms", type=float, default=0.0, metavar="MS",
+                   help="delay every fsync of the bridge by MS milliseconds (needs strace): a slow disk")
+
+
+def _proc_status(pid: int) -> dict:
+    """RSS (MB), threads and open file descriptors of a running process, from /proc."""
+    fields = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            fields[key] = value.strip()
+    return {"rss_mb": round(int(fields["VmRSS"].split()[0]) / 1024, 1), "threads": int(fields["Threads"]),
+            "open_files": len(os.listdir(f"/proc/{pid}/fd"))}
+
+
+class _UdpCounter:
+    """A UDP socket on 127.0.0.1 counting what arrives (a Live Link Face or VMC receiver)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.count = 0
+        self.longest_gap_s = 0.0  # between two datagrams, after the first
+        self._last: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.sock.recv(65536)
+                now = time.monotonic()
+                if self._last is not None:
+                    self.longest_gap_s = max(self.longest_gap_s, now - self._last)
+                self._last = now
+                self.count += 1
+            except OSError:
+                continue
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+class _Reconnecting:
+    """A gRPC subscriber that reads for `every` seconds, disconnects, and connects again, until stopped."""
+
+    def __init__(self, address: str, every: float) -> None:
+        self.address, self.every = address, every
+        self.frames = self.connections = self.errors = 0
+        self.error_codes: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        import grpc
+
+        from bridge.grpc.gen import facebridge_pb2 as pb
+        from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+
+        while not self.stop.is_set():
+            channel = grpc.insecure_channel(self.address)
+            try:
+                stream = pb_grpc.FaceBridgeServiceStub(channel).Subscribe(pb.SubscribeRequest(), timeout=self.every)
+                first = True
+                for part in stream:
+                    self.connections += first  # connected once the header came
+                    first = False
+                    self.frames += part.WhichOneof("part") == "frame"
+                    if self.stop.is_set():
+                        stream.cancel()
+            except grpc.RpcError as e:
+                if e.code() not in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+                    if self.connections:  # before the first connection the bridge is starting
+                        self.errors += 1
+                        self.error_codes[e.code().name] = self.error_codes.get(e.code().name, 0) + 1
+                    self.stop.wait(1.0)
+            finally:
+                channel.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(self.every + 5)
+
+
+def _bridge_pid(proc: subprocess.Popen, wrapped: bool) -> int:
+    """The bridge's own pid: the process itself, or strace's child when strace runs it."""
+    if not wrapped:
+        return proc.pid
+    for _ in range(200):
+        try:
+            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
+                children = f.read().split()
+            if children:
+                return int(children[0])
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return proc.pid
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _slope_per_hour(samples: list[dict], key: str) -> float | None:
+    """Least-squares growth of `key` per hour over the samples after the first (warm-up)."""
+    points = samples[1:]
+    if len(points) < 2:
+        return None
+    t = np.array([s["t_s"] for s in points]) / 3600.0
+    v = np.array([s[key] for s in points], dtype=float)
+    return round(float(np.polyfit(t, v, 1)[0]), 2)
+
+
+def run(args) -> dict:
+    report = reporter("soak")
+    work = tempfile.mkdtemp(prefix="facebridge-soak-")
+    take = os.path.join(work, "take")
+    llf, vmc = _UdpCounter(), _UdpCounter()
+    address = f"127.0.0.1:{_free_port()}"
+    cmd = [sys.executable, "-m", "bridge.cli", "run", "--source", args.source, "--quiet",
+           "--llf", f"127.0.0.1:{llf.port}", "--vmc", f"127.0.0.1:{vmc.port}", "--grpc", address, "--record", take]
+    if args.slow_fsync_ms > 0:
+        if shutil.which("strace") is None:
+            from bridge.errors import FaceBridgeError
+
+            raise FaceBridgeError("--slow-fsync-ms needs strace", "apt-get install strace, or leave the option out")
+        delay_us = int(args.slow_fsync_ms * 1000)
+        cmd = ["strace", "--seccomp-bpf", "-f", "-qq", "-o", os.devnull, "-e", "trace=fsync,fdatasync",
+               "-e", f"inject=fsync,fdatasync:delay_exit={delay_us}"] + cmd
+    env = dict(os.environ, FACEBRIDGE_HOME=os.path.join(work, "home"))
+    log_path = os.path.join(work, "bridge.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    subscriber = _Reconnecting(address, args.reconnect_every)
+    bridge_pid = _bridge_pid(proc, wrapped=args.slow_fsync_ms > 0)
+    samples: list[dict] = []
+    started = time.monotonic()
+    end = started + args.minutes * 60.0
+    next_sample = started
+    try:
+        while time.monotonic() < end and proc.poll() is None:
+            now = time.monotonic()
+            if now >= next_sample:
+                sample = {"t_s": round(now - started, 1), **_proc_status(bridge_pid), "llf_packets": llf.count,
+                          "vmc_packets": vmc.count, "grpc_frames": subscriber.frames,
+                          "grpc_connections": subscriber.connections,
+                          "take_mb": round(_size(take) / 2**20, 1)}
+                samples.append(sample)
+                report(f"{sample['t_s'] / 60:5.1f} min: rss {sample['rss_mb']} MB, {sample['threads']} threads, "
+                       f"{sample['open_files']} files, llf {sample['llf_packets']}, grpc {sample['grpc_frames']} "
+                       f"frames over {sample['grpc_connections']} connections")
+                next_sample += args.interval
+            time.sleep(min(1.0, max(0.05, next_sample - time.monotonic())))
+    finally:
+        crashed = proc.poll()
+        subscriber.close()  # first, so that the bridge going down is not counted as a subscriber error
+        if crashed is None:
+            os.kill(bridge_pid, signal.SIGTERM)
+        try:
+            rc = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        llf.close()
+        vmc.close()
+    with open(log_path, errors="replace") as f:
+        tail = f.read()[-2000:]
+    frames = _lines(os.path.join(take, "frames.jsonl"))
+    result = {
+        "command": " ".join(cmd[1:]), "minutes": args.minutes, "interval_s": args.interval,
+        "slow_fsync_ms": args.slow_fsync_ms,
+        "exit_code": rc, "ended_by": "crash" if crashed is not None else "SIGTERM", "samples": samples,
+        "growth_per_hour": {key: _slope_per_hour(samples, key) for key in ("rss_mb", "threads", "open_files")},
+        "range_after_first_sample": {key: [min(s[key] for s in samples[1:]), max(s[key] for s in samples[1:])]
+                                     if len(samples) > 1 else None for key in ("rss_mb", "threads", "open_files")},
+        "outputs": {"llf_packets": llf.count, "llf_longest_gap_ms": round(llf.longest_gap_s * 1000, 1),
+                    "vmc_packets": vmc.count, "grpc_frames": subscriber.frames,
+                    "grpc_connections": subscriber.connections, "grpc_errors": subscriber.errors,
+                    "grpc_error_codes": subscriber.error_codes,
+                    "take_frames": frames, "take_csv_rows": max(0, _lines(os.path.join(take, "frames.csv")) - 1)},
+        "bridge_log_tail": tail,
+    }
+    if args.keep_take:
+        result["take"] = take
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    spread = result["range_after_first_sample"]
+    report(f"done: exit {rc}, rss growth {result['growth_per_hour']['rss_mb']} MB/h, threads {spread['threads']}, "
+           f"files {spread['open_files']}")
+    return result
+
+
+def _size(path: str) -> int:
+    try:
+        return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path))
+    except OSError:
+        return 0
+
+
+def _lines(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+    except OSError:
+        return 0

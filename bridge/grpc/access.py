@@ -1,0 +1,97 @@
+"""Who may talk to the gRPC server and what it accepts: loopback by default, a bearer token beyond it, and a
+token only of the characters gRPC metadata can carry (printable ASCII), so a token no client can send is refused
+at start, not silently locking every client out. Tokens are compared in constant time; health checks stay open.
+A request that does not parse reaches its method as `Malformed` (refused there with one line), and gRPC's own
+log records of bad requests lose their traceback."""
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+
+import grpc
+
+from bridge.errors import SinkError
+
+
+def check_token(token: str | None) -> None:
+    """Refuse a --grpc-token that is empty or that HTTP/2 metadata cannot carry."""
+    if token is None:
+        return
+    if not token:
+        raise SinkError("--grpc-token is empty", "give a token of letters, digits and punctuation, or leave it out")
+    if not all(" " <= c <= "~" for c in token) or token != token.strip():
+        raise SinkError("--grpc-token holds characters gRPC clients cannot send (only printable ASCII is allowed, "
+                        "without spaces at either end)", "choose a token of ASCII letters, digits and punctuation")
+
+
+class BearerTokenInterceptor(grpc.ServerInterceptor):
+    """Requires `authorization: Bearer <token>` on every call except health checks (probes carry no secrets)."""
+
+    def __init__(self, token: str) -> None:
+        self._expected = f"Bearer {token}".encode()
+
+        def deny(request_or_iterator, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "missing or wrong bearer token; send metadata 'authorization: Bearer <token>'")
+
+        # A refusal must have the same streaming shape as the method it stands in for.
+        self._deny = {
+            (False, False): grpc.unary_unary_rpc_method_handler(deny),
+            (False, True): grpc.unary_stream_rpc_method_handler(deny),
+            (True, False): grpc.stream_unary_rpc_method_handler(deny),
+            (True, True): grpc.stream_stream_rpc_method_handler(deny),
+        }
+
+    def intercept_service(self, continuation, details):
+        handler = continuation(details)
+        if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
+            return handler
+        got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
+        if isinstance(got, str) and hmac.compare_digest(got.encode(), self._expected):
+            return handler
+        return self._deny[(handler.request_streaming, handler.response_streaming)]
+
+
+def is_loopback(host: str) -> bool:
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise SinkError(f"gRPC address {address!r} is not HOST:PORT", "use e.g. --grpc 127.0.0.1:50051")
+    return host, int(port)
+
+
+class Malformed:
+    """A request whose bytes are not the message its method takes (the deserializer never raises)."""
+
+    def __init__(self, message: str, error: Exception) -> None:
+        self.message, self.error = message, error
+
+
+def lenient(message_type):
+    def parse(data: bytes):
+        try:
+            return message_type.FromString(data)
+        except Exception as e:  # noqa: BLE001 - DecodeError and friends: refused by the method, one line
+            return Malformed(message_type.DESCRIPTOR.name, e)
+    return parse
+
+
+class OneLineGrpcLog(logging.Filter):
+    """gRPC's own log records of a bad request come with a traceback; keep one line of them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            error = record.exc_info[1]
+            record.msg, record.args = f"gRPC: {record.getMessage()} ({type(error).__name__}: {error})", ()
+            record.exc_info = record.exc_text = None
+        return True

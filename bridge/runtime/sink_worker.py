@@ -1,0 +1,77 @@
+"""SinkWorker: every sink sends from its own thread through its own bounded queue, so a slow sink (a recorder
+on a slow disk, a receiver's full buffer) never stalls another.
+
+When a sink's queue is full the oldest frame waiting for that sink is dropped and counted for that sink alone:
+live outputs keep two frames (the newest pose is what matters), the recorder keeps `Sink.queue_depth` frames
+(seconds of a slow disk). A lossless run (a file read as fast as it goes) waits for room instead, so every sink
+gets every frame. A sink that raises is counted and warned about; its worker goes on with the next frame.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from bridge.frame import FaceFrame
+from bridge.runtime.queues import Closed, LatestQueue
+from bridge.sinks.base import Sink
+
+log = logging.getLogger(__name__)
+
+
+class SinkWorker:
+    """One sink, its thread and its queue. `put` never waits unless the run is lossless."""
+
+    def __init__(self, sink: Sink, lossless: bool = False, label: str | None = None) -> None:
+        self.sink = sink
+        self.label = label or sink.name
+        self.lossless = lossless
+        self.queue: LatestQueue[FaceFrame] = LatestQueue(max(1, int(getattr(sink, "queue_depth", 2))))
+        self._thread = threading.Thread(target=self._run, name=f"facebridge-sink-{self.label}", daemon=True)
+        self._last_warning = -1e9
+
+    @property
+    def dropped(self) -> int:
+        """Frames this sink never got because it was busy with older ones."""
+        return self.queue.dropped
+
+    @property
+    def pending(self) -> int:
+        return len(self.queue)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, frame: FaceFrame) -> None:
+        self.queue.put(frame, block=self.lossless)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                frame = self.queue.get(timeout=0.5)
+            except Closed:
+                return
+            if frame is None:
+                continue
+            try:
+                self.sink.send(frame)
+            except Exception as e:  # sinks count their own transient failures; this is a bug guard
+                self.sink.errors += 1
+                now = time.monotonic()
+                if now - self._last_warning > 10.0:
+                    self._last_warning = now
+                    log.warning("%s failed on frame %d: %s", self.label, frame.seq, e)
+
+    def finish(self, timeout: float) -> bool:
+        """Let the sink send what is queued (at most `timeout` seconds); True when its thread is done."""
+        self.queue.close()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def close(self) -> None:
+        """Close the sink. Call after `finish` returned True: a sink is never closed under its own send."""
+        try:
+            self.sink.close()
+        except Exception as e:
+            log.warning("%s did not close cleanly: %s", self.label, e)
