@@ -7,8 +7,6 @@ counted (Frame.dropped_frames). Health checking and server reflection are enable
 """
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
 import math
 import threading
@@ -27,6 +25,8 @@ from bridge.frame import FaceFrame
 from bridge.grpc.convert import build_frame, build_header, layout_key
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+from bridge.listeners import bearer_matches
+from bridge.listeners import is_loopback as _is_loopback
 from bridge.runtime.stats import RollingWindow
 from bridge.sinks.base import Sink
 
@@ -161,7 +161,7 @@ class _BearerTokenInterceptor(grpc.ServerInterceptor):
     """Requires `authorization: Bearer <token>` on every call except health checks (probes carry no secrets)."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._token = token
 
         def deny(request_or_iterator, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED,
@@ -180,19 +180,9 @@ class _BearerTokenInterceptor(grpc.ServerInterceptor):
         if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
             return handler
         got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
-        if isinstance(got, str) and hmac.compare_digest(got.encode(), self._expected):
+        if bearer_matches(got, self._token):
             return handler
         return self._deny[(handler.request_streaming, handler.response_streaming)]
-
-
-def _is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _split_address(address: str) -> tuple[str, int]:
@@ -265,6 +255,7 @@ class GrpcSink(Sink):
             raise SinkError(f"cannot listen for gRPC on {address}",
                             "the port is probably in use; pick another with --grpc HOST:PORT")
         self.address = f"{host}:{self.port}"
+        self.destination = f"grpc {self.address}" + (" (TLS)" if tls_cert else "")
         self._server.start()
         for service in ("", SERVICE_NAME):
             self._health.set(service, health_pb2.HealthCheckResponse.SERVING)

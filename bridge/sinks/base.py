@@ -15,6 +15,7 @@ class Sink:
     with `_failed` so the stream goes on; raise only from the constructor for unusable configuration."""
 
     name = "sink"
+    destination = ""  # where it sends, in words (an address, a directory), for the monitor and the metrics
 
     def __init__(self) -> None:
         self.sent = 0

@@ -26,6 +26,7 @@ class TakeRecorder(Sink):
     def __init__(self, directory: str | Path, sync_interval_s: float = 1.0):
         super().__init__()
         self.directory = Path(directory)
+        self.destination = str(self.directory)
         self.sync_interval_s = sync_interval_s
         if self.directory.exists() and not self.directory.is_dir():
             raise SinkError(f"take path {self.directory} is a file", "give a directory for the take")
