@@ -66,15 +66,18 @@ def test_a_busy_default_port_falls_back_to_a_free_one_and_a_chosen_one_fails():
         first.close()
 
 
-async def _watch(url: str, seconds: float, preview: bool) -> dict:
+async def _watch(url: str, seconds: float, preview: bool, images: int = 0) -> dict:
+    """What a page receives in `seconds` (longer, up to 60 s, until `images` preview images came: a busy machine
+    sends fewer)."""
     seen = {"hello": None, "states": [], "previews": [], "images": []}
     async with aiohttp.ClientSession() as client, client.ws_connect(url.replace("http", "ws") + "ws") as ws:
         if preview:
             await ws.send_str(json.dumps({"preview": True}))
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
+        start = time.monotonic()
+        end = start + seconds
+        while time.monotonic() < end or (len(seen["images"]) < images and time.monotonic() < start + 60):
             try:
-                msg = await ws.receive(timeout=max(0.1, end - time.monotonic()))
+                msg = await ws.receive(timeout=max(0.5, end - time.monotonic()))
             except asyncio.TimeoutError:
                 break
             if msg.type == aiohttp.WSMsgType.BINARY:
@@ -96,7 +99,7 @@ def test_the_websocket_streams_state_at_the_page_pace_and_preview_images_only_wh
             time.sleep(0.1)
         plain = asyncio.run(_watch(session.monitor.url, 2.0, preview=False))
         assert session.feed._preview_pages == 0 and not session.feed._images, "nobody asked: no image kept"
-        watched = asyncio.run(_watch(session.monitor.url, 2.5, preview=True))
+        watched = asyncio.run(_watch(session.monitor.url, 2.5, preview=True, images=2))
         end = time.monotonic() + 10
         while session.feed._preview_pages and time.monotonic() < end:
             time.sleep(0.05)
@@ -110,7 +113,7 @@ def test_the_websocket_streams_state_at_the_page_pace_and_preview_images_only_wh
     assert state["stats"]["fps"] > 0 and state["backends"] and state["models"] and state["controls"]
     assert set(state["stats"]["sinks"]) == {"recorder"}
     images = watched["images"]  # the watch may end between an image's landmarks and its JPEG
-    assert images and len(watched["previews"]) - len(images) in (0, 1) and len(images) <= 15
+    assert len(images) >= 2 and len(watched["previews"]) - len(images) in (0, 1)
     meta, jpeg = watched["previews"][len(images) - 1], images[-1]
     image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
     assert image.shape[1] == meta["width"] <= 480 and image.shape[0] == meta["height"]
