@@ -165,10 +165,30 @@ class FacePipeline:
     def reset(self) -> None:
         self._roi = None
         self._tracked = 0
+        self.reset_description()
+
+    def reset_description(self) -> None:
+        """Forget describe's temporal state (pose tracking, blink baseline, filters): called by the output guard
+        after a bad frame, so that one bad value does not carry into the frames after it."""
         self.head_pose.reset()
         self.blink.reset()
         for f in self._filters.values():
             f.reset()
+
+    def build_session(self, component: str):
+        """A new session for a component's model ("detector", "landmarker", "iris", "emotion", "expression": the
+        names of SWAP_POINTS), opened as at the start: same model file, backend and options (the output guard's
+        recreation of a session whose model came with the pipeline)."""
+        from bridge.expression.stage import ExpressionEstimator
+
+        o = self.options
+        engine = {"backend": o.backend, "threads": o.threads, "cpu_precision": o.cpu_precision}
+        build = {"detector": lambda: FaceDetector(o.detector, **engine), "landmarker": lambda: FaceLandmarker(**engine),
+                 "iris": lambda: IrisLandmarker(**engine), "emotion": lambda: EmotionClassifier(**engine),
+                 "expression": lambda: ExpressionEstimator(method=o.expression, backend=o.backend,
+                                                           model_dir=o.expression_model,
+                                                           cpu_precision=o.cpu_precision)}[component]
+        return build().session
 
     def _find_face(self, image: np.ndarray, timer: _Timer):
         """Landmarks from the tracked ROI; on loss, detect and try again once."""

@@ -168,3 +168,52 @@ def device_key(folder: Path, name: str):
 
 def fedagent_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "fedagent", *args]
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_session(config):
+    """A BridgeSession opened from `config` and run on a thread until the block ends: yields the session (its
+    monitor, stats and control are live). Stops the runner and joins the thread on the way out."""
+    from bridge.runtime.session import BridgeSession
+
+    session = BridgeSession(config).open()
+    outcome = {}
+
+    def run():
+        try:
+            outcome["summary"] = session.run()
+        except BaseException as e:  # noqa: BLE001 - handed to the test below
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield session
+    finally:
+        while session.runner is None and thread.is_alive():
+            thread.join(0.05)
+        if session.runner is not None:
+            session.runner.stop()
+        thread.join(30)
+        session.close()
+    if "error" in outcome:
+        raise outcome["error"]
+
+
+def http_get(url: str, headers: dict | None = None, timeout: float = 10.0) -> tuple[int, dict, bytes]:
+    """(status, headers, body) of a GET; an HTTP error status is returned, not raised."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()

@@ -6,6 +6,7 @@ session would, in two configurations:
 - two_stage: track() and describe() in two threads joined by a one-slot queue (what `facebridge run` does on
   2+ cores); latency is from the start of track() to the end of describe(), so it includes the wait in the
   queue when the describe thread is saturated.
+With --monitor it measures the monitor's cost on the running session instead (bridge/bench/monitor_cost.py).
 Pin the process to one core for a one-core figure: `taskset -c 0 facebridge bench pipeline --configs one_core`
 (pinning from outside also sizes the backends' thread pools to that core), or pass --core N. `cores` in the JSON is
 the number of cores the process was allowed to use. --against-mediapipe adds a side-by-side run of one_core against
@@ -20,6 +21,7 @@ import time
 
 import numpy as np
 
+from bridge.bench import monitor_cost
 from bridge.bench.common import percentiles
 
 
@@ -35,6 +37,7 @@ def add_arguments(p) -> None:
     p.add_argument("--mediapipe-python", metavar="PATH", help="MediaPipe's Python (default .venv-mediapipe)")
     p.add_argument("--mediapipe-variants", default="refine",
                    help="refine (478 points with iris, default), plain (468), or both: refine,plain")
+    monitor_cost.add_arguments(p)
 
 
 def _percentiles(values) -> dict:
@@ -77,6 +80,8 @@ def _two_stage(pipeline, frames, n) -> tuple[list, list, float]:
 
 
 def run(args) -> dict:
+    if args.monitor:
+        return monitor_cost.run(args)
     from bridge.pipeline import FacePipeline, PipelineOptions
     from bridge.sources.files import SampleSource
 

@@ -8,6 +8,7 @@ from bridge.sources import SOURCE_HELP
 
 DEFAULT_LLF = "127.0.0.1:11111"
 DEFAULT_VMC = "127.0.0.1:39539"
+DEFAULT_MONITOR = "127.0.0.1:8910"  # bridge.runtime.session.DEFAULT_MONITOR
 
 
 def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
@@ -78,6 +79,15 @@ def add_parser(sub) -> None:
     p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token gRPC clients must send")
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate for the gRPC server")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key for the gRPC server")
+    p.add_argument("--monitor", default=DEFAULT_MONITOR, metavar="HOST:PORT|off",
+                   help=f"serve the live monitor page, /metrics (Prometheus), /healthz and /readyz on HOST:PORT, or "
+                        f"'off' (default {DEFAULT_MONITOR}; port 0 picks a free one; the URL is printed). Binding "
+                        "beyond 127.0.0.1 needs --monitor-token")
+    p.add_argument("--monitor-token", metavar="TOKEN",
+                   help="token the monitor asks for (open the page as /?token=TOKEN; scrapers send "
+                        "'Authorization: Bearer TOKEN'); /healthz and /readyz stay open")
+    p.add_argument("--takes-dir", default="takes", metavar="DIR",
+                   help="where takes started from the monitor page's Record button go (default ./takes)")
     p.add_argument("--no-calibration", action="store_true", help="ignore the subject's stored calibration")
     p.add_argument("--audio", metavar="mic|mic:N|sample|FILE", help="also drive the mouth from speech: a "
                    "microphone (`facebridge devices` lists them), the bundled sample voice, or an audio file, "
@@ -120,7 +130,8 @@ def run_config(args):
                      audio_only=args.audio_only, learn=args.learn, learn_audio=args.learn_keep_audio,
                      calibration=not args.no_calibration, status_line=not args.quiet,
                      outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
-                     adapter_sha256=args.adapter_sha256)
+                     adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
+                     monitor_token=args.monitor_token, takes_dir=args.takes_dir)
 
 
 def run(args) -> int:
@@ -136,5 +147,6 @@ def run(args) -> int:
         print(f"facebridge: {note}")
     stats = summary.stats
     print(f"facebridge: {stats.sent} frames sent, face found in {100 * stats.face_ratio:.0f}%, "
-          f"{stats.dropped_total} dropped, {stats.bad_frames} bad")
+          f"{stats.dropped_total} dropped, {stats.bad_frames} bad"
+          + (f", {stats.guarded_total} replaced by the output guard" if stats.guarded else ""))
     return 1 if summary.failed else 0

@@ -5,13 +5,12 @@ A request that does not parse reaches its method as `Malformed` (refused there w
 log records of bad requests lose their traceback."""
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import logging
 
 import grpc
 
 from bridge.errors import SinkError
+from bridge.listeners import bearer_matches, is_loopback  # noqa: F401 (is_loopback: the gRPC policy's name)
 
 
 def check_token(token: str | None) -> None:
@@ -29,7 +28,7 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
     """Requires `authorization: Bearer <token>` on every call except health checks (probes carry no secrets)."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._token = token
 
         def deny(request_or_iterator, context):
             context.abort(grpc.StatusCode.UNAUTHENTICATED,
@@ -48,19 +47,9 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
             return handler
         got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
-        if isinstance(got, str) and hmac.compare_digest(got.encode(), self._expected):
+        if bearer_matches(got, self._token):
             return handler
         return self._deny[(handler.request_streaming, handler.response_streaming)]
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def split_address(address: str) -> tuple[str, int]:

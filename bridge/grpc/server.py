@@ -227,6 +227,7 @@ class GrpcSink(Sink):
             raise SinkError(f"cannot listen for gRPC on {address}",
                             "the port is probably in use; pick another with --grpc HOST:PORT")
         self.address = f"{host}:{self.port}"
+        self.destination = f"grpc {self.address}" + (" (TLS)" if tls_cert else "")
         self._server.start()
         # With a pipeline behind it the server says NOT_SERVING until the first frame is published (the models
         # are still loading); on its own it serves at once.

@@ -1,5 +1,5 @@
-"""RunControl: what the gRPC server (and later the monitor) may ask of the running bridge: status, subjects,
-calibration. It reads the session's one `RunStats` and never touches the threads' state directly.
+"""RunControl: what the gRPC server and the monitor page may ask of the running bridge: status, subjects,
+calibration, recording. It reads the session's one `RunStats` and never touches the threads' state directly.
 
 Calibration is one at a time and never disturbs the stream: the pipeline's calibration tap hands over frames as
 they would be without a profile, while the profile in use stays in use; the new profile is built from them,
@@ -30,6 +30,7 @@ class RunControl:
         self.calibration_frames = CALIBRATION_FRAMES
         self._calibrating = threading.Lock()  # held for the whole of one calibration
         self._frames_lock = threading.Lock()
+        self.recording = None  # the session's RecordSwitch, when the run can record
         self._calibration_frames: list | None = None
         self._calibration_done = threading.Event()
 
@@ -51,7 +52,14 @@ class RunControl:
                 "fps": snap.fps if snap else 0.0,
                 "latency_ms_p50": snap.latency_ms_p50 if snap else 0.0,
                 "latency_ms_p99": snap.latency_ms_p99 if snap else 0.0,
-                "subjects": self.subjects(), "state": self.state}
+                "subjects": self.subjects(), "state": self.state,
+                "recording": self.recording.recording if self.recording is not None else None}
+
+    def record(self, on: bool) -> tuple[bool, str]:
+        """Start (a new take directory) or stop recording."""
+        if self.recording is None:
+            return False, "this run cannot record (no take directory); start it with `facebridge run`"
+        return self.recording.start() if on else self.recording.stop()
 
     def subjects(self) -> list[str]:
         return [self.subject]

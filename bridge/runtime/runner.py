@@ -37,7 +37,8 @@ class BridgeRunner:
         """`process(frame) -> FaceFrame` is the pipeline; `stages`, when given instead, splits it into steps that
         run in their own threads (each step's output is the next one's input, the last returns a FaceFrame), so
         on several cores frame N+1 is tracked while frame N is described. `on_frame(face_frame)` runs in the
-        send thread."""
+        send thread. `stats` is the run's one RunStats (the session makes it early, so the monitor can serve it
+        while models load); a new one by default."""
         self.source = source
         self.stages = list(stages) if stages else [process]
         self.sinks = sinks

@@ -1,10 +1,15 @@
 """BridgeSession: the composition root of a running bridge. It builds, owns and closes the source, the face
-pipeline, the audio lip-sync, the sinks and the control surface, in the order that lets bad input fail first
-(inputs and outputs open before any model loads), and it is the only module that knows every concrete source and
-sink. `open_sinks` is the one sink factory, shared with `facebridge replay`.
+pipeline, the audio lip-sync, the sinks, the control surface and the monitor, in the order that lets bad input
+fail first (the monitor's port, inputs and outputs open before any model loads), and it is the only module that
+knows every concrete source and sink. `open_sinks` is the one sink factory, shared with `facebridge replay`.
+
+The steps it hands the runner are the pipeline's, wrapped: the monitor's image tap around the first and the
+output guard around the last. One `ModelSwapper` (runtime/swap.py) serves the run: newly active releases and the
+guard's recreated sessions are built on its thread and taken by the stage threads between two frames.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
@@ -13,11 +18,15 @@ from pathlib import Path
 from bridge.errors import FaceBridgeError
 from bridge.pipeline import PipelineOptions
 from bridge.runtime.control import RunControl
+from bridge.runtime.guard import OutputGuard
+from bridge.runtime.recording import RecordSwitch
+from bridge.runtime.recreate import SessionRecreator
 from bridge.runtime.runner import BridgeRunner, sink_labels
 from bridge.runtime.stats import RunStats, StatsSnapshot
 from bridge.sinks.base import Sink
 
 OFF = ("off", "none", "no", "")
+DEFAULT_MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
 
 
 def address_or_off(text: str | None) -> str | None:
@@ -131,6 +140,9 @@ class RunConfig:
     # exists) or None (off)
     adapter: str | None = None  # a lip-sync adapter (.npz) to try locally instead of the installed one
     adapter_sha256: str | None = None  # its sha256 (or a prefix of at least 12 hex digits), checked before use
+    monitor: str | None = DEFAULT_MONITOR  # HOST:PORT of the monitor page and metrics; None: off
+    monitor_token: str | None = None  # needed to serve the monitor beyond 127.0.0.1
+    takes_dir: str = "takes"  # where takes started from the monitor page go (one new directory each)
 
 
 @dataclass(frozen=True)
@@ -176,12 +188,15 @@ class BridgeSession:
                                   "add --audio mic (and a camera source, without --audio-only)")
         self.config = config
         self.learn = None
+        self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
         self.control = RunControl(config.subject, config.pipeline.backend)
-        self.audio = self.source = self.pipeline = self.profile = None
+        self.control.stats = self.stats
+        self.audio = self.source = self.pipeline = self.profile = self.monitor = self.feed = None
+        self.recording: RecordSwitch | None = None
+        self.recreator: SessionRecreator | None = None
         self.sinks: list[Sink] = []
         self.runner: BridgeRunner | None = None
         self.swapper = self.release_watch = None
-        self.stats = RunStats()
 
     def __enter__(self) -> BridgeSession:
         return self.open()
@@ -193,6 +208,9 @@ class BridgeSession:
         """Inputs and outputs first, so a bad camera, file or address fails at once, before models load."""
         config = self.config
         try:
+            # the monitor first: its port fails at once, and its start (about a second of imports) never eats into
+            # a live audio input that is already playing
+            self.monitor = self._open_monitor()
             if config.audio:  # lip-sync runs on its own thread; the video side only polls it
                 from bridge.audio.run_audio import start_lipsync
 
@@ -208,14 +226,42 @@ class BridgeSession:
                 self.audio.feature_listener = self.learn.on_audio
             self.source = self._open_source()
             self.control.source = self.source
-            self.sinks = open_sinks(config.outputs, self.control)
+            self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None), self.control)
+            self.sinks.append(self._open_recording())
+            self.stats.attach_sinks(self.sinks)
             self.pipeline = self._build_pipeline()
             self.control.pipeline = self.pipeline
+            self._start_swapper()
             self._follow_updates()
+            self.stats.set_models_loaded()
+            if self.monitor is not None:
+                self.monitor.set_info(backend=self.control.status()["backends"][0])
         except BaseException:
             self.close()
             raise
         return self
+
+    def _open_recording(self) -> RecordSwitch:
+        """The take recorder, on from the start with --record DIR, else off until the monitor page starts it."""
+        from bridge.sinks.recorder import TakeRecorder
+
+        self.recording = RecordSwitch(TakeRecorder, self.config.takes_dir, self.config.subject)
+        self.control.recording = self.recording
+        if self.config.outputs.record:
+            self.recording.begin(self.config.outputs.record)
+        return self.recording
+
+    def _open_monitor(self):
+        config = self.config
+        if not config.monitor:
+            return None
+        from bridge.monitor.feed import LiveFeed
+        from bridge.monitor.server import MonitorServer
+
+        self.feed = LiveFeed()
+        return MonitorServer(config.monitor, self.stats, control=self.control, feed=self.feed,
+                             token=config.monitor_token, info={"subject": config.subject},
+                             fallback=config.monitor == DEFAULT_MONITOR)
 
     def _open_source(self):
         if self.config.audio_only:
@@ -238,18 +284,31 @@ class BridgeSession:
         self.profile = CalibrationProfile.load(config.subject) if config.calibration else None
         return FacePipeline(config.pipeline, profile=self.profile)
 
+    def _start_swapper(self) -> None:
+        """The run's one model swapper: the output guard recreates sessions through it (runtime/recreate.py),
+        and the update watch swaps new releases in through it."""
+        from bridge.runtime.swap import ModelSwapper
+
+        self.swapper = ModelSwapper(report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True),
+                                    on_event=self._swap_event)
+        if hasattr(self.pipeline, "swappable_models"):
+            self.pipeline.swapper = self.swapper
+        self.recreator = SessionRecreator(self.pipeline, self.swapper, self.stats)
+
+    def _swap_event(self, event) -> None:
+        self.stats.swap_event(event)
+        if self.recreator is not None:
+            self.recreator.on_event(event)
+
     def _follow_updates(self) -> None:
         """Watch the update store and swap newly active releases in between two frames (runtime/swap.py)."""
         state = update_state_dir(self.config.updates)
         if state is None:
             return
         from bridge.runtime.releases import ReleaseWatch
-        from bridge.runtime.swap import ModelSwapper
 
-        self.swapper = ModelSwapper(report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True))
         models = []
         if hasattr(self.pipeline, "swappable_models"):
-            self.pipeline.swapper = self.swapper
             models += self.pipeline.swappable_models()
         if self.audio is not None and self.config.adapter is None:  # a local --adapter trial is not replaced
             self.audio.swapper = self.swapper
@@ -269,16 +328,22 @@ class BridgeSession:
             fuse = lambda step: step
         two = not config.audio_only and (config.stages == "2" or (config.stages == "auto" and
                                                                    (os.cpu_count() or 1) > 1))
-        return [pipeline.track, fuse(pipeline.describe)] if two else [fuse(pipeline.process)]
+        steps = [pipeline.track, fuse(pipeline.describe)] if two else [fuse(pipeline.process)]
+        steps[-1] = OutputGuard(steps[-1], stats=self.stats, recreate=self.recreator,
+                                reset=getattr(pipeline, "reset_description", None))
+        if self.feed is not None:
+            steps[0] = self.feed.tap(steps[0])
+        return steps
 
     def describe(self) -> str:
-        """One line: where frames come from and go, and the calibration in use."""
-        outs = ", ".join(s.label() for s in self.sinks) or "no outputs"
+        """One line: where frames come from and go, the calibration in use and the monitor's address."""
+        outs = ", ".join(s.label() for s in self.sinks if s is not self.recording or self.recording.recording)
         subject = self.config.subject
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
         learn = (f"; learning into {self.learn.store.root} (owner-only, at most {self.learn.store.max_bytes >> 20} MB;"
                  " `fedagent data clear` deletes it)" if self.learn is not None else "")
-        return f"{self.source.name} -> {outs}; {cal}{learn}"
+        monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
+        return f"{self.source.name} -> {outs or 'no outputs'}; {cal}{learn}{monitor}"
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
@@ -289,7 +354,7 @@ class BridgeSession:
         if self.pipeline is None:
             self.open()
         self.runner = BridgeRunner(self.source, None, self.sinks, max_frames=self.config.max_frames,
-                                   status=self.config.status_line, on_frame=self.control.on_frame,
+                                   status=self.config.status_line, on_frame=self._on_frame,
                                    stages=self._stages(), stats=self.stats)
         self.control.stats = self.stats
         self.control.runner = self.runner
@@ -300,6 +365,11 @@ class BridgeSession:
         finally:
             self.close()
         return summarise(stats.snapshot(), self.sinks, sink_labels(self.sinks), self.source)
+
+    def _on_frame(self, frame) -> None:
+        self.control.on_frame(frame)
+        if self.feed is not None:
+            self.feed.on_frame(frame)
 
     def close(self) -> None:
         """Close what is open (idempotent; the runner closes sinks and source itself when it ran)."""
@@ -316,3 +386,6 @@ class BridgeSession:
             self.audio = None
         if self.learn is not None:
             self.learn.close()
+        if self.monitor is not None:
+            self.monitor.close()
+            self.monitor = None

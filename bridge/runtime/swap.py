@@ -60,10 +60,15 @@ class SwapEvent:
 
 
 class ModelSwapper:
-    """One builder thread for every swappable model of a session."""
+    """One builder thread for every swappable model of a session. `on_event(SwapEvent)` (optional) hears of every
+    swap and refusal, for the run's statistics; `serving` keeps, per model, the request whose replacement serves
+    now, so the same loader can build it again (the output guard's session recreation)."""
 
-    def __init__(self, report: Callable[[str], None] | None = None) -> None:
+    def __init__(self, report: Callable[[str], None] | None = None,
+                 on_event: Callable[[SwapEvent], None] | None = None) -> None:
         self._report = report or (lambda line: log.warning("%s", line))
+        self._on_event = on_event or (lambda event: None)
+        self.serving: dict[str, SwapRequest] = {}
         self._requests: queue.Queue[SwapRequest | None] = queue.Queue()
         self._ready: dict[str, Ready] = {}
         self._lock = threading.Lock()
@@ -100,10 +105,13 @@ class ModelSwapper:
         if ready is not None:
             now = time.perf_counter()
             r = ready.request
+            event = SwapEvent(r.model, r.version, r.release, True, "", r.requested_mono, ready.build_s,
+                              ready.build_cpu_s, now)
             with self._lock:
                 self.active[model] = r.version
-                self.events.append(SwapEvent(r.model, r.version, r.release, True, "", r.requested_mono,
-                                             ready.build_s, ready.build_cpu_s, now))
+                self.serving[model] = r
+                self.events.append(event)
+            self._on_event(event)
             self._report(f"swap: {model} now runs {r.version} (built and checked in {ready.build_s:.2f} s, "
                          f"{(now - r.requested_mono) * 1000:.0f} ms after the release became active)")
         return ready
@@ -131,9 +139,11 @@ class ModelSwapper:
 
     def refuse(self, model: str, version: str, why: str, release: int, requested_mono: float | None = None) -> None:
         """Record a release that must not serve (also for one whose files could not even be read)."""
+        event = SwapEvent(model, version, release, False, why,
+                          requested_mono if requested_mono is not None else time.perf_counter())
         with self._lock:
             self._refused.add((model, version))
-            self.events.append(SwapEvent(model, version, release, False, why,
-                                         requested_mono if requested_mono is not None else time.perf_counter()))
+            self.events.append(event)
+        self._on_event(event)
         self._report(f"swap: refused {model} {version} ({why}); the current model keeps serving "
                      "and this release will not be tried again")

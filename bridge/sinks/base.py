@@ -17,6 +17,7 @@ class Sink:
     name = "sink"
     queue_depth = 2  # frames that may wait for this sink (its own thread sends them); live outputs want the newest
     failure_hint = "is the receiver running?"  # what the run summary says about failed sends
+    destination = ""  # where it sends, in words (an address, a directory), for the monitor and the metrics
 
     def __init__(self) -> None:
         self.sent = 0

@@ -69,6 +69,7 @@ class TakeRecorder(Sink):
     def __init__(self, directory: str | Path, sync_interval_s: float = 1.0):
         super().__init__()
         self.directory = Path(directory)
+        self.destination = str(self.directory)
         self.sync_interval_s = sync_interval_s
         check_take_path(self.directory)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)

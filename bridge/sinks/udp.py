@@ -83,6 +83,7 @@ class UdpSink(Sink):
     def __init__(self, address: str) -> None:
         super().__init__()
         self._sock, self.address = open_udp_sender(address, self.default_port, self.address_label)
+        self.destination = f"udp {self.address[0]}:{self.address[1]}"
         self.nonfinite = 0
         self._last_nonfinite_warning = 0.0
 

@@ -1,0 +1,78 @@
+"""RecordSwitch: the take recorder of a running bridge, turned on and off while the stream goes on (`--record DIR`
+at the start, the monitor page's Record button later). Each start opens a new take directory, never an existing
+one; a stop closes the take (flushed, take.json complete). A take started from the page goes to a new
+`<takes dir>/<subject>-<date>-<time>` directory: the page never names a path, so no remote client can write
+elsewhere on this machine."""
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from bridge.errors import FaceBridgeError
+from bridge.frame import FaceFrame
+from bridge.sinks.base import Sink
+
+
+class RecordSwitch(Sink):
+    """A sink that forwards every frame to the take being recorded, if any. `open_take(directory)` makes the
+    recorder (the session passes the take recorder's class: only the session knows concrete sinks)."""
+
+    name = "recorder"
+
+    def __init__(self, open_take, takes_dir: str | Path = "takes", subject: str = "FaceBridge") -> None:
+        super().__init__()
+        self._open_take, self.takes_dir, self.subject = open_take, Path(takes_dir), subject
+        self._take = None
+        self._lock = threading.Lock()
+
+    @property
+    def destination(self) -> str:
+        take = self._take
+        return str(take.directory) if take is not None else "off"
+
+    @property
+    def recording(self) -> str | None:
+        """The directory being recorded to, or None."""
+        take = self._take
+        return str(take.directory) if take is not None else None
+
+    def begin(self, directory: str | Path | None = None) -> Path:
+        """Open a new take (raises the recorder's SinkError for a used or unwritable directory)."""
+        with self._lock:
+            if self._take is not None:
+                raise FaceBridgeError(f"already recording to {self._take.directory}", "stop that take first")
+            path = Path(directory) if directory else self.takes_dir / f"{self.subject}-{time.strftime('%Y%m%d-%H%M%S')}"
+            self._take = self._open_take(path)
+            return path
+
+    def start(self, directory: str | Path | None = None) -> tuple[bool, str]:
+        """`begin`, answering (ok, message) instead of raising (for the page's button)."""
+        try:
+            return True, f"recording to {self.begin(directory)}"
+        except FaceBridgeError as e:
+            return False, str(e)
+
+    def stop(self) -> tuple[bool, str]:
+        with self._lock:
+            take, self._take = self._take, None
+        if take is None:
+            return False, "not recording"
+        take.close()
+        self.errors += take.errors
+        return True, f"stopped; {take.sent} frames in {take.directory}"
+
+    def send(self, frame: FaceFrame) -> None:
+        with self._lock:  # start/stop (the monitor's thread) never swap the take under a send
+            if self._take is None:
+                return
+            self._take.send(frame)
+        self.sent += 1
+
+    def close(self) -> None:
+        self.stop()
+
+    def stats(self) -> dict:
+        take = self._take
+        return {**super().stats(), "recording": self.recording or "",
+                "take_frames": take.sent if take is not None else 0}

@@ -1,0 +1,91 @@
+"""The guard's session recreation goes through the live swap: the swapper's builder thread builds, the stage's own
+thread takes the new session between two frames, the announced version stays, and a model already on its way is
+not asked twice."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from bridge.frame import Frame
+from bridge.pipeline import FacePipeline
+from bridge.runtime.recreate import SessionRecreator, finite_on_zeros
+from bridge.runtime.stats import RunStats
+from bridge.runtime.swap import ModelSwapper, SwapRefused, SwapRequest
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    return FacePipeline()
+
+
+def _wait_ready(swapper, seconds: float = 60.0) -> None:
+    end = time.monotonic() + seconds
+    while not swapper._ready and time.monotonic() < end:  # built and checked, waiting for its owner
+        time.sleep(0.05)
+
+
+def test_a_recreated_session_is_taken_by_its_stage_between_frames_under_the_same_version(pipeline):
+    stats = RunStats()
+    recreator = None
+    swapper = ModelSwapper(on_event=lambda e: (stats.swap_event(e), recreator.on_event(e)))
+    recreator = SessionRecreator(pipeline, swapper, stats)
+    pipeline.swapper = swapper
+    try:
+        old, version = pipeline.emotion.session, pipeline.model_versions["emotion"]
+        recreator("emotion")
+        recreator("emotion")  # on its way already: not asked twice
+        _wait_ready(swapper)
+        assert pipeline.emotion.session is old, "nothing changes until the describe thread's next frame"
+        image = np.zeros((64, 64, 3), np.uint8)
+        pipeline.describe(pipeline.track(Frame(image=image, seq=0, t_capture=0.0, t_capture_mono=0.0)))
+        new = pipeline.emotion.session
+        assert new is not old and pipeline.model_versions["emotion"] == version
+        feeds = {old.inputs[0].name: np.random.default_rng(0).random((1, 1, 64, 64), dtype=np.float32)}
+        np.testing.assert_allclose(next(iter(old.run(feeds).values())), next(iter(new.run(feeds).values())),
+                                   atol=1e-6)
+        snap = stats.snapshot()
+        assert snap.recreated == {"emotion": 1} and snap.engine_swaps == {"emotion": 1}
+        assert len([e for e in swapper.events if e.ok]) == 1
+        # once a swap served, recreating it repeats that request's own loader
+        assert recreator._request("emotion", "emotion").build is swapper.serving["emotion"].build
+    finally:
+        pipeline.swapper = None
+        swapper.close()
+
+
+def test_describe_asks_for_every_model_the_describe_step_runs_and_audio_only_has_none(pipeline):
+    recreator = SessionRecreator(pipeline, ModelSwapper())
+    assert [m for m, _ in recreator.models("describe")] == ["iris_landmark", "emotion", "regressor"]
+    assert recreator.models("landmarks") == [("face_landmark", "landmarker")]
+    assert recreator.models("detect") == [("face_detection_short_range", "detector")]
+    assert recreator.models("head_pose") == []
+    recreator.swapper.close()
+
+    class AudioOnly:
+        pass
+
+    assert SessionRecreator(AudioOnly(), None).models("describe") == []
+
+
+def test_a_session_that_gives_nan_on_zeros_is_refused(pipeline):
+    finite_on_zeros(pipeline.iris.session)
+
+    class Broken:
+        inputs = pipeline.iris.session.inputs
+
+        def run(self, feeds):
+            return {"out": np.full(3, np.nan)}
+
+    with pytest.raises(SwapRefused, match="not finite"):
+        finite_on_zeros(Broken())
+    swapper = ModelSwapper()
+    try:
+        swapper.request(SwapRequest("iris_landmark", "v", 0, Broken, finite_on_zeros))
+        end = time.monotonic() + 30
+        while not swapper.events and time.monotonic() < end:
+            time.sleep(0.05)
+        assert swapper.events and not swapper.events[0].ok and swapper.take("iris_landmark") is None
+    finally:
+        swapper.close()
