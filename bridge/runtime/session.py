@@ -297,6 +297,8 @@ class BridgeSession:
 
     def _swap_event(self, event) -> None:
         self.stats.swap_event(event)
+        if event.release > 0:  # a signed release (recreations of the model in use say nothing here)
+            self.stats.set_update_status("installed" if event.ok else "failed")  # monitor/metrics.py's states
         if self.recreator is not None:
             self.recreator.on_event(event)
 
