@@ -24,6 +24,7 @@ class RecordSwitch(Sink):
         super().__init__()
         self._open_take, self.takes_dir, self.subject = open_take, Path(takes_dir), subject
         self._take = None
+        self._finished: list = []  # closed takes: their reports (frames lost, take.json unwritten) end the run
         self._lock = threading.Lock()
 
     @property
@@ -60,6 +61,7 @@ class RecordSwitch(Sink):
             return False, "not recording"
         take.close()
         self.errors += take.errors
+        self._finished.append(take)
         return True, f"stopped; {take.sent} frames in {take.directory}"
 
     def send(self, frame: FaceFrame) -> None:
@@ -74,5 +76,16 @@ class RecordSwitch(Sink):
 
     def stats(self) -> dict:
         take = self._take
+        takes = self._finished + ([take] if take is not None else [])
         return {**super().stats(), "recording": self.recording or "",
-                "take_frames": take.sent if take is not None else 0}
+                "take_frames": take.sent if take is not None else 0,
+                "lost": sum(t.lost for t in takes)}
+
+    def report(self) -> tuple[str | None, bool]:
+        """Each take's own report (frames that did not reach the disk fail the run), else the base one."""
+        take = self._take
+        reports = [t.report() for t in self._finished + ([take] if take is not None else [])]
+        lines = [line for line, _ in reports if line]
+        if lines:
+            return "\n".join(lines), any(failed for _, failed in reports)
+        return super().report()
