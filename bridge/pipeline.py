@@ -2,7 +2,7 @@
 
 track:    detect (only when tracking is lost) -> 468 landmarks -> next frame's region
 describe: iris (both eyes, one batch) -> head pose (PnP) -> gaze -> expression (ARKit-52 + morphable-model
-          parameters) -> emotion -> One-Euro filter -> calibration
+          parameters) -> blink -> emotion (in the context of blinks and shapes) -> One-Euro filter -> calibration
 
 `process(frame)` runs both. Only `track` depends on the previous frame, so on two cores the runner overlaps
 `describe` of frame N with `track` of frame N+1 (each stage a thread of bridge/runtime/runner.py).
@@ -21,6 +21,7 @@ from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, Frame, MorphPa
 from bridge.stages.blink import BlinkEstimator
 from bridge.stages.detection import FaceDetector
 from bridge.stages.emotion import EmotionClassifier
+from bridge.stages.emotion_context import EmotionContext
 from bridge.stages.filters import OneEuroFilter
 from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.geometry import Roi
@@ -36,6 +37,7 @@ from bridge.stages.landmarks import (
 log = logging.getLogger(__name__)
 EYE_LOOK = np.array([i for n, i in ARKIT_INDEX.items() if n.startswith("eyeLook")])
 PRESENCE_THRESHOLD = 0.5
+BLINKS = np.array([ARKIT_INDEX["eyeBlinkLeft"], ARKIT_INDEX["eyeBlinkRight"]])
 # Where a replacement session is taken (the stage thread that runs the model): registry name -> component.
 # The detector's registry name depends on --detector; both are listed, only the one in use is ever requested.
 SWAP_POINTS = {
@@ -98,6 +100,7 @@ class FacePipeline:
                                               model_dir=options.expression_model,
                                               cpu_precision=options.cpu_precision)
         self.emotion = EmotionClassifier(**engine)
+        self.emotion_context = EmotionContext()  # blinks, open mouth, surprise (stages/emotion_context.py)
         self.profile = profile
         # calibration_tap(frame), when set (bridge/runtime/control.py), gets every frame as it would be without
         # the profile, so a calibration measures the raw neutral while the stream keeps the profile in use
@@ -172,6 +175,7 @@ class FacePipeline:
         after a bad frame, so that one bad value does not carry into the frames after it."""
         self.head_pose.reset()
         self.blink.reset()
+        self.emotion_context.reset()
         for f in self._filters.values():
             f.reset()
 
@@ -251,13 +255,14 @@ class FacePipeline:
         eyes = eye_angles(points, iris.iris[:, 0])
         expr = self.expression.estimate(points, (w, h), iris=iris.iris[:, :, :2], image=image)
         timer.lap("expression")
-        every = max(1, self.options.emotion_every)
-        if every == 1 or tracked.tracked_count % every == 1:
-            self._emotion = self.emotion.run(image, points)
-            timer.lap("emotion")
-
         blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
         blinks = self.blink(points)  # lid opening against this subject's open eye
+        every = max(1, self.options.emotion_every)
+        if every == 1 or tracked.tracked_count % every == 1:
+            raw = self.emotion.run(image, points)
+            self._emotion = self.emotion_context(raw, blendshapes, np.maximum(blinks, blendshapes[BLINKS]),
+                                                 frame.t_media)
+            timer.lap("emotion")
         for eye, name in ((0, "eyeBlinkLeft"), (1, "eyeBlinkRight")):
             blendshapes[ARKIT_INDEX[name]] = max(blendshapes[ARKIT_INDEX[name]], blinks[eye])
         t = frame.t_media
