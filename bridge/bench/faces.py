@@ -97,6 +97,7 @@ def collect(pipeline, labels: dict, data: Path, mirror: bool = False) -> list[di
                 if seg is not None and seg["category"] != "unsure":
                     rec = _record(out, seg, video["file"] + (" (mirrored)" if flip else ""), i)
                     rec["copy"] = bool(video.get("copy_of")) or flip
+                    rec["kind"] = "video"
                     records.append(rec)
     import cv2
 
@@ -118,6 +119,7 @@ def collect(pipeline, labels: dict, data: Path, mirror: bool = False) -> list[di
                                              t_media=i / 30, fps=30.0))
             rec = _record(out, still, still["file"] + (" (mirrored)" if flip else ""), k)
             rec["copy"] = flip
+            rec["kind"] = "photo"
             records.append(rec)
     return records
 
@@ -201,5 +203,6 @@ def run(args) -> dict:
     pipeline = FacePipeline(PipelineOptions(backend=args.backend))
     records = collect(pipeline, load_labels(), data, mirror=args.mirror)
     result = {"labels": str(LABELS.name), "data": str(data), "threshold": SMILE_THRESHOLD,
-              "all": score(records), "originals_only": score([r for r in records if not r["copy"]])}
+              "all": score(records), "originals_only": score([r for r in records if not r["copy"]]),
+              "photos_only": score([r for r in records if r["kind"] == "photo" and not r["copy"]])}
     return result
