@@ -86,27 +86,33 @@ class _Timer:
 
 
 class FacePipeline:
-    def __init__(self, options: PipelineOptions | None = None, profile: CalibrationProfile | None = None) -> None:
+    def __init__(self, options: PipelineOptions | None = None, profile: CalibrationProfile | None = None,
+                 shared: FacePipeline | None = None) -> None:
+        """`shared`: another pipeline whose model sessions this one uses (another face of the same run,
+        bridge/multiface.py); the temporal state (tracking, pose, blinks, identity, filters) is this pipeline's."""
         from bridge.expression.stage import ExpressionEstimator
 
         self.options = options = options or PipelineOptions()
         engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
-        self.detector = FaceDetector(options.detector, **engine)
-        self.landmarker = FaceLandmarker(**engine)
-        self.iris = IrisLandmarker(**engine)
+        self.detector = shared.detector if shared else FaceDetector(options.detector, **engine)
+        self.landmarker = shared.landmarker if shared else FaceLandmarker(**engine)
+        self.iris = shared.iris if shared else IrisLandmarker(**engine)
         self.head_pose = HeadPoseEstimator()
         self.blink = BlinkEstimator()
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
                                               model_dir=options.expression_model,
                                               cpu_precision=options.cpu_precision)
-        self.emotion = EmotionClassifier(**engine)
+        if shared is not None and self.expression.session is not None:
+            self.expression.session = shared.expression.session
+        self.emotion = shared.emotion if shared else EmotionClassifier(**engine)
         self.emotion_context = EmotionContext()  # blinks, open mouth, surprise (stages/emotion_context.py)
         self.profile = profile
         # calibration_tap(frame), when set (bridge/runtime/control.py), gets every frame as it would be without
         # the profile, so a calibration measures the raw neutral while the stream keeps the profile in use
         self.calibration_tap = None
         self._model_versions: dict[str, str] | None = None
-        self._warm_up()
+        if shared is None:  # shared sessions are warm already
+            self._warm_up()
         if profile is not None and profile.identity:
             self.expression.set_identity(np.asarray(profile.identity, np.float32))
         self._roi = None

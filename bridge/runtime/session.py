@@ -13,10 +13,10 @@ import dataclasses
 import os
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bridge.errors import FaceBridgeError
 from bridge.pipeline import PipelineOptions
+from bridge.runtime.checks import checked_adapter, update_state_dir
 from bridge.runtime.control import RunControl
 from bridge.runtime.guard import OutputGuard
 from bridge.runtime.recording import RecordSwitch
@@ -49,6 +49,7 @@ class OutputConfig:
     grpc_token: str | None = None
     grpc_tls_cert: str | None = None
     grpc_tls_key: str | None = None
+    subjects: tuple[str, ...] = ()  # with several faces (--faces N): one VMC target each (runtime/faces.py)
 
 
 def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list[Sink]:
@@ -60,10 +61,13 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
 
             sinks.append(LiveLinkFaceSink(outputs.llf, subject=outputs.llf_subject))
         if outputs.vmc:
+            from bridge.runtime.faces import vmc_targets
             from bridge.sinks.vmc import VmcSink
 
-            sinks.append(VmcSink(outputs.vmc, bundle=outputs.vmc_bundle, eye_bones=outputs.vmc_eye_bones,
-                                 expressions=outputs.vmc_expressions))
+            for subject, address in vmc_targets(outputs.vmc, list(outputs.subjects) or [None]):
+                sinks.append(VmcSink(address, bundle=outputs.vmc_bundle, eye_bones=outputs.vmc_eye_bones,
+                                     expressions=outputs.vmc_expressions))
+                sinks[-1].only_subject = subject
         if outputs.record:
             from bridge.sinks.recorder import TakeRecorder
 
@@ -79,41 +83,6 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
     return sinks
 
 
-def update_state_dir(spec: str | None) -> Path | None:
-    """The update store a run follows: None when off, or "auto" and this user has none (nothing installed yet)."""
-    if spec is None:
-        return None
-    if spec != "auto":
-        path = Path(spec)
-        if not path.is_dir():
-            raise FaceBridgeError(f"update state directory {path} does not exist",
-                                  "install a release first (`fedagent update install --state DIR`), or drop --updates")
-        return path
-    from bridge.updates.store import default_state_dir
-
-    path = default_state_dir()
-    return path if (path / "state.json").is_file() else None
-
-
-def checked_adapter(path: str, sha256: str | None) -> dict:
-    """A local lip-sync adapter trial: its file hash must match what the user gave, its tensors must fit."""
-    from bridge.audio.lipsync import load_adapter
-    from bridge.models import sha256_file
-
-    if not sha256 or len(sha256) < 12:
-        raise FaceBridgeError("--adapter needs --adapter-sha256 (at least 12 hex digits of the file's sha256)",
-                              f"run `sha256sum {path}` and pass what it prints")
-    try:
-        digest = sha256_file(Path(path))
-    except OSError as e:
-        raise FaceBridgeError(f"cannot read adapter {path} ({e.strerror})",
-                              "check the path given to --adapter") from None
-    if not digest.startswith(sha256.lower()):
-        raise FaceBridgeError(f"adapter {path} has sha256 {digest[:16]}…, not {sha256[:16]}…",
-                              "the file changed since its hash was taken; use the file you meant")
-    return load_adapter(path)
-
-
 def close_all(sinks: list[Sink]) -> None:
     for sink in sinks:
         sink.close()
@@ -126,7 +95,8 @@ class RunConfig:
     source: str | None = None  # --source spec; None: camera 0 if there is one, else the sample
     fast: bool = False  # read file sources as fast as possible (every frame kept) instead of at their rate
     max_frames: int | None = None
-    subject: str = "FaceBridge"
+    subject: str = "FaceBridge"  # with faces > 1: comma-separated names, one per face (bridge/multiface.py)
+    faces: int = 1  # --faces N: track up to N faces, each its own subject
     pipeline: PipelineOptions = field(default_factory=PipelineOptions)
     stages: str = "auto"  # inference threads: "auto", "1" or "2"
     audio: str | None = None  # mic | mic:N | sample | FILE
@@ -186,10 +156,17 @@ class BridgeSession:
         if config.learn is not None and (not config.audio or config.audio_only):
             raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
                                   "add --audio mic (and a camera source, without --audio-only)")
+        if config.faces > 1 and config.audio_only:
+            raise FaceBridgeError("--faces needs a camera or video: --audio-only has no face to count",
+                                  "drop --faces, or drop --audio-only")
+        from bridge.multiface import subject_names
+
+        self.subjects = subject_names(config.subject, config.faces)
         self.config = config
         self.learn = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
-        self.control = RunControl(config.subject, config.pipeline.backend)
+        self.control = RunControl(self.subjects[0], config.pipeline.backend)
+        self.control.all_subjects = list(self.subjects)
         self.control.stats = self.stats
         self.audio = self.source = self.pipeline = self.profile = self.monitor = self.feed = None
         self.recording: RecordSwitch | None = None
@@ -226,7 +203,8 @@ class BridgeSession:
                 self.audio.feature_listener = self.learn.on_audio
             self.source = self._open_source()
             self.control.source = self.source
-            self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None), self.control)
+            subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
+            self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None, subjects=subjects), self.control)
             self.sinks.append(self._open_recording())
             self.stats.attach_sinks(self.sinks)
             self.pipeline = self._build_pipeline()
@@ -245,7 +223,9 @@ class BridgeSession:
         """The take recorder, on from the start with --record DIR, else off until the monitor page starts it."""
         from bridge.sinks.recorder import TakeRecorder
 
-        self.recording = RecordSwitch(TakeRecorder, self.config.takes_dir, self.config.subject)
+        self.recording = RecordSwitch(TakeRecorder, self.config.takes_dir, self.subjects[0])
+        if len(self.subjects) > 1:
+            self.recording.only_subject = self.subjects[0]  # a take holds one subject: the first face
         self.control.recording = self.recording
         if self.config.outputs.record:
             self.recording.begin(self.config.outputs.record)
@@ -281,7 +261,12 @@ class BridgeSession:
         from bridge.calibration import CalibrationProfile
         from bridge.pipeline import FacePipeline
 
-        self.profile = CalibrationProfile.load(config.subject) if config.calibration else None
+        profiles = [CalibrationProfile.load(s) if config.calibration else None for s in self.subjects]
+        self.profile = profiles[0]
+        if len(self.subjects) > 1:
+            from bridge.multiface import MultiFacePipeline
+
+            return MultiFacePipeline(config.pipeline, self.subjects, profiles)
         return FacePipeline(config.pipeline, profile=self.profile)
 
     def _start_swapper(self) -> None:
@@ -331,8 +316,15 @@ class BridgeSession:
         two = not config.audio_only and (config.stages == "2" or (config.stages == "auto" and
                                                                    (os.cpu_count() or 1) > 1))
         steps = [pipeline.track, fuse(pipeline.describe)] if two else [fuse(pipeline.process)]
-        steps[-1] = OutputGuard(steps[-1], stats=self.stats, recreate=self.recreator,
-                                reset=getattr(pipeline, "reset_description", None))
+        if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
+            from bridge.runtime.faces import face_steps
+
+            face_steps(pipeline, lambda k, step, reset: OutputGuard(fuse(step) if k == 0 else step, stats=self.stats,
+                                                                    recreate=self.recreator, reset=reset))
+            steps = [pipeline.track, pipeline.describe] if two else [pipeline.process]
+        else:
+            steps[-1] = OutputGuard(steps[-1], stats=self.stats, recreate=self.recreator,
+                                    reset=getattr(pipeline, "reset_description", None))
         if self.feed is not None:
             steps[0] = self.feed.tap(steps[0])
         return steps
@@ -340,8 +332,10 @@ class BridgeSession:
     def describe(self) -> str:
         """One line: where frames come from and go, the calibration in use and the monitor's address."""
         outs = ", ".join(s.label() for s in self.sinks if s is not self.recording or self.recording.recording)
-        subject = self.config.subject
+        subject = ", ".join(self.subjects)
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
+        if len(self.subjects) > 1:
+            cal = f"up to {len(self.subjects)} faces as {subject}; " + cal
         learn = (f"; learning into {self.learn.store.root} (owner-only, at most {self.learn.store.max_bytes >> 20} MB;"
                  " `fedagent data clear` deletes it)" if self.learn is not None else "")
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
