@@ -115,6 +115,41 @@ def batches(utts: list[dict], rng: np.random.Generator, batch: int, length: int,
         yield torch.from_numpy(mel), torch.from_numpy(vis), torch.from_numpy(mouth)
 
 
+def load_onnx_weights(net: LipSyncNet, path: Path) -> None:
+    """Start from an exported model (fine-tuning): the inverse of export(). The legacy exporter names the
+    Linear weights after the MatMuls that use them and stores each GRU layer as ONNX W/R/B with gates (z, r, h);
+    torch keeps (r, z, n)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    uses = {}
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            if name in inits:
+                uses.setdefault(name, (node.op_type, k))
+    matmuls = [n for n in inits if uses.get(n, ("",))[0] == "MatMul" and not n.startswith("adapter.")]
+    grus = [n for n in inits if uses.get(n, ("",))[0] == "GRU"]
+    order = [HIDDEN, 0, 2 * HIDDEN]  # torch gate blocks (r, z, n) taken from ONNX (z, r, h)
+    reorder = lambda a: np.concatenate([a[o:o + HIDDEN] for o in order])  # noqa: E731
+    sd = net.state_dict()
+    by_shape = {(features.N_MELS, HIDDEN): "inp.weight", (HIDDEN, HIDDEN): "mid.weight",
+                (HIDDEN, N_VIS + N_MOUTH): "head.weight"}
+    for name in matmuls:
+        sd[by_shape[inits[name].shape]] = torch.from_numpy(inits[name].T.copy())
+    for layer in range(LAYERS):
+        w, r, b = (inits[n] for n in sorted(grus, key=lambda n: int(n.split("_")[-1]))[3 * layer:3 * layer + 3])
+        sd[f"gru.weight_ih_l{layer}"] = torch.from_numpy(reorder(w[0]))
+        sd[f"gru.weight_hh_l{layer}"] = torch.from_numpy(reorder(r[0]))
+        sd[f"gru.bias_ih_l{layer}"] = torch.from_numpy(reorder(b[0, :3 * HIDDEN]))
+        sd[f"gru.bias_hh_l{layer}"] = torch.from_numpy(reorder(b[0, 3 * HIDDEN:]))
+    for name in ("mel_mean", "mel_scale", "inp.bias", "mid.bias", "head.bias"):
+        sd[name] = torch.from_numpy(inits["net." + name].copy())
+    sd["adapter.A"], sd["adapter.B"] = (torch.from_numpy(inits[n].copy()) for n in ADAPTER_NAMES)
+    net.load_state_dict(sd)
+
+
 def predict(net: LipSyncNet, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Streaming-equivalent prediction for a whole utterance, re-aligned: row t describes frame t."""
     with torch.no_grad():
@@ -169,6 +204,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--length", type=int, default=300, help="frames per training crop")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", help="fine-tune from this exported lipsync.onnx instead of starting afresh")
+    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--real-share", type=float, default=0.3,
                    help="share of training crops from recorded speech (real_train.npz from tools/label_real_speech.py)")
     args = p.parse_args(argv)
@@ -187,8 +224,12 @@ def main(argv=None) -> int:
         print(f"recorded speech: {len(real)} utterances, {sum(len(u['mel']) for u in real) / 6000:.1f} min, "
               f"{args.real_share:.0%} of the crops", flush=True)
     net = LipSyncNet(mean, std)
-    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=args.steps, pct_start=0.1)
+    if args.init:
+        load_onnx_weights(net, Path(args.init))
+        init_sha = sha256_file(Path(args.init))  # before export may overwrite it
+        print(f"fine-tuning from {args.init}", flush=True)
+    opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.1)
     ce = nn.CrossEntropyLoss()
     channel_weight = torch.ones(N_MOUTH)
     channel_weight[MOUTH_CHANNELS.index("jawOpen")] = 3.0
@@ -249,6 +290,8 @@ def main(argv=None) -> int:
         "lookahead_ms": LOOKAHEAD * 10 + features.WINDOW / features.SAMPLE_RATE * 1000 / 2,
         "training": {"seed": args.seed, "steps": args.steps, "batch": args.batch, "crop_frames": args.length,
                      "threads": 1, "seconds": train_seconds, "train_utterances": len(train),
+                     "init": {"previous_model_sha256": init_sha} if args.init else None,
+                     "lr": args.lr,
                      "real_utterances": len(real), "real_share": args.real_share if real else 0.0},
         "evaluation": results,
     }
