@@ -66,10 +66,11 @@ class Regressor(nn.Module):
     def forward(self, features: torch.Tensor):
         if not hasattr(self, "mirror_index"):
             return self._single(features)
-        n = features.shape[0]
-        mirrored = features.index_select(1, self.mirror_index) * self.mirror_sign
-        w, rot = self._single(torch.cat([features, mirrored], 0))
-        return 0.5 * (w[:n] + w[n:].index_select(1, self.swap)), 0.5 * (rot[:n] + rot[n:] * self.rotation_sign)
+        # two passes of the same weights rather than one on a concatenated batch: the exported graph has no
+        # Shape/Slice, only Gathers on constant indices, which the serving torch path converts too
+        w, rot = self._single(features)
+        w_m, rot_m = self._single(features.index_select(1, self.mirror_index) * self.mirror_sign)
+        return 0.5 * (w + w_m.index_select(1, self.swap)), 0.5 * (rot + rot_m * self.rotation_sign)
 
     def mirror_average(self) -> None:
         """From now on, the mean of the network on the face and on its mirror image (outputs mirrored back): the
@@ -99,7 +100,11 @@ def main() -> None:
     ap.add_argument("--loss", choices=("mse", "mixed"), default="mse")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
+    ap.add_argument("--from-onnx", type=Path, metavar="REGRESSOR.onnx",
+                    help="no training: read the weights of an exported model and export them again (same function)")
     args = ap.parse_args()
+    if args.from_onnx:
+        return reexport(args)
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -134,6 +139,19 @@ def main() -> None:
             print(f"step {step}/{args.steps}  loss {loss.item():.4f}  val MAE {mae:.4f}  yaw {yaw:.2f} deg  "
                   f"pitch {pitch:.2f} deg  ({time.time() - started:.0f} s)", flush=True)
 
+    export(net, args)
+
+
+def reexport(args) -> None:
+    """The weights of an exported model (its initializers carry the torch names) exported again."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(args.from_onnx)).graph
+    inits = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()) for i in graph.initializer}
+    net = Regressor(np.zeros(NUM_FEATURES, np.float32), np.ones(NUM_FEATURES, np.float32), args.hidden)
+    state = net.state_dict()
+    net.load_state_dict({k: inits[k] for k in state})
     export(net, args)
 
 
