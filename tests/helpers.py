@@ -4,6 +4,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,16 @@ def udp_collector():
         stop.set()
         reader.join(2)
         sock.close()
+
+
+def wait_until(condition, timeout: float, step: float = 0.02) -> bool:
+    """Polls condition() until it holds or timeout seconds pass (a wait, never an assertion on time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
 
 
 def facebridge_cmd(*args: str) -> list[str]:

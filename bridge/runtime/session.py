@@ -165,14 +165,18 @@ class BridgeSession:
         """Inputs and outputs first, so a bad camera, file or address fails at once, before models load."""
         config = self.config
         try:
-            if config.audio:  # lip-sync runs on its own thread; the video side only polls it
-                from bridge.audio.run_audio import start_lipsync
+            if not config.audio_only:
+                self.source = self._open_source()
+            if config.audio:  # lip-sync on its own thread, polled by the video side; --fast: in step with a file's
+                from bridge.audio.run_audio import start_lipsync  # frames (every frame gets its own instant)
 
                 adapter = checked_adapter(config.adapter, config.adapter_sha256) if config.adapter else None
                 # the sample voice loops with the sample clip (which loops); alone, the run ends with it
                 loop = config.audio == "sample" and not config.audio_only and config.source in (None, "sample")
-                self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop)  # CPU: 0.2 ms a hop
-            self.source = self._open_source()
+                in_step = config.fast and (config.audio_only or not self.source.live)
+                self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop, in_step=in_step)  # 0.2 ms a hop
+            if config.audio_only:
+                self.source = self._open_source()
             self.control.source = self.source
             self.sinks = open_sinks(config.outputs, self.control)
             self.pipeline = self._build_pipeline()
