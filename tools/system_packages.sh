@@ -94,10 +94,12 @@ if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>
 fi
 
 missing=$(echo $(python_needs) $(not_installed $packages))
-if [ "$set_name" = run ] && [ -n "$(not_installed $RUN_OPTIONAL)" ]; then
-  say "microphone input (--audio mic) needs PortAudio, not needed here: $(root_command $RUN_OPTIONAL)"
+if [ -z "$missing" ]; then
+  if [ "$set_name" = run ] && [ -n "$(not_installed $RUN_OPTIONAL)" ]; then
+    say "microphone input (--audio mic) needs PortAudio, not needed for this run: $(root_command $RUN_OPTIONAL)"
+  fi
+  exit 0
 fi
-[ -z "$missing" ] && exit 0
 
 say "\`make $set_name\` needs these Debian packages, not installed: $missing"
 if [ "$(id -u)" = 0 ]; then
