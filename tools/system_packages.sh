@@ -60,7 +60,9 @@ apt_install() {  # $1: "" or "sudo -n"; the rest: packages
 
 root_command() {  # the one command a user without password-less sudo runs
   cmd="apt-get update && apt-get install -y --no-install-recommends $*"
-  if command -v sudo >/dev/null 2>&1 && LC_ALL=C sudo -n -l 2>&1 | grep -q "password is required"; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "$cmd"
+  elif command -v sudo >/dev/null 2>&1 && LC_ALL=C sudo -n -l 2>&1 | grep -q "password is required"; then
     echo "sudo sh -c '$cmd'"
   else
     echo "su -c '$cmd'"
