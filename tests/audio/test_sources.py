@@ -1,6 +1,7 @@
 """Audio inputs and the log-mel front end: real files through soundfile/soxr, real PortAudio queries."""
 from __future__ import annotations
 
+import ctypes.util
 import re
 import socket
 import subprocess
@@ -161,9 +162,11 @@ def test_log_mel_puts_a_tone_in_the_right_band():
 
 
 ALSA_CONF = Path("/usr/share/alsa/alsa.conf")
+PORTAUDIO = ctypes.util.find_library("portaudio")
 
 
-@pytest.mark.skipif(not ALSA_CONF.exists(), reason="ALSA configuration (libasound2) not installed")
+@pytest.mark.skipif(PORTAUDIO is None or not ALSA_CONF.exists(),
+                    reason="PortAudio with ALSA not installed (Debian libportaudio2; `make test` installs it)")
 def test_microphone_path_through_real_portaudio(tmp_path):
     """A real PortAudio ALSA input (the ALSA 'null' plugin as the capture device; PortAudio reads its config at
     start-up, so this runs in a subprocess): `facebridge devices` lists it and an audio-only run from 'mic'
