@@ -71,7 +71,8 @@ def test_audio_only_run_sends_llf_jaw_that_follows_the_words(speech_wav, tmp_pat
     frames = _take_frames(take)
     jaw = np.array([f["blendshapes"][JAW_ARKIT_INDEX] for f in frames])
     total_s = sum(SILENCE_S) + sum(phrase_s)
-    assert abs(len(jaw) - total_s * 60) <= 2 and f"{len(jaw)} frames sent" in proc.stdout  # every tick of the file
+    # every tick of the file, up to its last result (the final 52.5 ms of lookahead and half a window have none)
+    assert total_s * 60 - 6 <= len(jaw) <= total_s * 60 + 1 and f"{len(jaw)} frames sent" in proc.stdout
     # loopback UDP may drop datagrams sent in a burst, but every one that arrives carries a recorded jaw
     wire = [_jaw(p) for p in packets]
     assert wire and all(np.abs(jaw - value).min() < 1e-5 for value in wire)

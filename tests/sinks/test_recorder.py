@@ -163,7 +163,7 @@ def test_replay_streams_the_take_at_its_timing(tmp_path):
                                        "--vmc", f"127.0.0.1:{vmc_port}", "--speed", "2", "--original-timecode"),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     packets = [decode_llf_packet(llf.recv(2048)) for _ in range(30)]
-    out, err = proc.communicate(timeout=20)
+    out, err = proc.communicate(timeout=120)
     llf.close()
     vmc.settimeout(0.5)
     applies = 0
@@ -191,7 +191,7 @@ def test_replay_loops_until_interrupted(tmp_path):
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     packets = [decode_llf_packet(llf.recv(2048)) for _ in range(25)]  # more than two passes
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=20)
+    out, err = proc.communicate(timeout=120)
     llf.close()
     assert proc.returncode == 130 and "replay stopped" in out, err
     frame_numbers = [p["frame_number"] for p in packets]
