@@ -1,6 +1,7 @@
 """Helpers the tests share: free ports, a UDP collector, subprocess commands and environments, tools/ scripts."""
 import contextlib
 import os
+import signal
 import socket
 import sys
 import threading
@@ -51,6 +52,13 @@ def wait_until(condition, timeout: float, step: float = 0.02) -> bool:
             return False
         time.sleep(step)
     return True
+
+
+def default_sigint() -> None:
+    """Popen(preexec_fn=...): the child takes Ctrl-C (SIGINT) as a terminal would deliver it, even where the tests
+    were started in the background by a non-interactive shell, which starts them with SIGINT ignored (a Python
+    started so never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def facebridge_cmd(*args: str) -> list[str]:

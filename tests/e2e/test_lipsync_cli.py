@@ -65,7 +65,7 @@ def test_audio_only_run_sends_llf_jaw_that_follows_the_words(speech_wav, tmp_pat
     with udp_collector() as (port, packets):
         proc = subprocess.run(facebridge_cmd("run", "--audio-only", "--audio", str(path), "--fast", "--record",
                                              str(take), "--llf", f"127.0.0.1:{port}", "--vmc", "off", "--quiet"),
-                              env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=120)
+                              env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=240)
         wait_until(lambda: len(packets) >= len(_take_frames(take)), timeout=5)
     assert proc.returncode == 0, proc.stderr
     frames = _take_frames(take)
@@ -118,7 +118,7 @@ def test_camera_and_audio_are_fused_in_recorded_frames(speech_wav, tmp_path):
     take = tmp_path / "take"
     proc = subprocess.run(facebridge_cmd("run", "--source", "sample", "--audio", str(path), "--max-frames", "90",
                                          "--fast", "--record", str(take), "--llf", "off", "--vmc", "off", "--quiet"),
-                          env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=120)
+                          env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr
     frames = _take_frames(take)
     assert len(frames) == 90  # a file read with --fast loses no frame

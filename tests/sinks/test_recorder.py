@@ -19,6 +19,7 @@ from bridge.formats.livelinkface import CURVE_NAMES, decode_llf_packet
 from bridge.formats.take import TakeReader
 from bridge.frame import ARKIT_NAMES, FaceFrame
 from bridge.sinks.recorder import TakeRecorder
+from tests.helpers import default_sigint
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -188,7 +189,8 @@ def test_replay_loops_until_interrupted(tmp_path):
     port = llf.getsockname()[1]
     proc = subprocess.Popen(facebridge("replay", str(tmp_path / "t"), "--llf", f"127.0.0.1:{port}", "--vmc", "off",
                                        "--loop", "--speed", "4"),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)
     packets = [decode_llf_packet(llf.recv(2048)) for _ in range(25)]  # more than two passes
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
