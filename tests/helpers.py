@@ -1,9 +1,11 @@
 """Helpers the tests share: free ports, a UDP collector, subprocess commands and environments, tools/ scripts."""
 import contextlib
 import os
+import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,23 @@ def udp_collector():
         stop.set()
         reader.join(2)
         sock.close()
+
+
+def wait_until(condition, timeout: float, step: float = 0.02) -> bool:
+    """Polls condition() until it holds or timeout seconds pass (a wait, never an assertion on time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+def default_sigint() -> None:
+    """Popen(preexec_fn=...): the child takes Ctrl-C (SIGINT) as a terminal would deliver it, even where the tests
+    were started in the background by a non-interactive shell, which starts them with SIGINT ignored (a Python
+    started so never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def facebridge_cmd(*args: str) -> list[str]:

@@ -39,10 +39,14 @@ def audio_weight(frame: FaceFrame, voice_activity: float, mouth_visible: float) 
     return (1.0 - camera_trust) + camera_trust * speech * AUDIO_SHARE_WHEN_VISIBLE
 
 
-def fuse_mouth(frame: FaceFrame, result, mouth_visible: float = 1.0) -> None:
+def fuse_mouth(frame: FaceFrame, result, mouth_visible: float = 1.0, age_s: float | None = None) -> None:
     """Blend the audio mouth into `frame.blendshapes` in place and set `frame.visemes`. `result` is a
-    LipSyncResult or None; None or a stale result leaves the frame as the camera made it."""
-    if result is None or abs(frame.t_capture_mono - result.t_capture_mono) > STALE_S:
+    LipSyncResult or None; None or a stale result leaves the frame as the camera made it. age_s: how far the
+    result's instant is from the frame's (default: from their capture clocks)."""
+    if result is None:
+        return
+    age = abs(frame.t_capture_mono - result.t_capture_mono) if age_s is None else age_s
+    if age > STALE_S:
         return
     w = audio_weight(frame, result.voice_activity, mouth_visible)
     mask = result.mouth_mask

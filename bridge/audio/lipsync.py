@@ -2,7 +2,9 @@
 
 `LipSyncModel` steps the shipped ONNX model (bridge/audio/lipsync.onnx, explicit recurrent state in and out).
 `LipSyncStream` runs it on a background thread over an AudioSource; the video pipeline only ever calls
-`latest()`, which never blocks, so a stalled microphone or a broken file cannot hold up video frames.
+`latest()`, which never blocks, so a stalled microphone or a broken file cannot hold up video frames. A file read
+as fast as possible (`--fast`) is followed in step instead: `result_at(t)` reads it up to media time t on the
+caller's thread, so what a frame gets does not depend on how busy the machine is.
 `analyze()` runs a whole recording offline (tests, benchmarks).
 
 Timing: the model outputs frame t - LOOKAHEAD after seeing frame t, so each result describes the instant
@@ -30,6 +32,7 @@ from bridge.frame import NUM_BLENDSHAPES, VISEME_NAMES
 
 log = logging.getLogger(__name__)
 
+STEP_KEEP = 512  # results kept in step (5 s): how far behind the reading a frame may ask
 MOUTH_MASK = np.zeros(NUM_BLENDSHAPES, dtype=bool)
 MOUTH_MASK[MOUTH_ARKIT_INDICES] = True
 
@@ -42,8 +45,9 @@ class LipSyncResult:
     voice_activity: float  # 0..1 speech probability (Silero VAD)
     t_capture: float  # wall-clock seconds of the audio instant described
     t_capture_mono: float  # time.perf_counter() of that instant
-    latency_ms: float  # from that instant's capture to this result being published
+    latency_ms: float  # from that instant's capture to this result being published (0 if read ahead)
     model_version: str = ""  # the lip-sync model (base + adapter) that made this result
+    t_media: float = 0.0  # seconds on the audio's own timeline (position in the file; since the start for a mic)
 
     @property
     def viseme(self) -> str:
@@ -247,7 +251,8 @@ class VoiceGate:
 
 
 class LipSyncStream:
-    """Background lip-sync over an AudioSource. `start(source)`, then poll `latest()`; `stop()` ends it."""
+    """Background lip-sync over an AudioSource: `start(source)`, then poll `latest()`; `stop()` ends it.
+    In step with the caller instead: `follow(source)`, then `result_at(t_media)` for each frame."""
 
     def __init__(self, backend: str = "onnxruntime", adapter=None, use_vad: bool = True, history: int = 0):
         self.model = LipSyncModel(backend=backend, adapter=adapter)
@@ -265,6 +270,9 @@ class LipSyncStream:
         self.feature_listener = None
         self._thread: threading.Thread | None = None
         self._source: AudioSource | None = None
+        self._chunks = None  # in step: the source's iterator; None once it has ended
+        self._recent: collections.deque | None = None  # in step: the last results, oldest first
+        self._step_lock = threading.Lock()  # in step: the frame clock and the pipeline may both ask
         self._stop = threading.Event()
 
     # -- caller side (never blocks) --------------------------------------------------------------------
@@ -272,7 +280,13 @@ class LipSyncStream:
         return self._latest
 
     @property
+    def in_step(self) -> bool:
+        return self._thread is None and self._source is not None
+
+    @property
     def running(self) -> bool:
+        if self.in_step:
+            return self._chunks is not None
         return self._thread is not None and self._thread.is_alive()
 
     def start(self, source: AudioSource) -> LipSyncStream:
@@ -284,14 +298,41 @@ class LipSyncStream:
         self._thread.start()
         return self
 
+    def follow(self, source: AudioSource) -> LipSyncStream:
+        """No thread: `result_at(t)` reads `source` (a file read as fast as possible) as far as t needs."""
+        self._source, self._chunks = source, iter(source)
+        self._recent = collections.deque(maxlen=STEP_KEEP)
+        self._begin()
+        return self
+
+    def result_at(self, t_media: float) -> LipSyncResult | None:
+        """In step: the first result at or after media time t_media (within one 10 ms hop), or the last one when
+        the audio ends before t_media; the same for the same t, whoever asks first. A failing source ends the
+        stream with `error` set, as on the thread."""
+        with self._step_lock:
+            while self._chunks is not None and (self._latest is None or self._latest.t_media < t_media):
+                chunk = None
+                try:
+                    chunk = next(self._chunks, None)
+                    if chunk is not None:
+                        self._feed(chunk)
+                except Exception as e:
+                    self.error, chunk = f"{type(e).__name__}: {e}", None
+                    log.error("audio lip-sync stopped: %s", self.error)
+                if chunk is None:
+                    self._chunks = None
+            recent = self._recent or ()
+            return next((r for r in recent if r.t_media >= t_media), self._latest)
+
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        self._chunks = None
         if self._source is not None:
             self._source.close()
         if self._thread is not None:
             self._thread.join(timeout)
 
-    # -- worker thread -------------------------------------------------------------------------------------
+    # -- worker thread (or the caller's, in step) ------------------------------------------------------------
     def _run(self) -> None:
         try:
             self._consume(self._source)
@@ -300,39 +341,47 @@ class LipSyncStream:
             log.error("audio lip-sync stopped: %s", self.error)
 
     def _consume(self, source: AudioSource) -> None:
-        front = features.StreamingLogMel()
-        clock = _Clock()
-        self.model.reset()
-        if self.vad is not None:
-            self.vad.reset()
-        samples = 0
-        activity = 1.0 if self.vad is None else 0.0
+        self._begin()
         for chunk in source:
             if self._stop.is_set():
                 return
-            clock.add(samples, chunk.t_capture, chunk.t_capture_mono)
-            samples += len(chunk.pcm)
-            t0 = time.perf_counter()
-            if self.vad is not None:
-                probs = self.vad.push(chunk.pcm)
-                if probs:
-                    activity = probs[-1]
-            mel = front.push(chunk.pcm)
-            if self.feature_listener is not None:
-                self._tell_listener(mel, front.frames_emitted - len(mel), clock, chunk.pcm, samples - len(chunk.pcm))
-            if len(mel) == 0:
+            self._feed(chunk)
+
+    def _begin(self) -> None:
+        self._front = features.StreamingLogMel()
+        self._clock = _Clock()
+        self.model.reset()
+        if self.vad is not None:
+            self.vad.reset()
+        self._samples = 0
+        self._activity = 1.0 if self.vad is None else 0.0
+
+    def _feed(self, chunk) -> None:
+        front = self._front
+        self._clock.add(self._samples, chunk.t_capture, chunk.t_capture_mono)
+        self._samples += len(chunk.pcm)
+        t0 = time.perf_counter()
+        if self.vad is not None:
+            probs = self.vad.push(chunk.pcm)
+            if probs:
+                self._activity = probs[-1]
+        mel = front.push(chunk.pcm)
+        if self.feature_listener is not None:
+            self._tell_listener(mel, front.frames_emitted - len(mel), chunk.pcm, self._samples - len(chunk.pcm))
+        if len(mel) == 0:
+            return
+        if self.swapper is not None and (ready := self.swapper.take("lipsync")) is not None:
+            self._swap(ready.replacement, ready.request.version)
+        vis, mouth = self.model.step(mel)
+        self.compute_s += time.perf_counter() - t0
+        self.hops += len(mel)
+        for k in range(len(mel)):
+            frame = front.frames_emitted - len(mel) + k - self.model.lookahead
+            if frame < 0:
                 continue
-            if self.swapper is not None and (ready := self.swapper.take("lipsync")) is not None:
-                self._swap(ready.replacement, ready.request.version)
-            vis, mouth = self.model.step(mel)
-            self.compute_s += time.perf_counter() - t0
-            self.hops += len(mel)
-            for k in range(len(mel)):
-                frame = front.frames_emitted - len(mel) + k - self.model.lookahead
-                if frame < 0:
-                    continue
-                wall, mono = clock.at(float(features.frame_center_s(frame)) * features.SAMPLE_RATE)
-                self._publish(vis[k], mouth[k], activity, wall, mono)
+            t_media = float(features.frame_center_s(frame))
+            wall, mono = self._clock.at(t_media * features.SAMPLE_RATE)
+            self._publish(vis[k], mouth[k], self._activity, wall, mono, t_media)
 
     def _swap(self, model: LipSyncModel, version: str) -> None:
         """Serve `model` from this hop on. The recurrent state carries over when the shapes agree (an adapter
@@ -341,8 +390,8 @@ class LipSyncStream:
             model._state = self.model._state
         self.model, self.model_version = model, version
 
-    def _tell_listener(self, mel, first_frame, clock, pcm, first_sample) -> None:
-        times = np.array([clock.at(float(features.frame_center_s(first_frame + k)) * features.SAMPLE_RATE)[1]
+    def _tell_listener(self, mel, first_frame, pcm, first_sample) -> None:
+        times = np.array([self._clock.at(float(features.frame_center_s(first_frame + k)) * features.SAMPLE_RATE)[1]
                           for k in range(len(mel))])
         try:
             self.feature_listener(mel, times, first_frame, pcm, first_sample)
@@ -350,7 +399,7 @@ class LipSyncStream:
             log.warning("audio feature listener failed (%s); it is switched off", e)
             self.feature_listener = None
 
-    def _publish(self, vis, mouth, activity, wall, mono) -> None:
+    def _publish(self, vis, mouth, activity, wall, mono, t_media) -> None:
         now = time.perf_counter()
         gain = self.gate(activity, mono) if self.vad is not None else 1.0
         shapes = np.zeros(NUM_BLENDSHAPES, dtype=np.float32)
@@ -359,9 +408,12 @@ class LipSyncStream:
         if gain < 1.0:  # silence probability grows as the gate closes
             visemes = visemes * gain
             visemes[0] += 1.0 - gain
-        result = LipSyncResult(visemes, shapes, MOUTH_MASK, float(activity), wall, mono, (now - mono) * 1000.0,
-                               self.model_version)
+        latency_ms = max(0.0, now - mono) * 1000.0  # a file read ahead of real time waits for nothing
+        result = LipSyncResult(visemes, shapes, MOUTH_MASK, float(activity), wall, mono, latency_ms,
+                               self.model_version, t_media)
         self._latest = result
+        if self._recent is not None:
+            self._recent.append(result)
         if self.history is not None:
             self.history.append(result)
 

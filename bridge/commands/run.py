@@ -61,7 +61,8 @@ def add_parser(sub) -> None:
     add_pipeline_arguments(p)
     p.add_argument("--max-frames", type=int, default=None, metavar="N", help="stop after N frames")
     p.add_argument("--fast", action="store_true",
-                   help="process file sources as fast as possible instead of at their frame rate")
+                   help="process file sources as fast as possible instead of at their frame rate, keeping every frame "
+                        "(an --audio file follows the frames in step)")
     p.add_argument("--llf", default=DEFAULT_LLF, metavar="HOST:PORT",
                    help=f"Live Link Face (Unreal stock source) UDP target, or 'off' (default {DEFAULT_LLF})")
     p.add_argument("--vmc", default=DEFAULT_VMC, metavar="HOST:PORT",
