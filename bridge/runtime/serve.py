@@ -90,6 +90,9 @@ def build_server(config: ServeConfig):
         raise FaceBridgeError(f"unknown runners {config.runners!r}", f"use one of {', '.join(RUNNER_KINDS)}")
     if config.max_streams < 1:
         raise FaceBridgeError("--max-streams must be at least 1", "pass the number of face streams to serve")
+    from bridge.serving.grpc_service import check_listen
+
+    check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
     try:
         import torch
     except ImportError:
@@ -130,7 +133,7 @@ def status_line(stats: dict) -> str:
             f"ms p99 {stats['latency_ms_p99']:.1f} ms | batch {stats['mean_batch']:.1f}")
 
 
-def serve(config: ServeConfig, status: bool = True, ready=print) -> int:
+def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(line, flush=True)) -> int:
     """Serve until Ctrl-C or SIGTERM; `ready(line)` is told the address once the server listens."""
     server = build_server(config)
     stop = threading.Event()

@@ -175,6 +175,19 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
             latency_ms_p99=s["latency_ms_p99"], server_version=__version__, decoder=self.server.decoder.name)
 
 
+def check_listen(address: str, token: str | None, tls_cert: str | None, tls_key: str | None) -> str:
+    """The host of `address` if serving there is allowed: beyond loopback only with a token (before any model loads)."""
+    host, _port = _split_address(address)
+    if not _is_loopback(host) and not token:
+        raise FaceBridgeError(f"facebridge serve on {address} would take camera images from the network without "
+                              "a token", "pass --grpc-token TOKEN (and --grpc-tls-cert/--grpc-tls-key), or bind "
+                              "127.0.0.1")
+    if bool(tls_cert) != bool(tls_key):
+        raise FaceBridgeError("TLS needs both a certificate and its private key",
+                              "pass both --grpc-tls-cert CERT.pem and --grpc-tls-key KEY.pem")
+    return host
+
+
 class FaceServeServer:
     """The Track service on `address`. make_describer(subject) -> an object whose
     `describe(frame, stream_face, (width, height)) -> FaceFrame` keeps that stream's describe state."""
@@ -183,15 +196,8 @@ class FaceServeServer:
                  device: str = "cpu", token: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
                  default_subject: str = "FaceBridge") -> None:
-        host, _port = _split_address(address)
+        host = check_listen(address, token, tls_cert, tls_key)
         loopback = _is_loopback(host)
-        if not loopback and not token:
-            raise FaceBridgeError(f"facebridge serve on {address} would take camera images from the network "
-                                  "without a token", "pass --grpc-token TOKEN (and --grpc-tls-cert/--grpc-tls-key), "
-                                  "or bind 127.0.0.1")
-        if bool(tls_cert) != bool(tls_key):
-            raise FaceBridgeError("TLS needs both a certificate and its private key",
-                                  "pass both --grpc-tls-cert CERT.pem and --grpc-tls-key KEY.pem")
         if token and not tls_cert and not loopback:
             log.warning("the serve token on %s travels unencrypted; add --grpc-tls-cert/--grpc-tls-key", address)
         self.table = table

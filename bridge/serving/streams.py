@@ -171,7 +171,7 @@ class StreamTable:
         self._services: dict[tuple[int, int], Any] = {}
         self._free: dict[tuple[int, int], list[int]] = {}
         self._next_number = 0
-        self.totals = {"received": 0, "stale": 0, "late": 0, "bad": 0, "served": 0, "refused": 0, "streams": 0}
+        self.totals = {"received": 0, "stale": 0, "late": 0, "bad": 0, "served": 0, "refused": 0, "opened": 0}
         self._latency = RollingWindow()
 
     def open(self) -> LiveStream | None:
@@ -183,7 +183,7 @@ class StreamTable:
             self._next_number += 1
             stream = LiveStream(self, self._next_number)
             self._streams.add(stream)
-            self.totals["streams"] += 1
+            self.totals["opened"] += 1
             return stream
 
     def _take_slot(self, frame_hw: tuple[int, int]):
