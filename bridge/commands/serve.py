@@ -35,6 +35,9 @@ def add_parser(sub) -> None:
                    help="join this Ray cluster (many machines) instead of starting a local head on 127.0.0.1")
     p.add_argument("--ray-dir", metavar="DIR", default=None,
                    help="where a local Ray head keeps its temporary files and token (default: a new temp dir)")
+    p.add_argument("--ray-gpus-per-replica", type=float, default=None, metavar="G",
+                   help="GPU share of each replica (default 1 with GPU runners: one replica per GPU; 0.25 puts four "
+                        "replicas, four processes of host work, on one GPU)")
     p.add_argument("--haproxy-config", metavar="FILE",
                    help="with --ray-replicas: also write an HAProxy config that spreads streams over the replicas")
     p.add_argument("--quiet", action="store_true", help="no status line every 5 s")
@@ -56,7 +59,8 @@ def run(args) -> int:
         from bridge.runtime.ray_serve import serve_on_ray
 
         return serve_on_ray(config, args.ray_replicas, address=args.ray_address, work_dir=args.ray_dir,
-                            haproxy_config=args.haproxy_config, status=not args.quiet)
+                            haproxy_config=args.haproxy_config, status=not args.quiet,
+                            gpus_per_replica=args.ray_gpus_per_replica)
     from bridge.runtime.serve import serve
 
     return serve(config, status=not args.quiet)

@@ -44,7 +44,10 @@ def encode_jpeg(image_bgr: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
 
 
 def open_channel(address: str, tls_ca: str | None = None) -> grpc.Channel:
-    options = [("grpc.max_send_message_length", 8 * 1024 * 1024), ("grpc.keepalive_time_ms", 10_000)]
+    # a channel of its own connection: gRPC would otherwise share one TCP connection between the channels of a
+    # process, and a load balancer in front of the replicas (HAProxy) pins a connection, not a stream
+    options = [("grpc.max_send_message_length", 8 * 1024 * 1024), ("grpc.keepalive_time_ms", 10_000),
+               ("grpc.use_local_subchannel_pool", 1)]
     if tls_ca:
         from pathlib import Path
 
