@@ -90,3 +90,24 @@ def serve_on_ray(config: ServeConfig, replicas: int, address: str | None = None,
             if head is not None:
                 head.stop()
     return 0
+
+
+def build_app(args: dict):
+    """The Serve application for a cluster that runs it itself (KubeRay's RayService `import_path:
+    bridge.runtime.ray_serve:build_app`, `args` as in docs/kuberay-rayservice.yaml): replicas with the Track server
+    on `port` of their pod, one GPU each by default."""
+    from ray import serve
+
+    from bridge.serving.ray_app import FaceServeReplica
+
+    port = int(args.get("port", 50061))
+    config = ServeConfig(grpc=f"{args.get('host', '0.0.0.0')}:{port}", runners=args.get("runners", "torch-cuda"),
+                         max_streams=int(args.get("max_streams", 1024)),
+                         deadline_ms=float(args.get("deadline_ms", 100.0)), token=args.get("token"),
+                         tls_cert=args.get("tls_cert"), tls_key=args.get("tls_key"))
+    gpus = float(args.get("gpus_per_replica", 1.0 if config.runners != "cpu" else 0.0))
+    options = {"num_cpus": float(args.get("cpus_per_replica", 2.0)), **({"num_gpus": gpus} if gpus else {})}
+    deployment = serve.deployment(FaceServeReplica, name="FaceServeReplica",
+                                  num_replicas=int(args.get("replicas", 1)), ray_actor_options=options,
+                                  health_check_period_s=10, health_check_timeout_s=30)
+    return deployment.bind(build_server, config, port, int(args.get("ports", 1)))

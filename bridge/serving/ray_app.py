@@ -22,6 +22,7 @@ from bridge.errors import FaceBridgeError
 log = logging.getLogger(__name__)
 
 APP_NAME = "facebridge-serve"
+TOKEN_ENV = "FACEBRIDGE_SERVE_TOKEN"
 DEPLOY_TIMEOUT_S = 300.0  # a deployment took 12-94 s on the loaded 2-core machine
 
 
@@ -30,6 +31,8 @@ class FaceServeReplica:
 
     def __init__(self, build, config, base_port: int, ports: int) -> None:
         host = config.grpc.rpartition(":")[0]
+        if config.token is None and os.environ.get(TOKEN_ENV):  # a cluster's secret, set on the worker nodes
+            config = dataclasses.replace(config, token=os.environ[TOKEN_ENV])
         self.server = None
         errors = []
         for port in range(base_port, base_port + ports):
