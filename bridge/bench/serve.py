@@ -163,7 +163,7 @@ def _start_server(args, max_streams: int):
 
     cmd = [sys.executable, "-m", "bridge.cli", "serve", "--quiet", "--grpc", "127.0.0.1:0" if not args.ray_replicas
            else "127.0.0.1:50461", "--runners", args.runners, "--max-streams", str(max_streams),
-           "--deadline-ms", str(args.deadline_ms)]
+           "--deadline-ms", str(args.deadline_ms), "--prewarm", "480x360"]  # the sample's size
     if args.ray_replicas:
         cmd += ["--ray-replicas", str(args.ray_replicas)]
         if args.ray_gpus_per_replica is not None:

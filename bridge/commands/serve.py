@@ -21,6 +21,9 @@ def add_parser(sub) -> None:
                    help="face streams served at once (per replica); more are refused (default 16)")
     p.add_argument("--deadline-ms", type=float, default=100.0, metavar="MS",
                    help="drop an image that waited longer than this (default 100; a client may ask for less)")
+    p.add_argument("--prewarm", default="", metavar="WxH[,WxH]",
+                   help="build the batched service for these frame sizes at start (GPU: compile and capture before "
+                        "the first client), e.g. 640x480,480x360")
     p.add_argument("--threads", type=int, default=1, metavar="N", help="CPU runners: threads per model (default 1)")
     p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token clients must send")
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate")
@@ -44,13 +47,26 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _sizes(text: str) -> tuple[tuple[int, int], ...]:
+    from bridge.errors import FaceBridgeError
+
+    sizes = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        w, _, h = part.lower().partition("x")
+        if not (w.isdigit() and h.isdigit()) or min(int(w), int(h)) < 32:
+            raise FaceBridgeError(f"--prewarm size {part!r} is not WIDTHxHEIGHT", "write e.g. --prewarm 640x480")
+        sizes.append((int(h), int(w)))
+    return tuple(sizes)
+
+
 def serve_config(args):
     from bridge.runtime.serve import ServeConfig
 
     return ServeConfig(grpc=args.grpc, runners=args.runners, max_streams=args.max_streams,
                        deadline_ms=args.deadline_ms, token=args.grpc_token, tls_cert=args.grpc_tls_cert,
                        tls_key=args.grpc_tls_key, threads=args.threads, smoothing=not args.no_smoothing,
-                       calibration=not args.no_calibration, fp16=not args.fp32)
+                       calibration=not args.no_calibration, fp16=not args.fp32,
+                       prewarm=_sizes(args.prewarm))
 
 
 def run(args) -> int:

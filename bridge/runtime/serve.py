@@ -43,6 +43,7 @@ class ServeConfig:
     calibration: bool = True  # apply a stored calibration profile per subject, as `run` does
     fp16: bool = True  # GPU runners: half precision (channels_last, compiled)
     graphs: bool = True  # torch-cuda: capture whole passes as CUDA graphs
+    prewarm: tuple[tuple[int, int], ...] = ()  # (height, width) frame sizes whose batched service is built at start
 
 
 class StreamDescriber:
@@ -121,6 +122,8 @@ def build_server(config: ServeConfig):
 
     versions = model_versions()
     table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
+    for frame_hw in config.prewarm:
+        table.prepare(frame_hw)
     make_describer = lambda subject: StreamDescriber(subject, config.smoothing, config.calibration, versions)
     return FaceServeServer(table, make_describer, config.grpc, device=device, token=config.token,
                            tls_cert=config.tls_cert, tls_key=config.tls_key, replica=config.replica,

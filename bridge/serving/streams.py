@@ -186,16 +186,29 @@ class StreamTable:
             self.totals["opened"] += 1
             return stream
 
+    def prepare(self, frame_hw: tuple[int, int]) -> None:
+        """Build the batched service of one frame size now (model warm-up, CUDA-graph capture), before streams
+        of that size arrive, so the first of them does not wait for it."""
+        self._service_for(tuple(frame_hw))
+
+    def _service_for(self, frame_hw: tuple[int, int]):
+        with self._lock:
+            return self._service_locked(frame_hw)
+
+    def _service_locked(self, frame_hw: tuple[int, int]):
+        service = self._services.get(frame_hw)
+        if service is None:
+            if len(self._services) >= self.max_sizes:
+                sizes = ", ".join(f"{w}x{h}" for h, w in self._services)
+                raise ValueError(f"this server already serves {self.max_sizes} frame sizes ({sizes}); "
+                                 "send one of them")
+            service = self._services[frame_hw] = self._make_service(frame_hw, self.max_streams)
+            self._free[frame_hw] = list(range(self.max_streams - 1, -1, -1))
+        return service
+
     def _take_slot(self, frame_hw: tuple[int, int]):
         with self._lock:
-            service = self._services.get(frame_hw)
-            if service is None:
-                if len(self._services) >= self.max_sizes:
-                    sizes = ", ".join(f"{w}x{h}" for h, w in self._services)
-                    raise ValueError(f"this server already serves {self.max_sizes} frame sizes ({sizes}); "
-                                     "send one of them")
-                service = self._services[frame_hw] = self._make_service(frame_hw, self.max_streams)
-                self._free[frame_hw] = list(range(self.max_streams - 1, -1, -1))
+            service = self._service_locked(frame_hw)
             return service, self._free[frame_hw].pop()
 
     def _release(self, stream: LiveStream, reset: bool) -> None:
