@@ -6,6 +6,7 @@
 #   call 1, carry [".gpuserve/part-aa"]:  bash tools/gpu_serve_bench.sh stage .gpuserve/part-aa
 #   call 2, carry [".gpuserve/part-ab"]:  bash tools/gpu_serve_bench.sh run .gpuserve/part-ab
 #   (optional) call 3, no carry, while warm: bash tools/gpu_serve_bench.sh ray
+#   issue 20, on nvidia-h200-x2 (calls 1 and 2 there first): bash tools/gpu_serve_bench.sh two-gpu
 #
 # `run` takes about 8 minutes: unpack (5 s), the GPU tests of tests/serving/test_gpu.py (about 2 min with the
 # compiles), then one server process (torch-cuda runners) at STREAMS (default 64,256,512,1024) for SECONDS (30)
@@ -48,5 +49,15 @@ case "$MODE" in
       --ray-gpus-per-replica "${RAY_GPU_SHARE:-0.25}" --streams "${RAY_STREAMS:-256,512,1024}" \
       --seconds "$SECONDS_PER_COUNT" --client-processes 6 --json "$OUT/serve-h200-ray.json" 2>&1 \
       | grep -v " INFO " | tail -40 | tee "$OUT/serve-h200-ray.log" ;;
-  *) echo "unknown mode $MODE: stage DIR | run DIR | ray"; exit 2 ;;
+  two-gpu)  # the same build on one GPU, then two (one replica each), then two with a replica killed mid-run
+    unpack
+    N1=${N1:-256}; N2=${N2:-512}
+    for run in "1 $N1 one" "2 $N2 two" "2 $N2 two-kill"; do
+      set -- $run
+      extra=(); [ "$3" = two-kill ] && extra=(--kill-replica-at 15)
+      timeout 200 python3 -m bridge.cli bench serve --runners torch-cuda --ray-replicas "$1" \
+        --ray-gpus-per-replica 1 --streams "$2" --seconds "$SECONDS_PER_COUNT" --client-processes 8 \
+        "${extra[@]}" --json "$OUT/serve-h200x2-$3.json" 2>&1 | grep -v " INFO " | tail -15 | tee "$OUT/serve-h200x2-$3.log"
+    done ;;
+  *) echo "unknown mode $MODE: stage DIR | run DIR | ray | two-gpu"; exit 2 ;;
 esac

@@ -38,60 +38,86 @@ def add_arguments(p) -> None:
                    help="GPU share of each replica (default 1 with GPU runners: one replica per GPU)")
     p.add_argument("--address", default=None,
                    help="bench an already running server (HOST:PORT, comma-separated for several replicas)")
+    p.add_argument("--kill-replica-at", type=float, default=None, metavar="S",
+                   help="with --ray-replicas: kill the first replica's process S seconds into each trial (its "
+                        "streams reconnect to the others; counted in reconnects)")
     p.add_argument("--quality", type=int, default=80, help="JPEG quality (default 80)")
     p.add_argument("--deadline-ms", type=float, default=100.0, help="the server's per-frame deadline")
 
 
-def _cpu_seconds(pids: list[int]) -> float:
+def _cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each process still alive (a killed replica drops out of the sum)."""
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+    out = {}
     for pid in pids:
         try:
             fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+            out[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
         except (OSError, IndexError, ValueError):
             pass
-    return total
+    return out
 
 
-async def _one_stream(channel, stream_id: int, jpegs, fps, start, end, measure_from, deadline_ms):
+async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, measure_from, deadline_ms):
+    """One face stream for the whole trial; when its call breaks (a replica killed) it reconnects to the next
+    address and goes on. `moved` counts replica changes inside one call: it must stay 0."""
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
-    call = pb_grpc.FaceServeServiceStub(channel).Track()
     out = {"sent": 0, "served": 0, "latency_ms": [], "replica": "", "stale": 0, "late": 0, "bad": 0,
-           "stages": {"decode": [], "wait": [], "track": [], "describe": [], "server": []}, "error": None}
+           "stages": {"decode": [], "wait": [], "track": [], "describe": [], "server": []}, "error": None,
+           "reconnects": 0, "moved": 0, "replicas": []}
+    loop = asyncio.get_running_loop()
+    k, which = 0, stream_id % len(channels)
+    totals = {"stale": 0, "late": 0, "bad": 0}
+    while loop.time() < end:
+        call = pb_grpc.FaceServeServiceStub(channels[which]).Track()
+        replica = None
 
-    async def writer():
-        k = 0
-        loop = asyncio.get_running_loop()
-        while (t := start + k / fps) < end:
-            await asyncio.sleep(max(0.0, t - loop.time()))
-            image = pb.ImageFrame(encoding=pb.ImageFrame.JPEG, data=jpegs[(stream_id + k) % len(jpegs)], seq=k,
-                                  capture_time=time.time(), source_time=time.perf_counter(), media_time=k / fps,
-                                  frame_rate=fps)
-            await call.write(pb.TrackRequest(subject=f"bench{stream_id}", image=image, deadline_ms=deadline_ms))
-            out["sent"] += 1
-            k += 1
-        await call.done_writing()
+        async def writer():
+            nonlocal k
+            while (t := start + k / fps) < end:
+                await asyncio.sleep(max(0.0, t - loop.time()))
+                image = pb.ImageFrame(encoding=pb.ImageFrame.JPEG, data=jpegs[(stream_id + k) % len(jpegs)], seq=k,
+                                      capture_time=time.time(), source_time=time.perf_counter(),
+                                      media_time=k / fps, frame_rate=fps)
+                await call.write(pb.TrackRequest(subject=f"bench{stream_id}", image=image, deadline_ms=deadline_ms))
+                out["sent"] += 1
+                k += 1
+            await call.done_writing()
 
-    async def reader():
-        async for response in call:
-            out["replica"] = response.replica
-            out["stale"], out["late"], out["bad"] = response.stale_dropped, response.late_dropped, response.bad_frames
-            if response.WhichOneof("part") != "frame":
-                continue
-            out["served"] += 1
-            frame = response.frame
-            if frame.source_time >= measure_from:
-                out["latency_ms"].append((time.perf_counter() - frame.source_time) * 1000.0)
-                for stage, values in out["stages"].items():
-                    values.append(frame.latencies_ms.get(stage, 0.0))
+        async def reader():
+            nonlocal replica
+            async for response in call:
+                if replica is None:
+                    replica = response.replica
+                    out["replicas"].append(replica)
+                elif response.replica != replica:
+                    out["moved"] += 1
+                out["replica"] = response.replica
+                out["stale"] = totals["stale"] + response.stale_dropped
+                out["late"] = totals["late"] + response.late_dropped
+                out["bad"] = totals["bad"] + response.bad_frames
+                if response.WhichOneof("part") != "frame":
+                    continue
+                out["served"] += 1
+                frame = response.frame
+                if frame.source_time >= measure_from:
+                    out["latency_ms"].append((time.perf_counter() - frame.source_time) * 1000.0)
+                    for stage, values in out["stages"].items():
+                        values.append(frame.latencies_ms.get(stage, 0.0))
 
-    try:
-        await asyncio.gather(writer(), reader())
-    except Exception as e:  # noqa: BLE001 - a refused or broken stream is reported, the others go on
-        out["error"] = str(e).splitlines()[0][:200]
+        try:
+            await asyncio.gather(writer(), reader())
+            break
+        except Exception as e:  # noqa: BLE001 - a refused or broken stream is reported and reconnects
+            code = getattr(e, "code", None)
+            out["error"] = f"{code().name}: {e.details()}"[:200] if callable(code) else str(e).splitlines()[0][:200]
+            totals.update(stale=out["stale"], late=out["late"], bad=out["bad"])
+            call.cancel()
+            out["reconnects"] += 1
+            which = (which + 1) % len(channels)
+            await asyncio.sleep(0.5)
     return out
 
 
@@ -104,8 +130,8 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
         start = loop.time() + max(0.0, t0 - time.perf_counter())  # every process starts the same instant
         end = start + seconds
         measure_from = t0 + warmup
-        tasks = [_one_stream(channels[addresses[s % len(addresses)]], s, jpegs, fps, start, end, measure_from,
-                             deadline_ms) for s in stream_ids]
+        ordered = [channels[a] for a in addresses]
+        tasks = [_one_stream(ordered, s, jpegs, fps, start, end, measure_from, deadline_ms) for s in stream_ids]
         streams = await asyncio.gather(*tasks)
         for c in channels.values():
             await c.close()
@@ -128,8 +154,22 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         p.start()
     time.sleep(max(0.0, t0 + args.warmup - time.perf_counter()))
     cpu_start = _cpu_seconds(pids)
+    killed = None
+    if args.kill_replica_at is not None and len(pids) > 1:
+        import signal
+        import threading
+
+        def kill():
+            nonlocal killed
+            killed = pids[1]
+            try:
+                os.kill(killed, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        threading.Timer(max(0.0, t0 + args.kill_replica_at - time.perf_counter()), kill).start()
     collected = [results.get(timeout=args.seconds + 300) for _ in procs]
     cpu_end = _cpu_seconds(pids)
+    server_cpu_s = sum(cpu_end[p] - cpu_start[p] for p in cpu_end if p in cpu_start)
     for p in procs:
         p.join(30)
     streams = [s for c in collected for s in c["streams"]]
@@ -148,10 +188,14 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         "frames_sent": sent, "frames_served": served, "dropped_stale": stale, "dropped_late": late,
         "bad_frames": bad, "unanswered": sent - served - stale - late - bad,
         "served_per_s": round(served_measured / measured_s, 1) if measured_s > 0 else None,
-        "server_cpu_ms_per_frame": round((cpu_end - cpu_start) * 1000.0 / served_measured, 3)
+        "server_cpu_ms_per_frame": round(server_cpu_s * 1000.0 / served_measured, 3)
         if served_measured and pids else None,
         "client_cpu_ms_per_frame": round(sum(c["cpu_s"] for c in collected) * 1000.0 / max(served, 1), 3),
         "server_stage_ms_p50": stages, "replicas": sorted({s["replica"] for s in streams}),
+        "streams_per_replica": {r: sum(1 for s in streams if s["replicas"][:1] == [r])
+                                for r in sorted({s["replicas"][0] for s in streams if s["replicas"]})},
+        "replica_moves_within_a_stream": sum(s["moved"] for s in streams),
+        "reconnects": sum(s["reconnects"] for s in streams), "killed_pid": killed,
         "errors": sorted({s["error"] for s in streams if s["error"]}),
     }
 
