@@ -8,7 +8,7 @@
 #
 #   bash tools/pack_gpu_serve.sh [OUT=.gpuserve]      # here (network to PyPI), then see tools/gpu_serve_bench.sh
 set -euo pipefail
-OUT=${1:-.gpuserve}
+OUT=$(realpath -m "${1:-.gpuserve}")  # absolute: the script changes directory
 PY=${PYTHON:-python3}
 WORK=$(mktemp -d /tmp/gpuserve-XXXX)
 trap 'rm -rf "$WORK"' EXIT
@@ -35,8 +35,7 @@ cd "$WORK/site"
 rm -rf ray/jars ray/dashboard/client/build bin/py-spy
 find . -name "__pycache__" -prune -exec rm -rf {} +
 cp "$WORK/wheels.txt" ./GPUSERVE_WHEELS.txt
-tar -cJf "$WORK/site.tar.xz" .
-cd - > /dev/null
+tar -cf - . | xz -T0 -6 > "$WORK/site.tar.xz"
 mkdir -p "$OUT"
 rm -rf "$OUT"/part-*
 split -n 2 -d -a 1 "$WORK/site.tar.xz" "$WORK/part-"
