@@ -9,13 +9,13 @@
 #   issue 20, on nvidia-h200-x2 (calls 1 and 2 there first): bash tools/gpu_serve_bench.sh two-gpu
 #
 # `run` takes about 8 minutes: unpack (5 s), the GPU tests of tests/serving/test_gpu.py (about 2 min with the
-# compiles), then one server process (torch-cuda runners) at STREAMS (default 64,256,512,1024) for SECONDS (30)
+# compiles, cached for what follows), then one server process (torch-cuda runners) at STREAMS (default 64,256,1024) for SECONDS (30)
 # each. `ray` repeats the bench on RAY_REPLICAS (4) Ray Serve replicas sharing the GPU (0.25 each: four processes
 # of host work) behind direct per-replica ports. Everything lands in $OUT (JSON, logs).
 set -uo pipefail
 MODE=${1:?stage DIR | run DIR | ray}
 OUT=${OUT:-/tmp/out}
-STREAMS=${STREAMS:-64,256,512,1024}
+STREAMS=${STREAMS:-64,256,1024}
 SECONDS_PER_COUNT=${SECONDS:-30}
 mkdir -p /tmp/stage "$OUT"
 
