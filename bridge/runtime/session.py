@@ -22,7 +22,8 @@ from bridge.runtime.guard import OutputGuard
 from bridge.runtime.recording import RecordSwitch
 from bridge.runtime.recreate import SessionRecreator
 from bridge.runtime.runner import BridgeRunner, sink_labels
-from bridge.runtime.stats import RunStats, StatsSnapshot
+from bridge.runtime.stats import RunStats
+from bridge.runtime.summary import RunSummary, summarise
 from bridge.sinks.base import Sink
 
 OFF = ("off", "none", "no", "")
@@ -146,36 +147,6 @@ class RunConfig:
     remote: str | None = None  # HOST:PORT of a `facebridge serve` that tracks instead of this machine
     remote_token: str | None = None
     remote_tls_ca: str | None = None  # the server's CA certificate (PEM) for TLS
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What a finished run did: the statistics' last snapshot, each sink's counters, and the lines to tell the
-    user (a sink's failures, frames a slow sink missed); `failed` when frames meant to be kept were lost."""
-
-    stats: StatsSnapshot
-    sinks: dict[str, dict]
-    notes: list[str] = field(default_factory=list)
-    failed: bool = False
-
-
-def summarise(stats: StatsSnapshot, sinks: list[Sink], labels: list[str], source=None) -> RunSummary:
-    """The run summary from the source's and the sinks' own reports and the frames each sink missed being slower
-    than the stream."""
-    notes, failed, counters = [], False, {}
-    source_note = source.report() if source is not None and hasattr(source, "report") else None
-    if source_note:
-        notes.append(source_note)
-    for sink, label in zip(sinks, labels):
-        counters[label] = {**sink.stats(), "queue_dropped": stats.sink_dropped.get(label, 0)}
-        line, lost = sink.report()
-        if line:
-            notes.append(line)
-        failed = failed or lost
-        if counters[label]["queue_dropped"]:
-            notes.append(f"{label}: {counters[label]['queue_dropped']} frames skipped for this output alone "
-                         "(it was slower than the stream; the other outputs got them)")
-    return RunSummary(stats=stats, sinks=counters, notes=notes, failed=failed)
 
 
 class BridgeSession:

@@ -12,7 +12,7 @@ from bridge.serving.batcher import DeadlineBatcher
 def test_lone_stream_is_not_held_back_for_a_batch():
     with DeadlineBatcher(lambda streams, items: [i * 2 for i in items], max_batch=256) as batcher:
         assert batcher.submit("only", 21).result(timeout=60) == 42  # no company comes: waiting for it never ends
-        assert batcher.batch_sizes == [1]
+        assert list(batcher.batch_sizes) == [1]
 
 
 def test_batches_form_under_load_and_results_return_in_order_per_stream():
