@@ -1,63 +1,103 @@
 #!/usr/bin/env bash
-# `facebridge serve` on the H200 machine: the GPU tests of the serving path, then `facebridge bench serve` over
-# real gRPC with JPEG decoded by nvJPEG and the full FaceFrame per stream. Made for two device calls back to back
-# (the packed Ray set does not fit one call beside the working tree; tools/pack_gpu_serve.sh makes it here):
+# `facebridge serve` on the H200 machine, in ONE device call (issue 17): the GPU parity tests of the serving path
+# (tests/serving/test_gpu.py), then `facebridge bench serve` over real gRPC on loopback with JPEG frames decoded
+# by nvJPEG and the full FaceFrame per stream, first on one server process, then on several processes sharing
+# the GPU (direct ingress, one port each, as Ray Serve replicas would be). Everything lands in $OUT (at most
+# 8 files come back): env.txt, gpu-tests.txt, serve-1proc.{json,log}, serve-Nproc.{json,log}.
 #
-#   call 1, carry [".gpuserve/part-aa"]:  bash tools/gpu_serve_bench.sh stage .gpuserve/part-aa
-#   call 2, carry [".gpuserve/part-ab"]:  bash tools/gpu_serve_bench.sh run .gpuserve/part-ab
-#   (optional) call 3, no carry, while warm: bash tools/gpu_serve_bench.sh ray
-#   issue 20, on nvidia-h200-x2 (calls 1 and 2 there first): bash tools/gpu_serve_bench.sh two-gpu
+#   here, once:   bash tools/pack_gpu_serve.sh            # .gpuwheels/: grpcio 1.85.1, -health-checking and
+#                                                         # -reflection 1.81.1, protobuf 6.33.5 (7.4 MB, cp312)
+#   device call:  carry [".gpuwheels"], timeout_s 600:   bash tools/gpu_serve_bench.sh
 #
-# `run` takes about 8 minutes: unpack (5 s), the GPU tests of tests/serving/test_gpu.py (about 2 min with the
-# compiles, cached for what follows), then one server process (torch-cuda runners) at STREAMS (default 64,256,1024) for SECONDS (30)
-# each. `ray` repeats the bench on RAY_REPLICAS (4) Ray Serve replicas sharing the GPU (0.25 each: four processes
-# of host work) behind direct per-replica ports. Everything lands in $OUT (JSON, logs).
+# Each step has its own time limit, so the call ends inside 10 minutes with what it measured; bench serve writes
+# every stream count to its JSON's `.partial` as the count ends, so a cut-short step keeps its counts.
+# Knobs (environment): STREAMS_1 (16,64), PROCS (6), STREAMS_N (256,1024), SECS (30 per count), CLIENTS (8),
+# RUNNERS (torch-cuda; cpu for a dry run anywhere), WHEELS (.gpuwheels; empty: use what is installed),
+# T_TESTS (170), T_ONE (150), T_MANY (230) seconds.
+#
+# Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
+#   bash tools/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
+#   or `two-gpu .gpuserve/part-ab` on nvidia-h200-x2.
 set -uo pipefail
-MODE=${1:?stage DIR | run DIR | ray}
+MODE=${1:-all}
 OUT=${OUT:-/tmp/out}
-STREAMS=${STREAMS:-64,256,1024}
-SECONDS_PER_COUNT=${SECONDS:-30}
-mkdir -p /tmp/stage "$OUT"
+PY=${PYTHON:-python3}
+RUNNERS=${RUNNERS:-torch-cuda}
+SECONDS_PER_COUNT=${SECS:-30}  # not $SECONDS: bash sets that to its own running time
+WHEELS=${WHEELS-.gpuwheels}
+mkdir -p "$OUT" /tmp/stage
+export FACEBRIDGE_HOME=${FACEBRIDGE_HOME:-/tmp/fbhome} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
-unpack() {
+install_wheels() {  # the bridge's gRPC stack, which the image lacks (health, reflection) or has too old
+  [ -n "$WHEELS" ] || return 0
+  ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "no wheels in $WHEELS: run tools/pack_gpu_serve.sh here and carry $WHEELS"; exit 4; }
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl || exit 4
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
+}
+
+preflight() {  # fail at once, in env.txt, on a missing package, not minutes in
+  {
+    "$PY" -c "import grpc, grpc_health, grpc_reflection, google.protobuf as p, numpy, cv2, torch; \
+print('python', __import__('sys').version.split()[0], 'grpc', grpc.__version__, 'protobuf', p.__version__, \
+'numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" &&
+    { [ "$RUNNERS" = cpu ] || "$PY" -c "import torchvision; print('torchvision', torchvision.__version__)"; } &&
+    "$PY" -c "import bridge.runtime.serve, bridge.bench.serve, bridge.serving.grpc_service; print('bridge imports')"
+  } 2>&1 | tee "$OUT/env.txt"
+  local rc=${PIPESTATUS[0]}
+  { nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv 2>&1 || true; \
+    echo "nproc $(nproc)"; git rev-parse HEAD 2>/dev/null || true; } | tee -a "$OUT/env.txt"
+  [ "$rc" = 0 ] || { echo "preflight failed"; exit 3; }
+}
+
+bench() {  # NAME LIMIT_S ARGS...: one `facebridge bench serve`; the .partial stands in for a cut-short run
+  local name=$1 limit=$2; shift 2
+  timeout -k 20 "$limit" "$PY" -m bridge.cli bench serve --runners "$RUNNERS" --seconds "$SECONDS_PER_COUNT" \
+    --json "$OUT/$name.json" "$@" 2>&1 | grep -v " INFO " | tail -60 > "$OUT/$name.log"
+  echo "$name: exit ${PIPESTATUS[0]}" | tee -a "$OUT/$name.log"
+  if [ -f "$OUT/$name.json" ]; then rm -f "$OUT/$name.json.partial"; elif [ -f "$OUT/$name.json.partial" ]; then
+    mv "$OUT/$name.json.partial" "$OUT/$name.json"; echo "$name: cut short, the counts that ended" | tee -a "$OUT/$name.log"; fi
+  tail -8 "$OUT/$name.log"
+}
+
+unpack_ray() {
   if [ ! -d /tmp/site/ray ]; then
     cat /tmp/stage/site.tar.xz.part-* > /tmp/site.tar.xz && mkdir -p /tmp/site && tar -xJf /tmp/site.tar.xz -C /tmp/site \
       || { echo "unpack failed: stage part-aa first, in a call just before this one"; exit 2; }
   fi
-  export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-  python3 -c "import ray, ray.serve, grpc, grpc_health, grpc_reflection, torchvision, google.protobuf as p; \
-print('ray', ray.__version__, 'grpc', grpc.__version__, 'protobuf', p.__version__, 'torchvision', torchvision.__version__)" \
-    || exit 3
-  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$OUT/gpu.txt"
-  nproc | tee "$OUT/nproc.txt"
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
+  preflight
+  "$PY" -c "import ray, ray.serve; print('ray', ray.__version__)" | tee -a "$OUT/env.txt" || exit 3
 }
 
 case "$MODE" in
+  all)
+    install_wheels
+    preflight
+    timeout -k 10 "${T_TESTS:-170}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/serving/test_gpu.py 2>&1 \
+      | tail -40 > "$OUT/gpu-tests.txt"
+    echo "gpu tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu-tests.txt"; tail -5 "$OUT/gpu-tests.txt"
+    bench serve-1proc "${T_ONE:-150}" --streams "${STREAMS_1:-16,64}" --client-processes 2
+    P=${PROCS:-6}
+    bench "serve-${P}proc" "${T_MANY:-230}" --streams "${STREAMS_N:-256,1024}" --server-processes "$P" \
+      --client-processes "${CLIENTS:-8}" ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
-  run)
-    cp "${2:?DIR}"/* /tmp/stage/
-    unpack
-    timeout 200 python3 -m pytest -q -m gpu -k "serve or nvjpeg or face_service or captured_tracked_pass" \
-      tests/serving/test_gpu.py 2>&1 | tail -25 | tee "$OUT/gpu-tests.txt"
-    timeout 330 python3 -m bridge.cli bench serve --runners torch-cuda --streams "$STREAMS" \
-      --seconds "$SECONDS_PER_COUNT" --client-processes 6 --json "$OUT/serve-h200-1proc.json" 2>&1 \
-      | grep -v " INFO " | tail -40 | tee "$OUT/serve-h200-1proc.log" ;;
   ray)
-    unpack
-    timeout 480 python3 -m bridge.cli bench serve --runners torch-cuda --ray-replicas "${RAY_REPLICAS:-4}" \
-      --ray-gpus-per-replica "${RAY_GPU_SHARE:-0.25}" --streams "${RAY_STREAMS:-256,512,1024}" \
-      --seconds "$SECONDS_PER_COUNT" --client-processes 6 --json "$OUT/serve-h200-ray.json" 2>&1 \
-      | grep -v " INFO " | tail -40 | tee "$OUT/serve-h200-ray.log" ;;
+    [ -n "${2:-}" ] && cp "$2"/* /tmp/stage/
+    unpack_ray
+    bench serve-h200-ray 480 --ray-replicas "${RAY_REPLICAS:-4}" --ray-gpus-per-replica "${RAY_GPU_SHARE:-0.25}" \
+      --streams "${RAY_STREAMS:-256,512,1024}" --client-processes "${CLIENTS:-8}" ;;
   two-gpu)  # the same build on one GPU, then two (one replica each), then two with a replica killed mid-run
-    unpack
+    [ -n "${2:-}" ] && cp "$2"/* /tmp/stage/
+    unpack_ray
     N1=${N1:-256}; N2=${N2:-512}
     for run in "1 $N1 one" "2 $N2 two" "2 $N2 two-kill"; do
       set -- $run
       extra=(); [ "$3" = two-kill ] && extra=(--kill-replica-at 15)
-      timeout 200 python3 -m bridge.cli bench serve --runners torch-cuda --ray-replicas "$1" \
-        --ray-gpus-per-replica 1 --streams "$2" --seconds "$SECONDS_PER_COUNT" --client-processes 8 \
-        "${extra[@]}" --json "$OUT/serve-h200x2-$3.json" 2>&1 | grep -v " INFO " | tail -15 | tee "$OUT/serve-h200x2-$3.log"
+      bench "serve-h200x2-$3" 200 --ray-replicas "$1" --ray-gpus-per-replica 1 --streams "$2" \
+        --client-processes "${CLIENTS:-8}" "${extra[@]}"
     done ;;
-  *) echo "unknown mode $MODE: stage DIR | run DIR | ray | two-gpu"; exit 2 ;;
+  *) echo "unknown mode $MODE: all | stage DIR | ray [DIR] | two-gpu [DIR]"; exit 2 ;;
 esac

@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
-# Pack what `facebridge serve` needs on the H200 machine that its image lacks (docs/reference: serving.md), as two
-# parts that each fit one device call beside the working tree (64 MiB a call):
-#   ray[serve] 2.60 and the part of its closure the image has not, trimmed of Java (ray/jars), the dashboard's
-#   client build and the py-spy binary; grpcio 1.85.1 (Serve fails on the image's 1.84.0); grpcio-health-checking
-#   and grpcio-reflection 1.81.1 and protobuf 6.33.5 (the bridge's gRPC stack; bridge/grpc/gen needs >= 6.33.5).
-# cp312 manylinux wheels installed with pip --target, packed as tar.xz, split into OUT/part-aa/ and OUT/part-ab/.
+# What `facebridge serve` needs on the H200 machine that its image lacks, for tools/gpu_serve_bench.sh
+# (docs/reference: serving.md). Needs PyPI (pip download) here; the device has no network.
 #
-#   bash tools/pack_gpu_serve.sh [OUT=.gpuserve]      # here (network to PyPI), then see tools/gpu_serve_bench.sh
+#   bash tools/pack_gpu_serve.sh [wheels] [DIR=.gpuwheels]   # default: the one-call set, 7.4 MB of cp312 wheels:
+#       grpcio 1.85.1, grpcio-health-checking and grpcio-reflection 1.81.1, protobuf 6.33.5 (the bridge's gRPC
+#       stack: the image has grpcio 1.84 and neither health nor reflection; bridge/grpc/gen needs protobuf >= 6.33.5)
+#   bash tools/pack_gpu_serve.sh ray [DIR=.gpuserve]          # Ray Serve for the `ray`/`two-gpu` modes (two calls):
+#       ray[serve] 2.60 and the part of its closure the image has not, trimmed of Java (ray/jars), the dashboard's
+#       client build and the py-spy binary, plus the wheels above, as tar.xz split into DIR/part-aa/ and DIR/part-ab/
+#       (measured: 256 MB unpacked, 53 MB packed, two 27 MB parts)
 set -euo pipefail
-OUT=$(realpath -m "${1:-.gpuserve}")  # absolute: the script changes directory
+KIND=wheels
+case "${1:-}" in wheels|ray) KIND=$1; shift ;; esac
 PY=${PYTHON:-python3}
 WORK=$(mktemp -d /tmp/gpuserve-XXXX)
 trap 'rm -rf "$WORK"' EXIT
 PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp "${PLATFORMS[@]}")
-WANTED=("ray[serve]==2.60.0" "grpcio==1.85.1" "grpcio-health-checking==1.81.1" "grpcio-reflection==1.81.1"
-        "protobuf==6.33.5" "packaging>=24,<26")
+GRPC_STACK=("grpcio==1.85.1" "grpcio-health-checking==1.81.1" "grpcio-reflection==1.81.1" "protobuf==6.33.5")
+if [ "$KIND" = wheels ]; then
+  OUT=$(realpath -m "${1:-.gpuwheels}")
+  mkdir -p "$OUT" && rm -f "$OUT"/*.whl
+  "$PY" -m pip download -q --no-deps -d "$OUT" "${TARGET[@]}" "${GRPC_STACK[@]}"
+  du -sh "$OUT"; ls -1 "$OUT"
+  echo "carry $(basename "$OUT") in the device call: bash tools/gpu_serve_bench.sh"
+  exit 0
+fi
+OUT=$(realpath -m "${1:-.gpuserve}")  # absolute: the script changes directory
+WANTED=("ray[serve]==2.60.0" "${GRPC_STACK[@]}" "packaging>=24,<26")
 "$PY" -m pip download -q -d "$WORK/wheels" "${TARGET[@]}" "${WANTED[@]}"
 
 # what the H200 image already has (KINDS.md, read 2026-11-17); grpcio and protobuf are replaced on purpose

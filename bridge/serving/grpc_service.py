@@ -25,10 +25,10 @@ from grpc_reflection.v1alpha import reflection
 from bridge import __version__
 from bridge.errors import FaceBridgeError
 from bridge.frame import Frame
+from bridge.grpc import access
 from bridge.grpc.convert import build_frame, build_header, layout_key
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
-from bridge.grpc.server import _BearerTokenInterceptor, _is_loopback, _split_address
 from bridge.serving.decode import BadImage, ImageDecoder
 from bridge.serving.streams import LiveStream, StreamTable
 
@@ -177,8 +177,9 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
 
 def check_listen(address: str, token: str | None, tls_cert: str | None, tls_key: str | None) -> str:
     """The host of `address` if serving there is allowed: beyond loopback only with a token (before any model loads)."""
-    host, _port = _split_address(address)
-    if not _is_loopback(host) and not token:
+    access.check_token(token)  # the gRPC sink's rules: printable ASCII, loopback or a token
+    host, _port = access.split_address(address)
+    if not access.is_loopback(host) and not token:
         raise FaceBridgeError(f"facebridge serve on {address} would take camera images from the network without "
                               "a token", "pass --grpc-token TOKEN (and --grpc-tls-cert/--grpc-tls-key), or bind "
                               "127.0.0.1")
@@ -197,7 +198,7 @@ class FaceServeServer:
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
                  default_subject: str = "FaceBridge") -> None:
         host = check_listen(address, token, tls_cert, tls_key)
-        loopback = _is_loopback(host)
+        loopback = access.is_loopback(host)
         if token and not tls_cert and not loopback:
             log.warning("the serve token on %s travels unencrypted; add --grpc-tls-cert/--grpc-tls-key", address)
         self.table = table
@@ -208,10 +209,14 @@ class FaceServeServer:
         self._layout_lock = threading.Lock()
         self._next_layout_id = 1
         self._closed = False
+        for name in ("grpc._common", "grpc._server"):  # gRPC's own records of bad requests: one line each
+            grpc_log = logging.getLogger(name)
+            if not any(isinstance(f, access.OneLineGrpcLog) for f in grpc_log.filters):
+                grpc_log.addFilter(access.OneLineGrpcLog())
         workers = table.max_streams + 8  # one per Track stream, a few for status and health
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="serve"),
-            interceptors=[_BearerTokenInterceptor(token)] if token else [],
+            interceptors=[access.BearerTokenInterceptor(token)] if token else [],
             maximum_concurrent_rpcs=workers + 8,  # streams past max_streams get our refusal, not a queue
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),

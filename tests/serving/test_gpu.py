@@ -253,6 +253,7 @@ def test_face_service_on_the_gpu_product_path_matches_the_cpu_service():
             assert np.abs(cpu.blendshapes - gpu.blendshapes).max() < 0.05
 
 
+@needs_torch_cuda
 def test_nvjpeg_on_the_serving_gpu_decodes_what_opencv_decodes():
     import cv2
 
@@ -270,6 +271,7 @@ def test_nvjpeg_on_the_serving_gpu_decodes_what_opencv_decodes():
     assert diff.mean() < 1.0 and diff.max() <= 16  # IDCT and chroma upsampling differ by a few levels
 
 
+@needs_torch_cuda
 def test_serve_with_torch_cuda_runners_gives_the_facebridge_run_frames():
     """The product path on the GPU (compiled fp16 runners, captured passes, nvJPEG) over real gRPC against the
     single-face pipeline on the same decoded frames; fp16 adds to the CPU tolerances of tests/e2e/test_serve.py."""
