@@ -53,9 +53,9 @@ print('python', __import__('sys').version.split()[0], 'grpc', grpc.__version__, 
 
 bench() {  # NAME LIMIT_S ARGS...: one `facebridge bench serve`; the .partial stands in for a cut-short run
   local name=$1 limit=$2; shift 2
-  timeout -k 20 "$limit" "$PY" -m bridge.cli bench serve --runners "$RUNNERS" --seconds "$SECONDS_PER_COUNT" \
+  timeout -k 45 "$limit" "$PY" -m bridge.cli bench serve --runners "$RUNNERS" --seconds "$SECONDS_PER_COUNT" \
     --json "$OUT/$name.json" "$@" 2>&1 | grep -v " INFO " | tail -60 > "$OUT/$name.log"
-  echo "$name: exit ${PIPESTATUS[0]}" | tee -a "$OUT/$name.log"
+  echo "$name: exit ${PIPESTATUS[0]}" >> "$OUT/$name.log"
   if [ -f "$OUT/$name.json" ]; then rm -f "$OUT/$name.json.partial"; elif [ -f "$OUT/$name.json.partial" ]; then
     mv "$OUT/$name.json.partial" "$OUT/$name.json"; echo "$name: cut short, the counts that ended" | tee -a "$OUT/$name.log"; fi
   tail -8 "$OUT/$name.log"
@@ -77,7 +77,7 @@ case "$MODE" in
     preflight
     timeout -k 10 "${T_TESTS:-170}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/serving/test_gpu.py 2>&1 \
       | tail -40 > "$OUT/gpu-tests.txt"
-    echo "gpu tests: exit ${PIPESTATUS[0]}" | tee -a "$OUT/gpu-tests.txt"; tail -5 "$OUT/gpu-tests.txt"
+    echo "gpu tests: exit ${PIPESTATUS[0]}" >> "$OUT/gpu-tests.txt"; tail -5 "$OUT/gpu-tests.txt"
     bench serve-1proc "${T_ONE:-150}" --streams "${STREAMS_1:-16,64}" --client-processes 2
     P=${PROCS:-6}
     bench "serve-${P}proc" "${T_MANY:-230}" --streams "${STREAMS_N:-256,1024}" --server-processes "$P" \

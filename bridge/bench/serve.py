@@ -18,6 +18,7 @@ import multiprocessing as mp
 import os
 import re
 import resource
+import threading
 import time
 
 import numpy as np
@@ -29,6 +30,7 @@ P99_LIMIT_MS = 20.0
 # a stream counts as served within the limit only when it also got this share of its measured frames: latest
 # wins keeps an overloaded server's answers fresh, so p99 alone would pass a stream served a frame in ten
 MIN_SERVED_SHARE = 0.95
+_STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
 
 
@@ -243,6 +245,7 @@ def _start_server(args, max_streams: int, tag: str = ""):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
+    _STARTED.append(proc)  # stopped at the end of run() even when it is cut short while they start
     addresses, pids = [], [proc.pid]
     for line in proc.stdout:
         say(tag + line.rstrip())
@@ -252,8 +255,6 @@ def _start_server(args, max_streams: int, tag: str = ""):
             break
     if not addresses:
         raise RuntimeError(f"facebridge serve did not start (exit {proc.poll()})")
-    import threading
-
     threading.Thread(target=lambda: [say(tag + x.rstrip()) for x in proc.stdout], daemon=True).start()
     return proc, addresses, pids
 
@@ -269,12 +270,14 @@ def run(args) -> dict:
     t = time.perf_counter()
     jpegs = [encode_jpeg(f, args.quality) for f in clip]
     encode_ms = (time.perf_counter() - t) * 1000.0 / len(clip)
-    procs = []
-    if args.address:
-        addresses, pids = args.address.split(","), []
-    else:
-        procs, addresses, pids = _start_servers(args, max(counts))
-    trials = []
+    import signal
+
+    def stop_on_sigterm(*_):  # a time limit's SIGTERM still stops the servers (they run in their own sessions)
+        raise SystemExit(143)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
+    procs, addresses, pids, trials = [], args.address.split(",") if args.address else [], [], []
 
     def results() -> dict:
         best = max((t["streams"] for t in trials if t["streams_within_p99_limit"] == t["streams"]), default=0)
@@ -285,6 +288,8 @@ def run(args) -> dict:
                 "most_streams_all_within_limit": best, "trials": trials}
 
     try:
+        if not args.address:
+            procs, addresses, pids = _start_servers(args, max(counts))
         for n in counts:
             say(f"{n} streams x {args.fps:g} fps for {args.seconds:g} s ...")
             trial = _trial(n, addresses, pids, jpegs, args)
@@ -296,19 +301,22 @@ def run(args) -> dict:
             if args.json:  # every count on disk as it ends: a run cut short keeps what it measured
                 atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})
     finally:
-        for proc in procs:
-            _stop(proc)
+        while _STARTED:
+            _stop(_STARTED.pop())
     return results()
 
 
 def _stop(proc) -> None:
     import signal
 
+    if proc.poll() is not None:
+        return
     proc.send_signal(signal.SIGTERM)
     try:
-        proc.wait(120)
+        proc.wait(30)
     except Exception:  # noqa: BLE001 - a server that does not stop is killed with its process group
         os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
 
 
 def _gpu_name(runners: str) -> str | None:
