@@ -301,22 +301,26 @@ def run(args) -> dict:
             if args.json:  # every count on disk as it ends: a run cut short keeps what it measured
                 atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})
     finally:
-        while _STARTED:
-            _stop(_STARTED.pop())
+        _stop_all()
     return results()
 
 
-def _stop(proc) -> None:
+def _stop_all(grace_s: float = 15.0) -> None:
+    """SIGTERM to every server this bench started, at once; what has not ended within `grace_s` is killed with
+    its process group."""
     import signal
 
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(30)
-    except Exception:  # noqa: BLE001 - a server that does not stop is killed with its process group
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+    procs = [p for p in _STARTED if p.poll() is None]
+    _STARTED.clear()
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, end - time.monotonic()))
+        except Exception:  # noqa: BLE001 - a server that does not stop is killed with its process group
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 def _gpu_name(runners: str) -> str | None:
