@@ -10,7 +10,8 @@ HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 RUN_EXTRAS := litert,openvino,mic,metrics
-TEST_EXTRAS := $(RUN_EXTRAS),test,fed
+# serve: Ray Serve (tests/e2e/test_serve_ray.py, facebridge serve --ray-replicas)
+TEST_EXTRAS := $(RUN_EXTRAS),test,fed,serve
 SYSTEM := PYTHON=$(PYTHON) VENV=$(VENV) sh tools/system_packages.sh
 # For `make tools` and the batched multi-stream tests: a local CPU torch wheel avoids a multi-GB CUDA download
 # where one lies on disk (without one, `make test` skips the tests that need torch and says so).

@@ -236,3 +236,46 @@ def http_get(url: str, headers: dict | None = None, timeout: float = 10.0) -> tu
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as e:
         return e.code, dict(e.headers), e.read()
+
+
+@contextlib.contextmanager
+def serve_process(*args: str, home: Path | None = None, ready_timeout: float = 240.0):
+    """A real `facebridge serve` process (CPU runners unless args say otherwise): yields (process, [addresses])
+    once it prints where it listens, and stops it with SIGTERM (its stdout lines are in process.lines)."""
+    import re
+    import signal
+    import subprocess
+    import time
+
+    env = subprocess_env(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(facebridge_cmd("serve", "--quiet", *args), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    proc.lines = []
+    addresses: list[str] = []
+    reader_done = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            proc.lines.append(line.rstrip())
+            if "listening on" in line:
+                addresses.extend(re.findall(r"\d+\.\d+\.\d+\.\d+:\d+", line.split("listening on", 1)[1]))
+        reader_done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    end = time.monotonic() + ready_timeout
+    while not addresses and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.1)
+    try:
+        if not addresses:
+            raise AssertionError("facebridge serve did not start:\n" + "\n".join(proc.lines[-30:]))
+        yield proc, addresses
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        reader_done.wait(5)

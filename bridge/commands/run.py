@@ -109,6 +109,11 @@ def add_parser(sub) -> None:
                         "this device, for `fedagent client` (default store $FACEBRIDGE_HOME/learn)")
     p.add_argument("--learn-keep-audio", action="store_true",
                    help="with --learn: also keep the raw audio of each window (off by default)")
+    p.add_argument("--remote", metavar="HOST:PORT",
+                   help="track on a `facebridge serve` box instead of this machine: send the frames there (JPEG) "
+                        "and stream what comes back to the outputs here")
+    p.add_argument("--remote-token", metavar="TOKEN", help="bearer token of the remote server")
+    p.add_argument("--remote-tls-ca", metavar="PEM", help="CA certificate of a remote server that uses TLS")
     p.add_argument("--quiet", action="store_true", help="no live status line")
     p.set_defaults(func=run)
 
@@ -132,7 +137,8 @@ def run_config(args):
                      calibration=not args.no_calibration, status_line=not args.quiet,
                      outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
                      adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
-                     monitor_token=args.monitor_token, takes_dir=args.takes_dir)
+                     monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
+                     remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca)
 
 
 def run(args) -> int:

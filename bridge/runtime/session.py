@@ -22,7 +22,8 @@ from bridge.runtime.guard import OutputGuard
 from bridge.runtime.recording import RecordSwitch
 from bridge.runtime.recreate import SessionRecreator
 from bridge.runtime.runner import BridgeRunner, sink_labels
-from bridge.runtime.stats import RunStats, StatsSnapshot
+from bridge.runtime.stats import RunStats
+from bridge.runtime.summary import RunSummary, summarise
 from bridge.sinks.base import Sink
 
 OFF = ("off", "none", "no", "")
@@ -143,36 +144,9 @@ class RunConfig:
     monitor: str | None = DEFAULT_MONITOR  # HOST:PORT of the monitor page and metrics; None: off
     monitor_token: str | None = None  # needed to serve the monitor beyond 127.0.0.1
     takes_dir: str = "takes"  # where takes started from the monitor page go (one new directory each)
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What a finished run did: the statistics' last snapshot, each sink's counters, and the lines to tell the
-    user (a sink's failures, frames a slow sink missed); `failed` when frames meant to be kept were lost."""
-
-    stats: StatsSnapshot
-    sinks: dict[str, dict]
-    notes: list[str] = field(default_factory=list)
-    failed: bool = False
-
-
-def summarise(stats: StatsSnapshot, sinks: list[Sink], labels: list[str], source=None) -> RunSummary:
-    """The run summary from the source's and the sinks' own reports and the frames each sink missed being slower
-    than the stream."""
-    notes, failed, counters = [], False, {}
-    source_note = source.report() if source is not None and hasattr(source, "report") else None
-    if source_note:
-        notes.append(source_note)
-    for sink, label in zip(sinks, labels):
-        counters[label] = {**sink.stats(), "queue_dropped": stats.sink_dropped.get(label, 0)}
-        line, lost = sink.report()
-        if line:
-            notes.append(line)
-        failed = failed or lost
-        if counters[label]["queue_dropped"]:
-            notes.append(f"{label}: {counters[label]['queue_dropped']} frames skipped for this output alone "
-                         "(it was slower than the stream; the other outputs got them)")
-    return RunSummary(stats=stats, sinks=counters, notes=notes, failed=failed)
+    remote: str | None = None  # HOST:PORT of a `facebridge serve` that tracks instead of this machine
+    remote_token: str | None = None
+    remote_tls_ca: str | None = None  # the server's CA certificate (PEM) for TLS
 
 
 class BridgeSession:
@@ -282,6 +256,11 @@ class BridgeSession:
             from bridge.audio.run_audio import AudioOnlyPipeline
 
             return AudioOnlyPipeline(self.audio, subject=config.subject)
+        if config.remote:  # the server describes with its own calibration profiles
+            from bridge.runtime.remote import RemotePipeline
+
+            return RemotePipeline(config.remote, subject=config.subject, token=config.remote_token,
+                                  tls_ca=config.remote_tls_ca)
         from bridge.calibration import CalibrationProfile
         from bridge.pipeline import FacePipeline
 
@@ -332,11 +311,13 @@ class BridgeSession:
             fuse = lambda step: AudioFusion(step, self.audio, learn=self.learn)
         else:
             fuse = lambda step: step
-        two = not config.audio_only and (config.stages == "2" or (config.stages == "auto" and
-                                                                   (os.cpu_count() or 1) > 1))
+        one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
+        two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
         steps = [pipeline.track, fuse(pipeline.describe)] if two else [fuse(pipeline.process)]
-        steps[-1] = OutputGuard(steps[-1], stats=self.stats, recreate=self.recreator,
-                                reset=getattr(pipeline, "reset_description", None))
+        if not config.remote:  # the guard resets and recreates local model sessions; a remote run has none (the
+            # runner counts a frame the server lost as a bad frame, as before)
+            steps[-1] = OutputGuard(steps[-1], stats=self.stats, recreate=self.recreator,
+                                    reset=getattr(pipeline, "reset_description", None))
         if self.feed is not None:
             steps[0] = self.feed.tap(steps[0])
         return steps
@@ -348,6 +329,8 @@ class BridgeSession:
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
         learn = (f"; learning into {self.learn.store.root} (owner-only, at most {self.learn.store.max_bytes >> 20} MB;"
                  " `fedagent data clear` deletes it)" if self.learn is not None else "")
+        if self.config.remote:
+            cal = f"tracked by facebridge serve at {self.config.remote}"
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         return f"{self.source.name} -> {outs or 'no outputs'}; {cal}{learn}{monitor}"
 
@@ -395,3 +378,6 @@ class BridgeSession:
         if self.monitor is not None:
             self.monitor.close()
             self.monitor = None
+        if self.config.remote and self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None

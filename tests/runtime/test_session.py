@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bridge.runtime.runner import BridgeRunner, sink_labels
-from bridge.runtime.session import summarise
+from bridge.runtime.summary import summarise
 from bridge.sinks.recorder import TakeRecorder
 from bridge.sources.files import VideoFileSource
 from tests.runtime.test_runner import describe
