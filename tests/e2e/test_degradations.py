@@ -13,7 +13,7 @@ import soundfile as sf
 
 from tests.helpers import facebridge_cmd, subprocess_env, udp_collector
 
-OFF = ("--llf", "off", "--vmc", "off")
+OFF = ("--llf", "off", "--vmc", "off", "--monitor", "off")  # the monitor off: another bridge may hold its port
 
 
 def _run(*args, home, timeout=300):
@@ -93,7 +93,7 @@ def test_a_run_is_quiet_by_default(isolated_home):
     proc = _run("--source", "sample", "--max-frames", "5", "--fast", "--grpc", "127.0.0.1:0", *OFF,
                 home=isolated_home)
     start = proc.stdout.splitlines()[0]
-    assert start.startswith("facebridge: sample -> grpc; ")
+    assert start.startswith("facebridge: sample -> grpc 127.0.0.1:")  # the port the system chose
     assert start.split("; ")[1].split()[0] in ("litert", "openvino", "onnxruntime")  # the backend, then precision
     for noise in ("engines:", "skipped tensorrt", "fork_posix", "Other threads are currently calling into gRPC",
                   "XNNPACK delegate"):
