@@ -169,8 +169,10 @@ def _backends(pipeline) -> dict:
             for name, stage in stages.items() if getattr(stage, "session", None) is not None}
 
 
-def summary(results: dict) -> str:
-    """The results table: one row per configuration."""
+def summary(results: dict) -> str | None:
+    """The results table: one row per configuration (None for --monitor, which prints its own line)."""
+    if "configurations" not in results:
+        return None
     rows = [[name, f"{r['backend']} {r['precision'] or ''}".strip(), r["cores"], r["frames"], r["fps"],
              r["per_frame"]["median_ms"], r["per_frame"]["p99_ms"], round(100 * r["face_found_ratio"])]
             for name, r in results["configurations"].items()]
