@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bridge.calibration import CalibrationProfile
+from bridge.errors import FaceBridgeError
 from bridge.frame import FaceFrame, Frame, versions_with
 from bridge.stages.describe import FaceDescriber, MeasuredFace, StageTimer
 from bridge.stages.detection import FaceDetector
@@ -38,6 +39,7 @@ SWAP_POINTS = {
               ("face_landmark", "landmarker")),
     "describe": (("iris_landmark", "iris"), ("emotion", "emotion"), ("regressor", "expression")),
 }
+MAX_SMOOTHING = 10.0  # --smoothing strength at most (stages/describe.py divides the One-Euro parameters by it)
 
 
 @dataclass
@@ -51,8 +53,20 @@ class PipelineOptions:
     # emotion on every Nth tracked frame, held between: every 3rd changes the 7 probabilities by 0.0027 on average
     # on the sample and keeps the top class on 99.3% of frames (docs/PERFORMANCE.md), for a third of the cost
     emotion_every: int = 3
-    smoothing: bool = True
+    smoothing: float = 1.0  # One-Euro strength: 0 off, 1 the tuned default, 2 twice as smooth (FILTERS / 2)
     subject: str = "FaceBridge"
+
+    def check(self) -> PipelineOptions:
+        """Raise FaceBridgeError for an option no pipeline can run with (before any model loads)."""
+        import math
+
+        if not (math.isfinite(float(self.smoothing)) and 0.0 <= float(self.smoothing) <= MAX_SMOOTHING):
+            raise FaceBridgeError(f"--smoothing {self.smoothing:g} is out of range",
+                                  f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
+        if self.emotion_every < 1:
+            raise FaceBridgeError(f"--emotion-every {self.emotion_every} is not a positive number",
+                                  "give 1 (every frame) or more")
+        return self
 
 
 @dataclass
@@ -69,7 +83,7 @@ class FacePipeline:
     def __init__(self, options: PipelineOptions | None = None, profile: CalibrationProfile | None = None) -> None:
         from bridge.expression.stage import ExpressionEstimator
 
-        self.options = options = options or PipelineOptions()
+        self.options = options = (options or PipelineOptions()).check()
         engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
         self.detector = FaceDetector(options.detector, **engine)
         self.landmarker = FaceLandmarker(**engine)

@@ -2,9 +2,12 @@
 
 `LipSyncModel` steps the shipped ONNX model (bridge/audio/lipsync.onnx, explicit recurrent state in and out).
 `LipSyncStream` runs it on a background thread over an AudioSource; the video pipeline only ever calls
-`latest()`, which never blocks, so a stalled microphone or a broken file cannot hold up video frames. A file read
-as fast as possible (`--fast`) is followed in step instead: `result_at(t)` reads it up to media time t on the
-caller's thread, so what a frame gets does not depend on how busy the machine is.
+`latest()` or `at(t)`, which never block, so a stalled microphone or a broken file cannot hold up video frames.
+`at(t)` answers with the result nearest the instant `t` among the last seconds (recent.py): a video frame asks for
+its own capture instant, so a frame that waited in a busy pipeline still meets the mouth of its own moment.
+A file whose frames are all kept (`--fast`, or a video file being recorded) is followed in step instead:
+`result_at(t)` reads it up to media time t on the caller's thread, so what a frame gets does not depend on how
+busy the machine is.
 `analyze()` runs a whole recording offline (tests, benchmarks).
 
 Timing: the model outputs frame t - LOOKAHEAD after seeing frame t, so each result describes the instant
@@ -23,7 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from bridge.audio import features
+from bridge.audio.adapter import adapter_digest, load_adapter, model_bytes_with_adapter, save_adapter  # noqa: F401
+from bridge.audio.recent import RecentResults
 from bridge.audio.sources import AudioSource
+from bridge.audio.vad import CHUNK as VAD_WINDOW
 from bridge.audio.vad import SileroVad, shipped_model
 from bridge.audio.visemes import MOUTH_ARKIT_INDICES, MOUTH_CHANNELS
 from bridge.engines import create_session
@@ -32,7 +38,6 @@ from bridge.frame import NUM_BLENDSHAPES, VISEME_NAMES
 
 log = logging.getLogger(__name__)
 
-STEP_KEEP = 512  # results kept in step (5 s): how far behind the reading a frame may ask
 MOUTH_MASK = np.zeros(NUM_BLENDSHAPES, dtype=bool)
 MOUTH_MASK[MOUTH_ARKIT_INDICES] = True
 
@@ -52,61 +57,6 @@ class LipSyncResult:
     @property
     def viseme(self) -> str:
         return VISEME_NAMES[int(np.argmax(self.visemes))]
-
-
-def load_adapter(path: str | Path) -> dict[str, np.ndarray]:
-    """Adapter weights from an .npz holding the manifest's adapter initializer names."""
-    try:
-        with np.load(path) as z:
-            return {k: z[k].astype(np.float32) for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot read lip-sync adapter {path} ({e})", "pass an .npz written by the trainer "
-                         "or the federated agent") from None
-
-
-def adapter_digest(weights: dict[str, np.ndarray]) -> str:
-    """sha256 over the adapter's tensors (name, shape, float32 bytes, in name order): the same weights give the
-    same digest whichever file they came in."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for name in sorted(weights):
-        value = np.ascontiguousarray(weights[name], dtype=np.float32)
-        h.update(name.encode() + str(value.shape).encode() + value.tobytes())
-    return h.hexdigest()
-
-
-def save_adapter(path: str | Path, weights: dict[str, np.ndarray]) -> Path:
-    """Write adapter weights as .npz (atomically), the format load_adapter and LipSyncModel(adapter=) read."""
-    import io
-
-    from bridge.fsutil import atomic_write_bytes
-
-    buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v, dtype=np.float32) for k, v in weights.items()})
-    return atomic_write_bytes(path, buf.getvalue())
-
-
-def model_bytes_with_adapter(weights: dict[str, np.ndarray]) -> bytes:
-    """The shipped ONNX model with its adapter initializers replaced: the same graph and names, as TensorRT's
-    OnnxParserRefitter.refit_from_bytes expects. Needs the `onnx` package (tools/test extras)."""
-    try:
-        import onnx
-        from onnx import numpy_helper
-    except ImportError:
-        raise ModelError("the onnx package is needed to write a model with a new adapter",
-                         "pip install onnx") from None
-    path, manifest = shipped_model("lipsync")
-    model = onnx.load(str(path))
-    shapes = {k: tuple(v) for k, v in manifest["adapter_initializers"].items()}
-    for init in model.graph.initializer:
-        if init.name in shapes:
-            value = np.asarray(weights[init.name], dtype=np.float32)
-            if value.shape != shapes[init.name]:
-                raise ModelError(f"lip-sync adapter tensor {init.name} has shape {value.shape}, expected "
-                                 f"{shapes[init.name]}", "use an adapter trained for this model version")
-            init.CopyFrom(numpy_helper.from_array(value, init.name))
-    return model.SerializeToString()
 
 
 class LipSyncModel:
@@ -251,7 +201,7 @@ class VoiceGate:
 
 
 class LipSyncStream:
-    """Background lip-sync over an AudioSource: `start(source)`, then poll `latest()`; `stop()` ends it.
+    """Background lip-sync over an AudioSource: `start(source)`, then poll `latest()` or `at(t)`; `stop()` ends it.
     In step with the caller instead: `follow(source)`, then `result_at(t_media)` for each frame."""
 
     def __init__(self, backend: str = "onnxruntime", adapter=None, use_vad: bool = True, history: int = 0):
@@ -261,6 +211,8 @@ class LipSyncStream:
         self.vad = SileroVad(backend=backend) if use_vad else None
         self.gate = VoiceGate()
         self._latest: LipSyncResult | None = None
+        self._recent = RecentResults()  # the last seconds of results, by instant (`at`) or media time (in step)
+        self.t_start_mono: float | None = None  # capture time of the first audio sample (set by the reader)
         self.history: collections.deque | None = collections.deque(maxlen=history) if history else None
         self.error: str | None = None
         self.hops = 0
@@ -271,13 +223,26 @@ class LipSyncStream:
         self._thread: threading.Thread | None = None
         self._source: AudioSource | None = None
         self._chunks = None  # in step: the source's iterator; None once it has ended
-        self._recent: collections.deque | None = None  # in step: the last results, oldest first
         self._step_lock = threading.Lock()  # in step: the frame clock and the pipeline may both ask
         self._stop = threading.Event()
 
     # -- caller side (never blocks) --------------------------------------------------------------------
     def latest(self) -> LipSyncResult | None:
         return self._latest
+
+    def at(self, t_mono: float) -> LipSyncResult | None:
+        """The recent result nearest `t_mono`, None before the first (bridge/audio/recent.py)."""
+        return self._recent.at(t_mono)
+
+    def ended_before(self, t_mono: float | None = None, t_media: float | None = None) -> bool:
+        """The stream has ended and its last result describes an instant before `t_mono` (or media time
+        `t_media`, in step)."""
+        newest = self._latest
+        if not self.started or self.running:
+            return False
+        if newest is None:
+            return True
+        return newest.t_media < t_media if t_media is not None else newest.t_capture_mono < t_mono
 
     @property
     def in_step(self) -> bool:
@@ -288,6 +253,10 @@ class LipSyncStream:
         if self.in_step:
             return self._chunks is not None
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def started(self) -> bool:
+        return self._source is not None
 
     def start(self, source: AudioSource) -> LipSyncStream:
         if self.running:
@@ -301,7 +270,6 @@ class LipSyncStream:
     def follow(self, source: AudioSource) -> LipSyncStream:
         """No thread: `result_at(t)` reads `source` (a file read as fast as possible) as far as t needs."""
         self._source, self._chunks = source, iter(source)
-        self._recent = collections.deque(maxlen=STEP_KEEP)
         self._begin()
         return self
 
@@ -321,8 +289,7 @@ class LipSyncStream:
                     log.error("audio lip-sync stopped: %s", self.error)
                 if chunk is None:
                     self._chunks = None
-            recent = self._recent or ()
-            return next((r for r in recent if r.t_media >= t_media), self._latest)
+            return self._recent.first_at_media(t_media) or self._latest
 
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
@@ -353,18 +320,23 @@ class LipSyncStream:
         self.model.reset()
         if self.vad is not None:
             self.vad.reset()
-        self._samples = 0
+        self._samples = self._vad_end = 0
         self._activity = 1.0 if self.vad is None else 0.0
+        self._vad_pending: collections.deque[tuple[int, float]] = collections.deque()  # (window's last sample, p)
 
     def _feed(self, chunk) -> None:
+        """One chunk of audio. A source that fell behind hands over everything already captured as one chunk
+        (sources.py), and one model step then covers it: catching up costs one inference call, not one per 10 ms."""
         front = self._front
+        if self.t_start_mono is None:
+            self.t_start_mono = chunk.t_capture_mono
         self._clock.add(self._samples, chunk.t_capture, chunk.t_capture_mono)
         self._samples += len(chunk.pcm)
         t0 = time.perf_counter()
         if self.vad is not None:
-            probs = self.vad.push(chunk.pcm)
-            if probs:
-                self._activity = probs[-1]
+            for prob in self.vad.push(chunk.pcm):
+                self._vad_end += VAD_WINDOW
+                self._vad_pending.append((self._vad_end, prob))
         mel = front.push(chunk.pcm)
         if self.feature_listener is not None:
             self._tell_listener(mel, front.frames_emitted - len(mel), chunk.pcm, self._samples - len(chunk.pcm))
@@ -375,8 +347,13 @@ class LipSyncStream:
         vis, mouth = self.model.step(mel)
         self.compute_s += time.perf_counter() - t0
         self.hops += len(mel)
+        first_row = front.frames_emitted - len(mel)
         for k in range(len(mel)):
-            frame = front.frames_emitted - len(mel) + k - self.model.lookahead
+            # speech probability of the newest audio this row saw, as if it had come in a chunk of its own
+            row_end = (first_row + k) * features.HOP + features.WINDOW
+            while self._vad_pending and self._vad_pending[0][0] <= row_end:
+                self._activity = self._vad_pending.popleft()[1]
+            frame = first_row + k - self.model.lookahead
             if frame < 0:
                 continue
             t_media = float(features.frame_center_s(frame))
@@ -411,12 +388,11 @@ class LipSyncStream:
         latency_ms = max(0.0, now - mono) * 1000.0  # a file read ahead of real time waits for nothing
         result = LipSyncResult(visemes, shapes, MOUTH_MASK, float(activity), wall, mono, latency_ms,
                                self.model_version, t_media)
+        self._recent.add(result)
         self._latest = result
-        if self._recent is not None:
-            self._recent.append(result)
         if self.history is not None:
             self.history.append(result)
 
 
-__all__ = ["LipSyncModel", "LipSyncResult", "LipSyncStream", "MOUTH_MASK", "MOUTH_CHANNELS", "analyze", "load_adapter",
-           "save_adapter", "model_bytes_with_adapter"]
+__all__ = ["LipSyncModel", "LipSyncResult", "LipSyncStream", "MOUTH_MASK", "MOUTH_CHANNELS", "analyze",
+           "load_adapter", "save_adapter", "model_bytes_with_adapter"]

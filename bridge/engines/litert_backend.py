@@ -9,11 +9,15 @@ EngineUnavailable, so create_session falls back to the next backend. XNNPACK com
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 
 from bridge.engines.base import EngineUnavailable, TensorSpec
+from bridge.engines.native_output import native_stderr
+
+log = logging.getLogger(__name__)
 
 
 def litert_available() -> bool:
@@ -47,11 +51,14 @@ class LiteRtSession:
 
         tflite, entry = _companion(Path(model_path))
         try:
-            self._interp = Interpreter(model_path=str(tflite), num_threads=int(threads))
-            self._interp.allocate_tensors()
+            with native_stderr() as said:  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on every run
+                self._interp = Interpreter(model_path=str(tflite), num_threads=int(threads))
+                self._interp.allocate_tensors()
         except (RuntimeError, ValueError) as e:
             raise EngineUnavailable(f"LiteRT cannot load {tflite.name} ({str(e).splitlines()[0][:160]})",
                                     "use --backend openvino or onnxruntime") from None
+        for line in said:
+            log.debug("litert (native): %s", line)
         self.inputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["inputs"]]
         self.outputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["outputs"]]
         self._input_index = self._interp.get_input_details()[0]["index"]

@@ -23,6 +23,8 @@ from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.head_pose import HeadPoseEstimator
 
 # (min cutoff Hz, beta) per filtered channel group
+# One-Euro (min cutoff Hz, beta) per channel group at smoothing strength 1; strength S divides both by S, so a
+# still face jitters less (lower cutoff) and fast motion lags more (smaller speed boost)
 FILTERS = {"blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
            "eyes": (1.5, 0.05), "emotion": (1.0, 0.5)}
 
@@ -56,7 +58,7 @@ class FaceDescriber:
     """One subject's describe state. `expression` is that subject's ExpressionEstimator (its identity is per
     subject; it may hold no inference session when the outputs come measured)."""
 
-    def __init__(self, expression, subject: str = "FaceBridge", smoothing: bool = True,
+    def __init__(self, expression, subject: str = "FaceBridge", smoothing: float = 1.0,
                  profile: CalibrationProfile | None = None, emotion_every: int = 3,
                  model_versions=None) -> None:
         """model_versions: the dict the frames announce, or a function giving it (a live swap replaces it)."""
@@ -68,7 +70,9 @@ class FaceDescriber:
         self._versions = model_versions or {}
         self.head_pose = HeadPoseEstimator()
         self.blink = BlinkEstimator()
-        self._filters = {k: OneEuroFilter(*p) for k, p in FILTERS.items()}
+        strength = float(smoothing) or 1.0  # 0: off (no filter runs); S: FILTERS / S
+        self._filters = {k: OneEuroFilter(min_cutoff / strength, beta / strength)
+                         for k, (min_cutoff, beta) in FILTERS.items()}
         self._emotion = np.zeros(7, np.float32)
         self._last: FaceFrame | None = None
         self.tracked_count = 0  # consecutive frames with a face, this one included

@@ -107,7 +107,8 @@ def test_unreadable_video_and_empty_folder(tmp_path, isolated_home):
     empty.mkdir()
     (empty / "notes.txt").write_text("no images here")
     for source, expected in ((bad, "cannot decode video"), (empty, "has no images")):
-        proc = subprocess.run(facebridge_cmd("run", "--source", str(source), "--max-frames", "2", "--vmc", "off"),
+        proc = subprocess.run(facebridge_cmd("run", "--source", str(source), "--max-frames", "2", "--vmc", "off",
+                                             "--monitor", "off"),  # another bridge may hold the monitor's port
                               env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=60)
         assert proc.returncode == 1
         assert expected in proc.stderr and "\n" not in proc.stderr.strip(), proc.stderr
