@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bridge.blas_threads import single_threaded_blas
 from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError
 from bridge.frame import FaceFrame, Frame, versions_with
@@ -93,6 +94,7 @@ class FacePipeline:
                                               cpu_precision=options.cpu_precision)
         self.emotion = EmotionClassifier(**engine)
         self._model_versions: dict[str, str] | None = None
+        single_threaded_blas()  # its small products lose to OpenBLAS's spin-waiting workers (blas_threads.py)
         self._warm_up()
         self.describer = FaceDescriber(self.expression, subject=options.subject, smoothing=options.smoothing,
                                        profile=profile, emotion_every=options.emotion_every,
