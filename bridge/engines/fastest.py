@@ -31,7 +31,8 @@ CPU_BACKENDS = ("litert", "openvino", "onnxruntime")
 PARITY = {"f32": 1e-3, "bf16": 2e-2}
 ROUNDS, RUNS, WARMUP = 4, 4, 2  # 16 timed calls a backend, taking turns: about 1-2 s on a first start
 CHOSEN: dict = {}  # model file name -> the Choice made for it in this process (benchmarks report them)
-MEASURE_VERSION = 2  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite)
+MEASURE_VERSION = 3  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite,
+#                     3: LiteRT runs a batch in one invoke)
 
 
 @dataclass
