@@ -10,11 +10,13 @@ describe: iris (both eyes, one batch) -> emotion, then the shared describe step 
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
 import numpy as np
 
+from bridge.blas_threads import single_threaded_blas
 from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError
 from bridge.frame import FaceFrame, Frame, versions_with
@@ -77,6 +79,7 @@ class Tracked:
     found: LandmarkResult | None
     tracked_count: int  # consecutive tracked frames including this one (0 when the face is lost)
     stage_ms: dict[str, float]
+    stage_cpu_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # only with FacePipeline.stage_cpu
 
 
 class FacePipeline:
@@ -93,6 +96,7 @@ class FacePipeline:
                                               cpu_precision=options.cpu_precision)
         self.emotion = EmotionClassifier(**engine)
         self._model_versions: dict[str, str] | None = None
+        single_threaded_blas()  # its small products lose to OpenBLAS's spin-waiting workers (blas_threads.py)
         self._warm_up()
         self.describer = FaceDescriber(self.expression, subject=options.subject, smoothing=options.smoothing,
                                        profile=profile, emotion_every=options.emotion_every,
@@ -101,6 +105,9 @@ class FacePipeline:
         self._tracked = 0
         self.detector_runs = 0
         self.swapper = None  # a runtime.swap.ModelSwapper: new model sessions are taken between two frames
+        # benchmarks: per-stage CPU time of the stage threads (time.thread_time), last frame's in last_stage_cpu_ms
+        self.stage_cpu = False
+        self.last_stage_cpu_ms: dict[str, float] = {}
 
     @property
     def profile(self) -> CalibrationProfile | None:
@@ -216,7 +223,7 @@ class FacePipeline:
         from one frame to the next, so stage 2 of frame N can run while stage 1 works on frame N+1."""
         if self.swapper is not None:
             self._take_swaps("track")
-        timer = StageTimer()
+        timer = StageTimer(cpu=self.stage_cpu)
         found = self._find_face(frame.image, timer)
         if found is None:
             self._roi = None
@@ -224,7 +231,8 @@ class FacePipeline:
         else:
             self._roi = roi_from_landmarks(found.points)
             self._tracked += 1
-        return Tracked(frame=frame, found=found, tracked_count=self._tracked, stage_ms=timer.ms)
+        return Tracked(frame=frame, found=found, tracked_count=self._tracked, stage_ms=timer.ms,
+                       stage_cpu_ms=timer.cpu_ms)
 
     def describe(self, tracked: Tracked) -> FaceFrame:
         """Stage 2: iris and emotion, then the shared describe step (head pose, gaze, expression, blink, filters,
@@ -232,10 +240,11 @@ class FacePipeline:
         if self.swapper is not None:
             self._take_swaps("describe")
         frame, found = tracked.frame, tracked.found
-        timer = StageTimer()
+        timer = StageTimer(cpu=self.stage_cpu)
         if found is None:
             out = self.describer.describe(frame, None, timer)
             out.latencies_ms = {**tracked.stage_ms, **timer.ms}
+            self.last_stage_cpu_ms = {**tracked.stage_cpu_ms, **timer.cpu_ms}
             return out
         image = frame.image
         iris = self.iris.run(image, found.points)
@@ -248,4 +257,5 @@ class FacePipeline:
         out = self.describer.describe(frame, MeasuredFace(points=points, presence=float(found.presence),
                                                           iris=iris.iris, emotion=emotion), timer)
         out.latencies_ms = {**tracked.stage_ms, **timer.ms}
+        self.last_stage_cpu_ms = {**tracked.stage_cpu_ms, **timer.cpu_ms}
         return out
