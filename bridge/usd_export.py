@@ -173,4 +173,9 @@ def _save(layer, out: Path) -> None:
         if not layer.Export(str(tmp)):
             raise UsdExportError(f"USD could not write {out}", "check free disk space and permissions")
 
-    atomic_write_with(out, export, suffix=out.suffix)
+    try:
+        atomic_write_with(out, export, suffix=out.suffix)  # creates a missing folder on the way
+    except OSError as e:  # a folder that cannot be made (a file in the way, no permission, read-only disk)
+        where = e.filename or out.parent
+        raise UsdExportError(f"cannot write {out} ({e.strerror or e}: {where})",
+                             "choose a folder you can write to; missing folders are created") from None

@@ -1,9 +1,11 @@
 """Helpers the tests share: free ports, a UDP collector, subprocess commands and environments, tools/ scripts."""
 import contextlib
 import os
+import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +42,23 @@ def udp_collector():
         stop.set()
         reader.join(2)
         sock.close()
+
+
+def wait_until(condition, timeout: float, step: float = 0.02) -> bool:
+    """Polls condition() until it holds or timeout seconds pass (a wait, never an assertion on time)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+def default_sigint() -> None:
+    """Popen(preexec_fn=...): the child takes Ctrl-C (SIGINT) as a terminal would deliver it, even where the tests
+    were started in the background by a non-interactive shell, which starts them with SIGINT ignored (a Python
+    started so never raises KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def facebridge_cmd(*args: str) -> list[str]:
@@ -242,3 +261,46 @@ def two_face_clip(path: Path, frames: int = 90, second: tuple[int, int] = (15, 7
         out.write(np.hstack([left, right]))
     out.release()
     return path
+
+
+@contextlib.contextmanager
+def serve_process(*args: str, home: Path | None = None, ready_timeout: float = 240.0):
+    """A real `facebridge serve` process (CPU runners unless args say otherwise): yields (process, [addresses])
+    once it prints where it listens, and stops it with SIGTERM (its stdout lines are in process.lines)."""
+    import re
+    import signal
+    import subprocess
+    import time
+
+    env = subprocess_env(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(facebridge_cmd("serve", "--quiet", *args), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    proc.lines = []
+    addresses: list[str] = []
+    reader_done = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            proc.lines.append(line.rstrip())
+            if "listening on" in line:
+                addresses.extend(re.findall(r"\d+\.\d+\.\d+\.\d+:\d+", line.split("listening on", 1)[1]))
+        reader_done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    end = time.monotonic() + ready_timeout
+    while not addresses and proc.poll() is None and time.monotonic() < end:
+        time.sleep(0.1)
+    try:
+        if not addresses:
+            raise AssertionError("facebridge serve did not start:\n" + "\n".join(proc.lines[-30:]))
+        yield proc, addresses
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        reader_done.wait(5)

@@ -125,3 +125,21 @@ def test_every_cpu_backend_tracks_the_sample_like_onnxruntime(backend, sample_fr
         assert ref.face_found and out.face_found
         assert np.linalg.norm(out.landmarks[:, :2] - ref.landmarks[:, :2], axis=1).max() < 1.0
         assert np.abs(out.blendshapes - ref.blendshapes).max() < 0.05
+
+
+def test_smoothing_strength_scales_every_one_euro_filter_and_a_stronger_one_jitters_less(sample_frames):
+    """--smoothing 2 halves each filter's min cutoff and beta; on the same frames the head moves less from frame
+    to frame than at 1, and 0 turns the filters off."""
+    from bridge.pipeline import FacePipeline, PipelineOptions
+    from bridge.stages.describe import FILTERS
+
+    strong = FacePipeline(PipelineOptions(smoothing=2.0))
+    for name, (min_cutoff, beta) in FILTERS.items():
+        assert strong.describer._filters[name].min_cutoff == pytest.approx(min_cutoff / 2)
+        assert strong.describer._filters[name].beta == pytest.approx(beta / 2)
+    default, off = FacePipeline(PipelineOptions(smoothing=1.0)), FacePipeline(PipelineOptions(smoothing=0.0))
+    steps = {}
+    for label, p in (("strong", strong), ("default", default), ("off", off)):
+        yaws = np.array([p.process(f).head_rotation[0] for f in sample_frames[:40]])
+        steps[label] = np.abs(np.diff(np.diff(yaws))).mean()  # frame-to-frame roughness
+    assert steps["strong"] < steps["default"] < steps["off"]

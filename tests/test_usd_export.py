@@ -172,3 +172,14 @@ def test_a_take_recorded_at_a_steady_rate_has_whole_frame_time_codes(tmp_path):
     anim = UsdSkel.Animation(stage.GetPrimAtPath("/Take/Anna/Skeleton/Animation"))
     codes = anim.GetBlendShapeWeightsAttr().GetTimeSamples()
     assert codes == [float(i) for i in range(300)] and stage.GetEndTimeCode() == 299.0
+def test_export_into_missing_folders_creates_them_and_an_unwritable_place_is_one_line(tmp_path):
+    take = tmp_path / "take"
+    record_take(take, count=5)
+    made = export_take(take, tmp_path / "new" / "deeper" / "take.usda")
+    assert made.path.exists() and made.frames == 5
+    (tmp_path / "a_file").write_text("in the way")
+    proc = subprocess.run(facebridge_cmd("export-usd", str(take), str(tmp_path / "a_file" / "take.usda")),
+                          env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert len(errors) == 1 and "cannot write" in errors[0] and "a_file" in errors[0]

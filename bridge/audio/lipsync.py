@@ -2,7 +2,12 @@
 
 `LipSyncModel` steps the shipped ONNX model (bridge/audio/lipsync.onnx, explicit recurrent state in and out).
 `LipSyncStream` runs it on a background thread over an AudioSource; the video pipeline only ever calls
-`latest()`, which never blocks, so a stalled microphone or a broken file cannot hold up video frames.
+`latest()` or `at(t)`, which never block, so a stalled microphone or a broken file cannot hold up video frames.
+`at(t)` answers with the result nearest the instant `t` among the last seconds (recent.py): a video frame asks for
+its own capture instant, so a frame that waited in a busy pipeline still meets the mouth of its own moment.
+A file whose frames are all kept (`--fast`, or a video file being recorded) is followed in step instead:
+`result_at(t)` reads it up to media time t on the caller's thread, so what a frame gets does not depend on how
+busy the machine is.
 `analyze()` runs a whole recording offline (tests, benchmarks).
 
 Timing: the model outputs frame t - LOOKAHEAD after seeing frame t, so each result describes the instant
@@ -21,7 +26,10 @@ from pathlib import Path
 import numpy as np
 
 from bridge.audio import features
+from bridge.audio.adapter import adapter_digest, load_adapter, model_bytes_with_adapter, save_adapter  # noqa: F401
+from bridge.audio.recent import RecentResults
 from bridge.audio.sources import AudioSource
+from bridge.audio.vad import CHUNK as VAD_WINDOW
 from bridge.audio.vad import SileroVad, shipped_model
 from bridge.audio.visemes import MOUTH_ARKIT_INDICES, MOUTH_CHANNELS
 from bridge.engines import create_session
@@ -42,67 +50,13 @@ class LipSyncResult:
     voice_activity: float  # 0..1 speech probability (Silero VAD)
     t_capture: float  # wall-clock seconds of the audio instant described
     t_capture_mono: float  # time.perf_counter() of that instant
-    latency_ms: float  # from that instant's capture to this result being published
+    latency_ms: float  # from that instant's capture to this result being published (0 if read ahead)
     model_version: str = ""  # the lip-sync model (base + adapter) that made this result
+    t_media: float = 0.0  # seconds on the audio's own timeline (position in the file; since the start for a mic)
 
     @property
     def viseme(self) -> str:
         return VISEME_NAMES[int(np.argmax(self.visemes))]
-
-
-def load_adapter(path: str | Path) -> dict[str, np.ndarray]:
-    """Adapter weights from an .npz holding the manifest's adapter initializer names."""
-    try:
-        with np.load(path) as z:
-            return {k: z[k].astype(np.float32) for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ModelError(f"cannot read lip-sync adapter {path} ({e})", "pass an .npz written by the trainer "
-                         "or the federated agent") from None
-
-
-def adapter_digest(weights: dict[str, np.ndarray]) -> str:
-    """sha256 over the adapter's tensors (name, shape, float32 bytes, in name order): the same weights give the
-    same digest whichever file they came in."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for name in sorted(weights):
-        value = np.ascontiguousarray(weights[name], dtype=np.float32)
-        h.update(name.encode() + str(value.shape).encode() + value.tobytes())
-    return h.hexdigest()
-
-
-def save_adapter(path: str | Path, weights: dict[str, np.ndarray]) -> Path:
-    """Write adapter weights as .npz (atomically), the format load_adapter and LipSyncModel(adapter=) read."""
-    import io
-
-    from bridge.fsutil import atomic_write_bytes
-
-    buf = io.BytesIO()
-    np.savez(buf, **{k: np.asarray(v, dtype=np.float32) for k, v in weights.items()})
-    return atomic_write_bytes(path, buf.getvalue())
-
-
-def model_bytes_with_adapter(weights: dict[str, np.ndarray]) -> bytes:
-    """The shipped ONNX model with its adapter initializers replaced: the same graph and names, as TensorRT's
-    OnnxParserRefitter.refit_from_bytes expects. Needs the `onnx` package (tools/test extras)."""
-    try:
-        import onnx
-        from onnx import numpy_helper
-    except ImportError:
-        raise ModelError("the onnx package is needed to write a model with a new adapter",
-                         "pip install onnx") from None
-    path, manifest = shipped_model("lipsync")
-    model = onnx.load(str(path))
-    shapes = {k: tuple(v) for k, v in manifest["adapter_initializers"].items()}
-    for init in model.graph.initializer:
-        if init.name in shapes:
-            value = np.asarray(weights[init.name], dtype=np.float32)
-            if value.shape != shapes[init.name]:
-                raise ModelError(f"lip-sync adapter tensor {init.name} has shape {value.shape}, expected "
-                                 f"{shapes[init.name]}", "use an adapter trained for this model version")
-            init.CopyFrom(numpy_helper.from_array(value, init.name))
-    return model.SerializeToString()
 
 
 class LipSyncModel:
@@ -247,7 +201,8 @@ class VoiceGate:
 
 
 class LipSyncStream:
-    """Background lip-sync over an AudioSource. `start(source)`, then poll `latest()`; `stop()` ends it."""
+    """Background lip-sync over an AudioSource: `start(source)`, then poll `latest()` or `at(t)`; `stop()` ends it.
+    In step with the caller instead: `follow(source)`, then `result_at(t_media)` for each frame."""
 
     def __init__(self, backend: str = "onnxruntime", adapter=None, use_vad: bool = True, history: int = 0):
         self.model = LipSyncModel(backend=backend, adapter=adapter)
@@ -256,6 +211,8 @@ class LipSyncStream:
         self.vad = SileroVad(backend=backend) if use_vad else None
         self.gate = VoiceGate()
         self._latest: LipSyncResult | None = None
+        self._recent = RecentResults()  # the last seconds of results, by instant (`at`) or media time (in step)
+        self.t_start_mono: float | None = None  # capture time of the first audio sample (set by the reader)
         self.history: collections.deque | None = collections.deque(maxlen=history) if history else None
         self.error: str | None = None
         self.hops = 0
@@ -265,15 +222,41 @@ class LipSyncStream:
         self.feature_listener = None
         self._thread: threading.Thread | None = None
         self._source: AudioSource | None = None
+        self._chunks = None  # in step: the source's iterator; None once it has ended
+        self._step_lock = threading.Lock()  # in step: the frame clock and the pipeline may both ask
         self._stop = threading.Event()
 
     # -- caller side (never blocks) --------------------------------------------------------------------
     def latest(self) -> LipSyncResult | None:
         return self._latest
 
+    def at(self, t_mono: float) -> LipSyncResult | None:
+        """The recent result nearest `t_mono`, None before the first (bridge/audio/recent.py)."""
+        return self._recent.at(t_mono)
+
+    def ended_before(self, t_mono: float | None = None, t_media: float | None = None) -> bool:
+        """The stream has ended and its last result describes an instant before `t_mono` (or media time
+        `t_media`, in step)."""
+        newest = self._latest
+        if not self.started or self.running:
+            return False
+        if newest is None:
+            return True
+        return newest.t_media < t_media if t_media is not None else newest.t_capture_mono < t_mono
+
+    @property
+    def in_step(self) -> bool:
+        return self._thread is None and self._source is not None
+
     @property
     def running(self) -> bool:
+        if self.in_step:
+            return self._chunks is not None
         return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def started(self) -> bool:
+        return self._source is not None
 
     def start(self, source: AudioSource) -> LipSyncStream:
         if self.running:
@@ -284,14 +267,39 @@ class LipSyncStream:
         self._thread.start()
         return self
 
+    def follow(self, source: AudioSource) -> LipSyncStream:
+        """No thread: `result_at(t)` reads `source` (a file read as fast as possible) as far as t needs."""
+        self._source, self._chunks = source, iter(source)
+        self._begin()
+        return self
+
+    def result_at(self, t_media: float) -> LipSyncResult | None:
+        """In step: the first result at or after media time t_media (within one 10 ms hop), or the last one when
+        the audio ends before t_media; the same for the same t, whoever asks first. A failing source ends the
+        stream with `error` set, as on the thread."""
+        with self._step_lock:
+            while self._chunks is not None and (self._latest is None or self._latest.t_media < t_media):
+                chunk = None
+                try:
+                    chunk = next(self._chunks, None)
+                    if chunk is not None:
+                        self._feed(chunk)
+                except Exception as e:
+                    self.error, chunk = f"{type(e).__name__}: {e}", None
+                    log.error("audio lip-sync stopped: %s", self.error)
+                if chunk is None:
+                    self._chunks = None
+            return self._recent.first_at_media(t_media) or self._latest
+
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
+        self._chunks = None
         if self._source is not None:
             self._source.close()
         if self._thread is not None:
             self._thread.join(timeout)
 
-    # -- worker thread -------------------------------------------------------------------------------------
+    # -- worker thread (or the caller's, in step) ------------------------------------------------------------
     def _run(self) -> None:
         try:
             self._consume(self._source)
@@ -300,39 +308,57 @@ class LipSyncStream:
             log.error("audio lip-sync stopped: %s", self.error)
 
     def _consume(self, source: AudioSource) -> None:
-        front = features.StreamingLogMel()
-        clock = _Clock()
-        self.model.reset()
-        if self.vad is not None:
-            self.vad.reset()
-        samples = 0
-        activity = 1.0 if self.vad is None else 0.0
+        self._begin()
         for chunk in source:
             if self._stop.is_set():
                 return
-            clock.add(samples, chunk.t_capture, chunk.t_capture_mono)
-            samples += len(chunk.pcm)
-            t0 = time.perf_counter()
-            if self.vad is not None:
-                probs = self.vad.push(chunk.pcm)
-                if probs:
-                    activity = probs[-1]
-            mel = front.push(chunk.pcm)
-            if self.feature_listener is not None:
-                self._tell_listener(mel, front.frames_emitted - len(mel), clock, chunk.pcm, samples - len(chunk.pcm))
-            if len(mel) == 0:
+            self._feed(chunk)
+
+    def _begin(self) -> None:
+        self._front = features.StreamingLogMel()
+        self._clock = _Clock()
+        self.model.reset()
+        if self.vad is not None:
+            self.vad.reset()
+        self._samples = self._vad_end = 0
+        self._activity = 1.0 if self.vad is None else 0.0
+        self._vad_pending: collections.deque[tuple[int, float]] = collections.deque()  # (window's last sample, p)
+
+    def _feed(self, chunk) -> None:
+        """One chunk of audio. A source that fell behind hands over everything already captured as one chunk
+        (sources.py), and one model step then covers it: catching up costs one inference call, not one per 10 ms."""
+        front = self._front
+        if self.t_start_mono is None:
+            self.t_start_mono = chunk.t_capture_mono
+        self._clock.add(self._samples, chunk.t_capture, chunk.t_capture_mono)
+        self._samples += len(chunk.pcm)
+        t0 = time.perf_counter()
+        if self.vad is not None:
+            for prob in self.vad.push(chunk.pcm):
+                self._vad_end += VAD_WINDOW
+                self._vad_pending.append((self._vad_end, prob))
+        mel = front.push(chunk.pcm)
+        if self.feature_listener is not None:
+            self._tell_listener(mel, front.frames_emitted - len(mel), chunk.pcm, self._samples - len(chunk.pcm))
+        if len(mel) == 0:
+            return
+        if self.swapper is not None and (ready := self.swapper.take("lipsync")) is not None:
+            self._swap(ready.replacement, ready.request.version)
+        vis, mouth = self.model.step(mel)
+        self.compute_s += time.perf_counter() - t0
+        self.hops += len(mel)
+        first_row = front.frames_emitted - len(mel)
+        for k in range(len(mel)):
+            # speech probability of the newest audio this row saw, as if it had come in a chunk of its own
+            row_end = (first_row + k) * features.HOP + features.WINDOW
+            while self._vad_pending and self._vad_pending[0][0] <= row_end:
+                self._activity = self._vad_pending.popleft()[1]
+            frame = first_row + k - self.model.lookahead
+            if frame < 0:
                 continue
-            if self.swapper is not None and (ready := self.swapper.take("lipsync")) is not None:
-                self._swap(ready.replacement, ready.request.version)
-            vis, mouth = self.model.step(mel)
-            self.compute_s += time.perf_counter() - t0
-            self.hops += len(mel)
-            for k in range(len(mel)):
-                frame = front.frames_emitted - len(mel) + k - self.model.lookahead
-                if frame < 0:
-                    continue
-                wall, mono = clock.at(float(features.frame_center_s(frame)) * features.SAMPLE_RATE)
-                self._publish(vis[k], mouth[k], activity, wall, mono)
+            t_media = float(features.frame_center_s(frame))
+            wall, mono = self._clock.at(t_media * features.SAMPLE_RATE)
+            self._publish(vis[k], mouth[k], self._activity, wall, mono, t_media)
 
     def _swap(self, model: LipSyncModel, version: str) -> None:
         """Serve `model` from this hop on. The recurrent state carries over when the shapes agree (an adapter
@@ -341,8 +367,8 @@ class LipSyncStream:
             model._state = self.model._state
         self.model, self.model_version = model, version
 
-    def _tell_listener(self, mel, first_frame, clock, pcm, first_sample) -> None:
-        times = np.array([clock.at(float(features.frame_center_s(first_frame + k)) * features.SAMPLE_RATE)[1]
+    def _tell_listener(self, mel, first_frame, pcm, first_sample) -> None:
+        times = np.array([self._clock.at(float(features.frame_center_s(first_frame + k)) * features.SAMPLE_RATE)[1]
                           for k in range(len(mel))])
         try:
             self.feature_listener(mel, times, first_frame, pcm, first_sample)
@@ -350,7 +376,7 @@ class LipSyncStream:
             log.warning("audio feature listener failed (%s); it is switched off", e)
             self.feature_listener = None
 
-    def _publish(self, vis, mouth, activity, wall, mono) -> None:
+    def _publish(self, vis, mouth, activity, wall, mono, t_media) -> None:
         now = time.perf_counter()
         gain = self.gate(activity, mono) if self.vad is not None else 1.0
         shapes = np.zeros(NUM_BLENDSHAPES, dtype=np.float32)
@@ -359,12 +385,14 @@ class LipSyncStream:
         if gain < 1.0:  # silence probability grows as the gate closes
             visemes = visemes * gain
             visemes[0] += 1.0 - gain
-        result = LipSyncResult(visemes, shapes, MOUTH_MASK, float(activity), wall, mono, (now - mono) * 1000.0,
-                               self.model_version)
+        latency_ms = max(0.0, now - mono) * 1000.0  # a file read ahead of real time waits for nothing
+        result = LipSyncResult(visemes, shapes, MOUTH_MASK, float(activity), wall, mono, latency_ms,
+                               self.model_version, t_media)
+        self._recent.add(result)
         self._latest = result
         if self.history is not None:
             self.history.append(result)
 
 
-__all__ = ["LipSyncModel", "LipSyncResult", "LipSyncStream", "MOUTH_MASK", "MOUTH_CHANNELS", "analyze", "load_adapter",
-           "save_adapter", "model_bytes_with_adapter"]
+__all__ = ["LipSyncModel", "LipSyncResult", "LipSyncStream", "MOUTH_MASK", "MOUTH_CHANNELS", "analyze",
+           "load_adapter", "save_adapter", "model_bytes_with_adapter"]

@@ -1,9 +1,13 @@
-"""What every benchmark shares: timing a call, the statistics of a list of samples, progress lines, the GPU probe.
+"""What every benchmark shares: timing a call, the statistics of a list of samples, argument checks, progress
+lines, a results table, the GPU probe.
 
-Benchmarks write JSON; these helpers keep their numbers computed one way (numpy percentiles, rounded once).
+Benchmarks write JSON; these helpers keep their numbers computed one way (numpy percentiles, rounded once). A bad
+argument is refused by argparse before anything runs (one line, never a traceback); a benchmark says what it is
+doing while it runs and ends with a table a person can read (the JSON holds everything).
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -53,3 +57,56 @@ def torch_cuda():
     except ImportError:
         return None
     return torch if torch.cuda.is_available() else None
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number (give 1 or more)")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
+
+
+def comma_list(allowed, what: str = "value", allow_empty: bool = False):
+    """argparse type: a comma-separated list whose items are all in `allowed` (order kept, repeats dropped)."""
+    def parse(text: str) -> list[str]:
+        items = list(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+        unknown = [t for t in items if t not in allowed]
+        if unknown or not (items or allow_empty):
+            raise argparse.ArgumentTypeError(f"unknown {what} {', '.join(map(repr, unknown)) or '(none given)'}; "
+                                             f"choose from {', '.join(allowed)}")
+        return items
+    return parse
+
+
+def table(headers: list[str], rows: list[list]) -> str:
+    """A plain-text table: columns as wide as their widest cell, numbers right-aligned, None as '-'."""
+    def cell(v) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+        return str(v)
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [all(isinstance(row[i], (int, float)) or row[i] is None for row in rows) for i in range(len(headers))]
+
+    def line(values) -> str:
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])

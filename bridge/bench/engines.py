@@ -16,21 +16,24 @@ import time
 
 import numpy as np
 
-from bridge.bench.common import measure, reporter, torch_cuda
+from bridge.bench.common import comma_list, measure, positive_float, reporter, table, torch_cuda
 from bridge.engines.select import AUTO_ORDER, check_available
 from bridge.engines.shipped import NOT_BUILDABLE, frames_as_input, sample_frames, shipped_models, value_range_of
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--backends", default="all", help="comma list of backends, or 'all' available (default)")
+    backends = comma_list(AUTO_ORDER, "backend")
+    p.add_argument("--backends", default="all", type=lambda t: t if t == "all" else backends(t),
+                   help="comma list of backends, or 'all' available (default)")
     p.add_argument("--models", default="all", help="comma list of shipped model names (default: all)")
     p.add_argument("--batch", type=int, default=0, help="batched size (default 32 on CPU, 256 on GPU)")
-    p.add_argument("--seconds", type=float, default=0.6, help="time per measurement")
+    p.add_argument("--seconds", type=positive_float, default=0.6, help="time per measurement")
     p.add_argument("--threads", type=int, default=0, help="CPU inference threads (default: all cores)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch eager baseline")
     p.add_argument("--torch-devices", default="cpu,cuda", help="where to run the PyTorch eager baseline")
-    p.add_argument("--sections", default="models,pipeline,multistream,builds",
-                   help="which sections to run, in this order (results are saved after each)")
+    p.add_argument("--sections", default=list(SECTIONS), type=comma_list(SECTIONS, "section"),
+                   help="which sections to run, in this order (results are saved after each); multistream needs "
+                        "an NVIDIA GPU with torch or onnxruntime-gpu, and says so and measures nothing without one")
     p.add_argument("--precisions", default="fp32", help="multi-stream precisions, e.g. fp32,fp16")
     p.add_argument("--runners", default="auto",
                    help="multi-stream model runners, e.g. torch-cuda,onnxruntime-cuda (auto: every one usable here)")
@@ -47,6 +50,9 @@ def add_arguments(p) -> None:
     p.add_argument("--frames-from", default="gpu,host,host-async",
                    help="multi-stream frame sources: gpu (decoded on the GPU), host (uploaded from pinned memory "
                         "when the pass starts), host-async (uploaded on a copy stream as each frame arrives)")
+
+
+SECTIONS = ("models", "pipeline", "multistream", "builds")
 
 
 def environment() -> dict:
@@ -243,18 +249,29 @@ def run(args) -> dict:
 
     env = environment()
     usable = [b for b, a in env["backends"].items() if a["usable"]]
-    backends = usable if args.backends == "all" else [b for b in args.backends.split(",") if b in usable]
+    asked = list(AUTO_ORDER) if args.backends == "all" else args.backends
+    asked = asked.split(",") if isinstance(asked, str) else asked
+    backends = [b for b in asked if b in usable]
+    for b in asked:
+        if b not in usable and args.backends != "all":
+            _say(f"{b}: skipped, not usable here ({env['backends'][b]['reason']})")
+    _say(f"backends: {', '.join(backends)}; sections: {', '.join(_sections(args))}")
     on_gpu = torch_cuda() is not None
     threads = args.threads or os.cpu_count() or 1
     gpu_ort = on_gpu and env["backends"]["onnxruntime-cuda"]["usable"]
     results = {"environment": env, "threads": threads}
-    for section in args.sections.split(","):
+    for section in _sections(args):
         started = time.perf_counter()
         if section == "models":
             results["models"] = models_section(args, backends, on_gpu)
         elif section == "pipeline" and not args.no_pipeline:
             results["pipeline"] = pipeline_section(backends, args.seconds, threads)
-        elif section == "multistream" and (args.multistream == "on" or (args.multistream == "auto" and on_gpu)):
+        elif section == "multistream" and not (args.multistream == "on" or (args.multistream == "auto" and on_gpu)):
+            why = "--multistream off" if args.multistream == "off" else f"it needs an NVIDIA GPU ({_no_gpu(env)})"
+            results["multistream"] = {"skipped": why}
+            _say(f"multistream: skipped, {why}; nothing measured")
+            continue
+        elif section == "multistream":
             from bridge.bench.multistream import multistream_runners, multistream_section
 
             results["multistream"] = {f"{r}-{p}": multistream_section(args, r, p)
@@ -267,3 +284,55 @@ def run(args) -> dict:
         if getattr(args, "json", None):  # keep what is done if a later section is cut short
             atomic_write_json(args.json + ".partial", {"results": results})
     return results
+
+
+def _sections(args) -> list[str]:
+    return args.sections.split(",") if isinstance(args.sections, str) else list(args.sections)
+
+
+def _no_gpu(env: dict) -> str:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return f"torch is not installed, and {env.get('gpu_reason') or 'no CUDA GPU is usable'}"
+    return env.get("gpu_reason") or "torch sees no CUDA GPU"
+
+
+def summary(results: dict) -> str:
+    """Tables for people: per model and backend, the pipeline per backend, multi-stream capacity, engine builds."""
+    parts = []
+    rows = []
+    for model, per_backend in results.get("models", {}).items():
+        for backend, r in per_backend.items():
+            if "skipped" == backend or not isinstance(r, dict):
+                continue
+            if "error" in r:
+                rows.append([model, backend, None, None, None, r["error"][:60]])
+                continue
+            one, big = r.get("batch_1", {}), next((v for k, v in r.items() if k != "batch_1" and "graph" not in k), {})
+            rows.append([model, backend, one.get("median_ms"), big.get("batch"), big.get("items_per_s"), ""])
+        if "skipped" in per_backend:
+            rows.append([model, "-", None, None, None, per_backend["skipped"][:60]])
+    if rows:
+        parts.append(table(["model", "backend", "batch 1 ms", "batch", "items/s", "note"], rows))
+    pipeline = results.get("pipeline", {})
+    if pipeline:
+        parts.append(table(["pipeline on", "median ms", "p99 ms", "frames/s", "note"],
+                           [[b, r.get("median_ms"), r.get("p99_ms"), r.get("items_per_s"), r.get("error", "")[:60]]
+                            for b, r in pipeline.items()]))
+    multistream = results.get("multistream", {})
+    if "skipped" in multistream:
+        parts.append(f"multistream: skipped, {multistream['skipped']}")
+    elif multistream:
+        parts.append(table(["multistream", "frames from", f"streams at p99 <= {20} ms"],
+                           [[name, mode.removeprefix("frames_"), r["max_streams_at_p99_limit"]]
+                            for name, m in multistream.items() for mode, r in m.items()
+                            if isinstance(r, dict) and "max_streams_at_p99_limit" in r]))
+    builds = results.get("trt_builds", {})
+    build_rows = [[flavour, model, r.get("build_s"), r.get("engine_mb"),
+                   (r.get("skipped") or r.get("error") or "")[:60]]
+                  for flavour, f in builds.items() for model, r in f.get("models", {}).items()]
+    build_rows += [[flavour, "-", None, None, f["error"][:60]] for flavour, f in builds.items() if "error" in f]
+    if build_rows:
+        parts.append(table(["engine build", "model", "build s", "MB", "note"], build_rows))
+    return "\n\n".join(parts)

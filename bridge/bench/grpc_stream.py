@@ -10,14 +10,17 @@ import time
 
 import numpy as np
 
-from bridge.bench.common import percentiles
+from bridge.bench.common import percentiles, positive_float, positive_int, reporter, table
+
+_say = reporter("grpc")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--fps", type=float, default=60.0, help="frames per second to publish (default 60)")
-    p.add_argument("--seconds", type=float, default=5.0, help="how long to publish (default 5)")
-    p.add_argument("--subscribers", type=int, default=2, help="subscribers that keep up (default 2)")
-    p.add_argument("--stalled", type=int, default=1, help="subscribers that stop reading after the header (default 1)")
+    p.add_argument("--fps", type=positive_float, default=60.0, help="frames per second to publish (default 60)")
+    p.add_argument("--seconds", type=positive_float, default=5.0, help="how long to publish (default 5)")
+    p.add_argument("--subscribers", type=positive_int, default=2, help="subscribers that keep up (default 2)")
+    p.add_argument("--stalled", type=int, default=1, choices=range(0, 65), metavar="N",
+                   help="subscribers that stop reading after the header (default 1)")
 
 
 def _percentiles(values: list[float]) -> dict:
@@ -57,6 +60,8 @@ def run(args) -> dict:
             threads.append(threading.Thread(target=reader, args=(i, stream), daemon=True))
             threads[-1].start()
     time.sleep(0.5)
+    _say(f"publishing {int(args.seconds * args.fps)} frames at {args.fps:g} fps to {args.subscribers} subscribers "
+         f"(+{args.stalled} stalled) on {sink.address}")
     rng = np.random.default_rng(0)
     send_us: list[float] = []
     period = 1.0 / args.fps
@@ -88,3 +93,13 @@ def run(args) -> dict:
         "received_fraction_per_subscriber": [round(c / total, 4) for c in counts],
         "dropped_total": stats["dropped"],
     }
+
+
+def summary(results: dict) -> str:
+    r = results
+    received = ", ".join(f"{100 * f:.0f}%" for f in r["received_fraction_per_subscriber"])
+    return table(["frames", "fps", "subscribers", "stalled", "send p50 us", "send p99 us", "to client p50 ms",
+                  "p99 ms", "received", "dropped"],
+                 [[r["frames_published"], r["fps"], r["subscribers"], r["stalled"], r["send_us"]["p50"],
+                   r["send_us"]["p99"], r["capture_to_client_ms"]["p50"], r["capture_to_client_ms"]["p99"], received,
+                   r["dropped_total"]]])

@@ -22,15 +22,23 @@ import time
 import numpy as np
 
 from bridge.bench import monitor_cost
-from bridge.bench.common import percentiles
+from bridge.bench.common import comma_list, percentiles, positive_int, reporter, table
+from bridge.engines.select import BACKENDS
+
+CONFIGS = ("one_core", "two_stage")
+PROGRESS_EVERY = 50  # frames between progress lines
+_say = reporter("pipeline")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--frames", type=int, default=300, help="frames to time per configuration (default 300)")
-    p.add_argument("--backend", default="auto", help="inference backend (default auto: what `run` uses)")
+    p.add_argument("--frames", type=positive_int, default=300, help="frames to time per configuration (default 300)")
+    p.add_argument("--backend", default="auto", choices=BACKENDS,
+                   help="inference backend (default auto: what `run` uses)")
     p.add_argument("--cpu-precision", choices=("f32", "bf16"), default="f32",
                    help="CPU backends' inference precision (default f32, as `run`)")
-    p.add_argument("--configs", default="one_core,two_stage", help="configurations to run, comma-separated")
+    p.add_argument("--configs", type=comma_list(CONFIGS, "configuration", allow_empty=True), default=list(CONFIGS),
+                   help=f"configurations to run, comma-separated (default {','.join(CONFIGS)}; '' with "
+                        "--against-mediapipe runs only the side-by-side)")
     p.add_argument("--core", type=int, metavar="N", help="pin this process (and MediaPipe's) to CPU core N")
     p.add_argument("--against-mediapipe", action="store_true",
                    help="also run one_core side by side with MediaPipe 0.10.21 FaceMesh (`make mediapipe-venv`)")
@@ -45,17 +53,23 @@ def _percentiles(values) -> dict:
     return {"median_ms": median, "p99_ms": p99, "mean_ms": round(float(np.mean(values)), 3)}
 
 
-def _one_core(pipeline, frames, n) -> tuple[list, list, float]:
+def _progress(config: str, done: int, n: int, report) -> None:
+    if report is not None and done % PROGRESS_EVERY == 0 and done < n:
+        report(f"{config}: {done}/{n} frames")
+
+
+def _one_core(pipeline, frames, n, report=None) -> tuple[list, list, float]:
     outs, totals = [], []
     t_start = time.perf_counter()
     for i in range(n):
         t0 = time.perf_counter()
         outs.append(pipeline.process(frames[i % len(frames)]))
         totals.append((time.perf_counter() - t0) * 1000.0)
+        _progress("one_core", i + 1, n, report)
     return outs, totals, time.perf_counter() - t_start
 
 
-def _two_stage(pipeline, frames, n) -> tuple[list, list, float]:
+def _two_stage(pipeline, frames, n, report=None) -> tuple[list, list, float]:
     handoff: queue.Queue = queue.Queue(maxsize=1)
     starts: dict[int, float] = {}
     outs, totals = [], []
@@ -66,6 +80,7 @@ def _two_stage(pipeline, frames, n) -> tuple[list, list, float]:
             out = pipeline.describe(tracked)
             totals.append((time.perf_counter() - starts[id(tracked)]) * 1000.0)
             outs.append(out)
+            _progress("two_stage", len(outs), n, report)
 
     worker = threading.Thread(target=describe_all)
     t_start = time.perf_counter()
@@ -90,7 +105,13 @@ def run(args) -> dict:
             from bridge.errors import FaceBridgeError
 
             raise FaceBridgeError("--core needs Linux (sched_setaffinity)", "pin the process with your OS's tool")
-        os.sched_setaffinity(0, {args.core})
+        try:
+            os.sched_setaffinity(0, {args.core})
+        except (OSError, ValueError) as e:
+            from bridge.errors import FaceBridgeError
+
+            raise FaceBridgeError(f"--core {args.core} cannot be used ({getattr(e, 'strerror', None) or e})",
+                                  f"give a core between 0 and {(os.cpu_count() or 1) - 1}") from None
     with SampleSource(realtime=False, loop=True) as src:
         frames = [src.read() for _ in range(min(args.frames, 300))]
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -99,6 +120,7 @@ def run(args) -> dict:
         from bridge.bench.side_by_side import mediapipe_python, run_side_by_side
 
         python = mediapipe_python(args.mediapipe_python)
+        _say("side by side with MediaPipe: loading the models")
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))
         side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","))
         from bridge.engines.fastest import CHOSEN
@@ -106,15 +128,18 @@ def run(args) -> dict:
         side |= {"cores": cores, "backends": _backends(pipeline),
                  "cpu_backend_choice": {m: {"backend": c.backend, "reason": c.reason, "median_ms": c.timings_ms}
                                         for m, c in CHOSEN.items()}}
-    for config in (c for c in args.configs.split(",") if c):
+    configs = args.configs.split(",") if isinstance(args.configs, str) else args.configs
+    for config in (c for c in configs if c):
         runner = {"one_core": _one_core, "two_stage": _two_stage}[config]
+        _say(f"{config}: loading the models")
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))
         backend = pipeline.landmarker.session.backend_name
         precision = getattr(pipeline.landmarker.session, "precision", None)
         runner(pipeline, frames, min(10, len(frames)))  # warm-up: first detection, allocators
         pipeline.reset()
         detector_runs = pipeline.detector_runs
-        outs, totals, wall = runner(pipeline, frames, args.frames)
+        _say(f"{config}: timing {args.frames} frames on {backend}")
+        outs, totals, wall = runner(pipeline, frames, args.frames, _say)
         stage_ms: dict[str, list[float]] = {}
         for out in outs:
             for k, v in out.latencies_ms.items():
@@ -131,8 +156,7 @@ def run(args) -> dict:
             "stages": {k: _percentiles(v) | {"runs": len(v)} for k, v in stage_ms.items()},
         }
         r = results[config]
-        print(f"{config} ({backend} {precision or ''}, {r['cores']} core(s)): {r['fps']} fps, per frame median "
-              f"{r['per_frame']['median_ms']} ms, p99 {r['per_frame']['p99_ms']} ms")
+        _say(f"{config}: {r['fps']} fps, per frame median {r['per_frame']['median_ms']} ms")
     out = {"source": "sample", "cpu_count": os.cpu_count(), "configurations": results}
     return out | ({"side_by_side": side} if side else {})
 
@@ -143,3 +167,13 @@ def _backends(pipeline) -> dict:
               "emotion": pipeline.emotion, "expression": pipeline.expression}
     return {name: f"{stage.session.backend_name} {getattr(stage.session, 'precision', '')}".strip()
             for name, stage in stages.items() if getattr(stage, "session", None) is not None}
+
+
+def summary(results: dict) -> str | None:
+    """The results table: one row per configuration (None for --monitor, which prints its own line)."""
+    if "configurations" not in results:
+        return None
+    rows = [[name, f"{r['backend']} {r['precision'] or ''}".strip(), r["cores"], r["frames"], r["fps"],
+             r["per_frame"]["median_ms"], r["per_frame"]["p99_ms"], round(100 * r["face_found_ratio"])]
+            for name, r in results["configurations"].items()]
+    return table(["configuration", "backend", "cores", "frames", "fps", "median ms", "p99 ms", "face %"], rows)

@@ -82,6 +82,15 @@ def _summary(ms: list[float]) -> dict:
             "p99_over_median": round(p99 / median, 3) if median else None}
 
 
+def _cpu_of(values: list[float] | None, frames: int) -> dict:
+    """A stage's CPU time: median per run, and per frame averaged over all frames (emotion runs on every 3rd, the
+    identity update inside expression on some): the per-frame means add up to the frame's CPU time."""
+    if not values:
+        return {}
+    return {"cpu_median_ms": percentiles(values, (50,))[0], "cpu_p99_ms": percentiles(values, (99,))[0],
+            "cpu_per_frame_ms": round(float(np.sum(values)) / frames, 3)}
+
+
 def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: list[str]) -> dict:
     """Interleave FaceBridge's process() with each MediaPipe variant ("refine", "plain") over n frames."""
     images = np.stack([f.image for f in frames])
@@ -95,6 +104,8 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
             for f in frames[:CHUNK]:
                 pipeline.process(f)
             pipeline.reset()
+            pipeline.stage_cpu = True  # per-stage CPU time (thread_time) beside the wall time
+            stage_cpu: dict[str, list[float]] = {}
             ours: list[float] = []
             ours_cpu: list[float] = []
             stage_ms: dict[str, list[float]] = {}
@@ -116,6 +127,8 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
                             found += out.face_found
                             for stage, v in out.latencies_ms.items():
                                 stage_ms.setdefault(stage, []).append(v)
+                            for stage, v in pipeline.last_stage_cpu_ms.items():
+                                stage_cpu.setdefault(stage, []).append(v)
                         ours += ms
                     else:
                         ms, cpu, hit = sides[who].run(start, count)
@@ -131,6 +144,7 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
               "facebridge": _summary(ours) | {"cpu": _summary(ours_cpu),
                                               "face_found_ratio": round(found / len(ours), 4),
                                               "stages": {k: {"median_ms": percentiles(v, (50,))[0], "runs": len(v)}
+                                                         | _cpu_of(stage_cpu.get(k), len(ours))
                                                          for k, v in stage_ms.items()}}}
     for v in variants:
         ms, cpu, hit = theirs[v]

@@ -107,7 +107,7 @@ def _one(backend: str, kind: str, seconds: float) -> dict:
         receiver = _Receiver()
         receiver.start()
         config = RunConfig(source="sample", audio="sample" if kind == "adapter" else None, status_line=False,
-                           pipeline=PipelineOptions(backend=backend), updates=str(state),
+                           monitor=None, pipeline=PipelineOptions(backend=backend), updates=str(state),
                            outputs=OutputConfig(llf=f"127.0.0.1:{receiver.sock.getsockname()[1]}", vmc=None))
         sent: list[tuple[float, int, dict]] = []  # (time sent, seq, model versions)
         session = BridgeSession(config).open()

@@ -1,12 +1,14 @@
 """`facebridge bench KIND`: benchmarks that write JSON results, so runs can be compared.
 
-Each kind lives in a module of bridge.bench with `add_arguments(parser)` and `run(args) -> dict`.
+Each kind lives in a module of bridge.bench with `add_arguments(parser)`, `run(args) -> dict` and, for people,
+`summary(results) -> str` (the table printed at the end). Argument parsing only: the work is in bridge.bench.
 """
 from __future__ import annotations
 
 import importlib
 import json
 import platform
+import sys
 import time
 
 from bridge.fsutil import atomic_write_json
@@ -21,6 +23,7 @@ BENCHES = {
     "swap": ("bridge.bench.swap", "live model swap: release active to first new frame, drops and gaps at a sink"),
     "grpc": ("bridge.bench.grpc_stream", "gRPC stream: send cost and capture-to-client latency, slow subscribers"),
     "soak": ("bridge.bench.soak", "a long run with every output on: memory, threads and open files over time"),
+    "serve": ("bridge.bench.serve", "facebridge serve end to end over gRPC: streams within p99 20 ms, drops, CPU"),
 }
 
 
@@ -51,13 +54,20 @@ def add_parser(sub) -> None:
 
 
 def _run(kind: str, module, args) -> int:
+    """Run one benchmark; end with its results table (modules with `summary(results) -> str`) and the JSON,
+    written to --json or printed (then the table goes to stderr, so stdout stays JSON)."""
     started = time.time()
     results = module.run(args)
     doc = {"benchmark": kind, "started": started, "seconds": round(time.time() - started, 2),
            "machine": machine_info(), "results": results}
+    text = module.summary(results) if hasattr(module, "summary") else None
     if args.json:
         atomic_write_json(args.json, doc)
+        if text:
+            print(text)
         print(f"wrote {args.json}")
     else:
         print(json.dumps(doc, indent=2))
+        if text:
+            print(text, file=sys.stderr)
     return 0

@@ -46,7 +46,8 @@ def run(args) -> int:
               "face, so recalibrate from your camera before you perform", file=sys.stderr)
     pipeline = FacePipeline(pipeline_options(args), profile=None)
     frames = []
-    with open_source(args.source, realtime=False) as source:
+    with open_source(args.source, realtime=False, size=args.camera_size, fps=args.camera_fps,
+                     mirror=args.mirror) as source:
         print(f"calibrating '{args.subject}' from {source.name}: hold a relaxed, neutral face...", file=sys.stderr)
         while len(frames) < args.frames:
             frame = source.read()

@@ -46,10 +46,11 @@ def _build(args) -> int:
     flavour = load_flavour(args.backend)
     cache = EngineCache(args.cache_dir)
     models = [find_model(m) for m in args.models] if args.models else shipped_models()
-    failed = 0
+    failed = skipped = 0
     started = time.perf_counter()
     for model in models:
         if not args.models and model.name in NOT_BUILDABLE:
+            skipped += 1
             print(f"{model.name}: skipped, {NOT_BUILDABLE[model.name]}")
             continue
         try:
@@ -62,8 +63,10 @@ def _build(args) -> int:
             continue
         how = "cached" if prepared.cache_hit else f"built in {prepared.seconds:.1f} s"
         print(f"{model.name}: {how}, {len(prepared.plan) / 1e6:.1f} MB, {prepared.entry.plan_path}")
-    print(f"{len(models) - failed} of {len(models)} models ready in {time.perf_counter() - started:.1f} s "
-          f"({flavour.name} {flavour.version}, cache {cache.root})")
+    extra = "".join(f", {n} {what}" for n, what in ((skipped, "skipped (they run on ONNX Runtime)"),
+                                                        (failed, "failed")) if n)
+    print(f"{len(models) - failed - skipped} of {len(models)} models ready{extra} in "
+          f"{time.perf_counter() - started:.1f} s ({flavour.name} {flavour.version}, cache {cache.root})")
     return 1 if failed else 0
 
 

@@ -1,10 +1,8 @@
-"""`facebridge models [list|verify]`: show the shipped model zoo and check every file really works."""
+"""`facebridge models [list|verify]`: show the shipped model zoo and check that every shipped model really works
+(the face zoo and the lip-sync, voice-activity and expression models beside it; bridge/models/check.py)."""
 from __future__ import annotations
 
 import sys
-import time
-
-import numpy as np
 
 from bridge.errors import FaceBridgeError
 
@@ -28,9 +26,12 @@ def _tensors(tensors: list[dict]) -> str:
 def _list(args) -> int:
     """One block per model: readable in a narrow terminal and easy to grep."""
     from bridge.models import MANIFEST_PATH, model_entry, model_names
+    from bridge.models.check import shipped_checks
 
     names = model_names()
-    print(f"{len(names)} models in {MANIFEST_PATH.parent} (described by {MANIFEST_PATH.name})")
+    others = [c for c in shipped_checks() if not c.in_zoo]
+    print(f"{len(names) + len(others)} models: {len(names)} in {MANIFEST_PATH.parent} (described by "
+          f"{MANIFEST_PATH.name}), {len(others)} beside the code that uses them, each with its own manifest")
     for name in names:
         e = model_entry(name)
         src = e["source"]
@@ -39,46 +40,31 @@ def _list(args) -> int:
         print(f"  license  {e['license']}")
         print(f"  inputs   {_tensors(e['inputs'])}")
         print(f"  outputs  {_tensors(e['outputs'])}")
+    for check in others:
+        e = check.entry
+        size = check.path.stat().st_size / 1e6 if check.path.exists() else 0.0
+        print(f"\n{check.name}  {check.path.relative_to(check.path.parents[1])}  {size:.2f} MB  "
+              f"sha256 {(check.sha256 or '?')[:12]}")
+        print(f"  source   {str(e.get('source', '?'))[:100]}")
+        print(f"  license  {str(e.get('license', '?'))[:100]}")
     return 0
 
 
-def verify_model(name: str) -> float:
-    """sha256, load, one forward pass on zeros (batch 1). Returns the run time in ms; raises ModelError."""
-    from bridge.engines import create_session
-    from bridge.errors import ModelError
-    from bridge.models import model_entry, model_path
-
-    path = model_path(name)  # sha256 against the manifest
-    session = create_session(path, threads=1)
-    feeds = {t.name: np.zeros([1 if not isinstance(d, int) else d for d in t.shape], t.dtype)
-             for t in session.inputs}
-    t0 = time.perf_counter()
-    outputs = session.run(feeds)
-    ms = (time.perf_counter() - t0) * 1e3
-    for spec in model_entry(name)["outputs"]:
-        out = outputs.get(spec["name"])
-        if out is None or not np.isfinite(out).all():
-            raise ModelError(f"model file {path} gives no finite '{spec['name']}' output on zeros",
-                             "rebuild it with `python tools/build_models.py`")
-    return ms
-
-
 def _verify(args) -> int:
-    from bridge.models import model_entry, model_names
+    from bridge.models.check import find_checks, verify
 
-    names = args.names or model_names()
+    checks = find_checks(args.names)  # unknown names fail with the list of valid ones
     failed = 0
-    for name in names:
+    for check in checks:
         try:
-            model_entry(name)  # unknown names fail with the list of valid ones
-            ms = verify_model(name)
+            ms = verify(check)
         except FaceBridgeError as e:
             failed += 1
-            print(f"FAIL {name}: {e}", file=sys.stderr)
+            print(f"FAIL {check.name}: {e}", file=sys.stderr)
             continue
-        print(f"ok   {name}: sha256 matches, loads, forward pass {ms:.1f} ms")
+        print(f"ok   {check.name}: sha256 matches, loads, forward pass {ms:.1f} ms")
     if failed:
-        print(f"{failed} of {len(names)} models failed verification", file=sys.stderr)
+        print(f"{failed} of {len(checks)} models failed verification", file=sys.stderr)
         return 1
-    print(f"all {len(names)} models verified")
+    print(f"all {len(checks)} models verified")
     return 0

@@ -16,8 +16,8 @@ def add_parser(sub) -> None:
         description="Stream a take recorded with `facebridge run --record DIR` to Unreal's Live Link Face "
                     "source and/or a VMC receiver, at the timing it was captured with.")
     p.add_argument("take", metavar="TAKE", help="the take directory (holds frames.jsonl and take.json)")
-    p.add_argument("--llf", metavar="HOST:PORT", default="127.0.0.1:11111",
-                   help="Live Link Face receiver (Unreal), or 'off' (default: %(default)s)")
+    p.add_argument("--llf", metavar="HOST:PORT", action="append",
+                   help="Live Link Face receiver (Unreal), or 'off'; repeat it for several (default: 127.0.0.1:11111)")
     p.add_argument("--vmc", metavar="HOST:PORT", default="127.0.0.1:39539",
                    help="VMC receiver (VSeeFace, VNyan, Warudo, ...), or 'off' (default: %(default)s)")
     p.add_argument("--vmc-no-bundle", action="store_true",
@@ -34,10 +34,10 @@ def add_parser(sub) -> None:
 
 
 def open_sinks(args) -> list[Sink]:
-    from bridge.runtime.session import OutputConfig, address_or_off, open_sinks
+    from bridge.runtime.session import OutputConfig, address_or_off, llf_targets, open_sinks
 
-    outputs = OutputConfig(llf=address_or_off(args.llf), llf_subject=args.subject, vmc=address_or_off(args.vmc),
-                           vmc_bundle=not args.vmc_no_bundle)
+    outputs = OutputConfig(llf=llf_targets(args.llf, "127.0.0.1:11111"), llf_subject=args.subject,
+                           vmc=address_or_off(args.vmc), vmc_bundle=not args.vmc_no_bundle)
     if not (outputs.llf or outputs.vmc):
         raise FaceBridgeError("both --llf and --vmc are off, nothing to send to",
                               "give at least one receiver, for example --llf 127.0.0.1:11111")

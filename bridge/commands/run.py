@@ -14,6 +14,13 @@ DEFAULT_MONITOR = "127.0.0.1:8910"  # bridge.runtime.session.DEFAULT_MONITOR
 def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
     """Options shared by run, calibrate and bench pipeline."""
     p.add_argument("--source", default=None, help=f"where frames come from: {SOURCE_HELP}")
+    p.add_argument("--camera-size", type=camera_size, metavar="WxH",
+                   help="ask the camera for this resolution, e.g. 1280x720 (default: the camera's own; what it "
+                        "really gives is said at start when it differs)")
+    p.add_argument("--camera-fps", type=float, metavar="FPS", help="ask the camera for this frame rate, e.g. 60")
+    p.add_argument("--mirror", action="store_true",
+                   help="process a mirror image: the avatar moves like your reflection (your right eye closes its "
+                        "left eye; turning right turns it to its left)")
     p.add_argument("--subject", default="FaceBridge",
                    help="subject name shown in Unreal's Live Link panel and used for the calibration profile")
     p.add_argument("--backend", default="auto",
@@ -36,10 +43,26 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--emotion-every", type=int, default=3, metavar="N",
                    help="classify emotion on every Nth frame and hold it between (default 3: it changes slowly; "
                         "1 = every frame)")
-    p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filter")
+    p.add_argument("--smoothing", type=float, default=1.0, metavar="STRENGTH",
+                   help="One-Euro filter strength: 1 (default) as tuned, 2 twice as smooth (steadier at rest, more "
+                        "lag on fast moves), 0.5 half as smooth, 0 off. Divides each filter's min cutoff and beta "
+                        "(blendshapes 2.0 Hz / 1.5, head 0.8 Hz / 0.05, eyes 1.5 Hz / 0.05, emotion 1.0 Hz / 0.5) "
+                        "by STRENGTH")
+    p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filter (--smoothing 0)")
     p.add_argument("--stages", choices=["auto", "1", "2"], default="auto",
                    help="inference threads: 2 overlaps tracking of the next frame with the rest of this one "
                         "(more frames per second on 2+ cores, same latency); auto = 2 when there are 2+ cores")
+
+
+def camera_size(text: str) -> tuple[int, int]:
+    """'1280x720' -> (1280, 720), for argparse."""
+    try:
+        width, height = (int(v) for v in text.lower().replace("*", "x").split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not WIDTHxHEIGHT, e.g. 1280x720") from None
+    if not (16 <= width <= 8192 and 16 <= height <= 8192):
+        raise argparse.ArgumentTypeError(f"{text!r}: width and height must be 16 to 8192 pixels")
+    return width, height
 
 
 def pipeline_options(args):
@@ -49,7 +72,8 @@ def pipeline_options(args):
                            expression=args.expression,
                            expression_model=args.expression_model,
                            detector=f"face_detection_{args.detector}_range",
-                           emotion_every=args.emotion_every, smoothing=not args.no_smoothing)
+                           emotion_every=args.emotion_every,
+                           smoothing=0.0 if args.no_smoothing else args.smoothing)
 
 
 def add_parser(sub) -> None:
@@ -63,11 +87,15 @@ def add_parser(sub) -> None:
                    help="track up to N faces (default 1), each its own subject: name them with --subject A,B,... "
                         "(faces without a name get the first name and their number: FaceBridge2, ...); each face is "
                         "its own Live Link Face and gRPC subject and its own VMC target (see --vmc)")
-    p.add_argument("--max-frames", type=int, default=None, metavar="N", help="stop after N frames")
+    p.add_argument("--max-frames", type=int, default=None, metavar="N",
+                   help="stop after N frames sent (dropped frames do not count)")
     p.add_argument("--fast", action="store_true",
-                   help="process file sources as fast as possible instead of at their frame rate")
-    p.add_argument("--llf", default=DEFAULT_LLF, metavar="HOST:PORT",
-                   help=f"Live Link Face (Unreal stock source) UDP target, or 'off' (default {DEFAULT_LLF})")
+                   help="process file sources as fast as possible instead of at their frame rate, keeping every frame "
+                        "(an --audio file follows the frames in step; with --record a file keeps every frame anyway, "
+                        "at its own rate)")
+    p.add_argument("--llf", action="append", metavar="HOST:PORT",
+                   help="Live Link Face (Unreal stock source) UDP target, or 'off'; repeat it for several editors "
+                        f"(default {DEFAULT_LLF})")
     p.add_argument("--vmc", default=DEFAULT_VMC, metavar="HOST:PORT",
                    help=f"VMC/OSC receiver (VSeeFace, VNyan, Warudo, ...), or 'off' (default {DEFAULT_VMC}). With "
                         "--faces N: one HOST:PORT per face, comma-separated, or one address for N consecutive ports")
@@ -113,15 +141,20 @@ def add_parser(sub) -> None:
                         "this device, for `fedagent client` (default store $FACEBRIDGE_HOME/learn)")
     p.add_argument("--learn-keep-audio", action="store_true",
                    help="with --learn: also keep the raw audio of each window (off by default)")
+    p.add_argument("--remote", metavar="HOST:PORT",
+                   help="track on a `facebridge serve` box instead of this machine: send the frames there (JPEG) "
+                        "and stream what comes back to the outputs here")
+    p.add_argument("--remote-token", metavar="TOKEN", help="bearer token of the remote server")
+    p.add_argument("--remote-tls-ca", metavar="PEM", help="CA certificate of a remote server that uses TLS")
     p.add_argument("--quiet", action="store_true", help="no live status line")
     p.set_defaults(func=run)
 
 
 def outputs_config(args):
-    from bridge.runtime.session import OutputConfig, address_or_off
+    from bridge.runtime.session import OutputConfig, address_or_off, llf_targets
 
     return OutputConfig(
-        llf=address_or_off(args.llf), vmc=address_or_off(args.vmc), vmc_bundle=not args.vmc_no_bundle,
+        llf=llf_targets(args.llf, DEFAULT_LLF), vmc=address_or_off(args.vmc), vmc_bundle=not args.vmc_no_bundle,
         vmc_expressions=tuple(e.strip() for e in args.vmc_expressions.split(",") if e.strip()),
         vmc_eye_bones=args.vmc_eye_bones, record=args.record, grpc=args.grpc, grpc_token=args.grpc_token,
         grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key)
@@ -130,18 +163,20 @@ def outputs_config(args):
 def run_config(args):
     from bridge.runtime.session import RunConfig, address_or_off
 
-    return RunConfig(source=args.source, fast=args.fast, max_frames=args.max_frames, subject=args.subject,
-                     faces=args.faces,
+    return RunConfig(source=args.source, fast=args.fast, camera_size=args.camera_size, camera_fps=args.camera_fps,
+                     mirror=args.mirror, max_frames=args.max_frames, subject=args.subject, faces=args.faces,
                      pipeline=pipeline_options(args), stages=args.stages, audio=args.audio,
                      audio_only=args.audio_only, learn=args.learn, learn_audio=args.learn_keep_audio,
                      calibration=not args.no_calibration, status_line=not args.quiet,
                      outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
                      adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
-                     monitor_token=args.monitor_token, takes_dir=args.takes_dir)
+                     monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
+                     remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca)
 
 
 def run(args) -> int:
     from bridge.runtime.session import BridgeSession
+    from bridge.runtime.summary import summary_lines
 
     with BridgeSession(run_config(args)) as session:
         if not args.quiet:
@@ -149,10 +184,6 @@ def run(args) -> int:
         elif args.grpc:  # a port the system chose (HOST:0) must be said even when quiet
             print(f"facebridge: {session.grpc_address()}", flush=True)
         summary = session.run()
-    for note in summary.notes:
-        print(f"facebridge: {note}")
-    stats = summary.stats
-    print(f"facebridge: {stats.sent} frames sent, face found in {100 * stats.face_ratio:.0f}%, "
-          f"{stats.dropped_total} dropped, {stats.bad_frames} bad"
-          + (f", {stats.guarded_total} replaced by the output guard" if stats.guarded else ""))
+    for line in summary_lines(summary):
+        print(f"facebridge: {line}")
     return 1 if summary.failed else 0

@@ -5,11 +5,15 @@ Backends: "onnxruntime" (CPU), "onnxruntime-cuda", "openvino" (CPU), "litert" (C
 (select.AUTO_ORDER) and, when none is usable, takes the CPU backend measured fastest for that model among those
 that agree with ONNX Runtime (fastest.py). A requested backend that cannot be used here falls back to the next
 working one with a printed reason, unless strict=True.
-CPU backends compute in `cpu_precision` (f32 by default; see precision.py), and the line printed for a CPU
-backend names the precision that runs.
+CPU backends compute in `cpu_precision` (f32 by default; see precision.py).
+
+Quiet by default: the automatic choice, with every backend it skipped and why, is logged at INFO (`facebridge -v`
+shows it; `run` names the backend and precision in its start line). Printed (stderr, once per distinct line) is
+only what the user asked for and does not get: a requested backend that falls back, a precision that differs.
 """
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -17,7 +21,8 @@ from bridge.engines.base import EngineError, EngineUnavailable, InferenceSession
 from bridge.engines.precision import DEFAULT_CPU_PRECISION, check_cpu_precision, precision_note
 from bridge.engines.select import AUTO_ORDER, BACKENDS, CPU_BACKENDS, candidates, check_available  # noqa: F401
 
-_announced: set[tuple] = set()
+_announced: set[str] = set()
+log = logging.getLogger(__name__)
 
 
 def _open(backend: str, model_path: Path, threads: int, cache_dir, precision: str,
@@ -43,10 +48,15 @@ def _open(backend: str, model_path: Path, threads: int, cache_dir, precision: st
     return TrtSession(model_path, backend, cache_dir=cache_dir, precision=precision)
 
 
-def _say(line: str) -> None:
-    if line not in _announced:  # one line per distinct choice, not one per model
-        _announced.add(line)
+def _say(line: str, loud: bool = True) -> None:
+    """Once per distinct line (not once per model): printed when `loud`, else logged at INFO."""
+    if line in _announced:
+        return
+    _announced.add(line)
+    if loud:
         print(f"engines: {line}", file=sys.stderr, flush=True)
+    else:
+        log.info("%s", line)
 
 
 def create_session(model_path: str | Path, backend: str = "onnxruntime", threads: int = 1, *, cache_dir=None,
@@ -80,14 +90,13 @@ def create_session(model_path: str | Path, backend: str = "onnxruntime", threads
             continue
         running = getattr(session, "precision", None) if name in ("openvino", "onnxruntime") else None
         note = f", {precision_note(cpu_precision, running, name)}" if running else ""
+        differs = bool(running) and running != cpu_precision  # e.g. bf16 asked, f32 runs: say why
         if backend not in ("auto", name):
-            _say(f"--backend {backend} is not usable here, using {name} ({available.reason}{note}); "
-                 + "; ".join(skipped))
-        elif backend == "auto":
+            _say(f"--backend {backend} is not usable here ({skipped[0].split(': ', 1)[-1]}), using {name}{note}")
+            _say("skipped " + "; ".join(skipped), loud=False)
+        else:
             why = f" (skipped {'; '.join(skipped)})" if skipped else ""
-            _say(f"using {name}: {available.reason}{note}{why}")
-        elif running and (name == "openvino" or running != cpu_precision):  # asked by name: say the precision
-            _say(f"using {name}: {available.reason}{note}")
+            _say(f"using {name}: {available.reason}{note}{why}", loud=differs)
         return session
     raise EngineError("no inference backend could open " + model_path.name + ": " + "; ".join(skipped),
                       "check the model file with `facebridge engines verify`")
@@ -98,9 +107,14 @@ def _fastest_cpu(model_path: Path, threads: int, cache_dir, precision: str, cpu_
     from bridge.engines.fastest import choose
 
     if skipped:
-        _say("no GPU backend here (" + "; ".join(skipped) + "): each model runs on the CPU backend measured fastest")
+        _say("no GPU backend here (" + "; ".join(skipped) + "): each model runs on the CPU backend measured fastest",
+             loud=False)
     session, choice = choose(model_path, lambda b: _open(b, model_path, threads, cache_dir, precision, cpu_precision),
                              threads=threads, precision=cpu_precision, batch=batch, cache_dir=cache_dir)
-    note = precision_note(cpu_precision, getattr(session, "precision", "f32"), choice.backend)
-    _say(f"{model_path.stem}: using {choice.backend}, {note}, {choice.reason}")
+    running = getattr(session, "precision", "f32")
+    note = precision_note(cpu_precision, running, choice.backend)
+    _say(f"{model_path.stem}: using {choice.backend}, {note}, {choice.reason}", loud=running != cpu_precision)
+    if not choice.reason.startswith("measured before"):  # a first start: say once why it takes a moment
+        _say("timed the CPU backends for this machine once per model (kept for later starts; `facebridge -v` "
+             "shows the times, `facebridge engines clear` measures again)")
     return session

@@ -3,7 +3,9 @@
 `--backend auto` on a machine without a usable GPU backend ends here. Each CPU backend that is installed and
 opens the model (LiteRT needs a shipped .tflite) runs it on real sample frames at the batch its caller uses;
 one whose outputs differ from ONNX Runtime f32 by more than PARITY (relative to the output's range) is refused,
-and of the rest the fastest median, the candidates taking turns round by round, wins. The choice, with every
+and of the rest the lowest median CPU time per call (the process's, so a backend's own worker threads count),
+the candidates taking turns round by round, wins (wall time on a loaded machine picked OpenVINO over LiteRT for
+the iris model, which costs about 20% more CPU). The choice, with every
 candidate's time and the reason for each refusal, is printed and kept in `cpu-backends.json` in the engine cache
 folder, keyed by the model's bytes, the CPU, the library versions, threads, precision and batch, so later starts
 open only the chosen backend; `facebridge engines clear` forgets them (measure again on a quiet machine). Which
@@ -31,14 +33,15 @@ CPU_BACKENDS = ("litert", "openvino", "onnxruntime")
 PARITY = {"f32": 1e-3, "bf16": 2e-2}
 ROUNDS, RUNS, WARMUP = 4, 4, 2  # 16 timed calls a backend, taking turns: about 1-2 s on a first start
 CHOSEN: dict = {}  # model file name -> the Choice made for it in this process (benchmarks report them)
-MEASURE_VERSION = 2  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite)
+MEASURE_VERSION = 3  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite,
+#                     3: LiteRT runs a batch in one invoke, CPU time measured)
 
 
 @dataclass
 class Choice:
     backend: str
     reason: str  # one line: the winner's time, the others' times or why they were refused
-    timings_ms: dict  # backend -> median ms per call (only those that passed parity)
+    timings_ms: dict  # backend -> median CPU ms per call (only those that passed parity)
 
 
 def _versions() -> dict:
@@ -118,13 +121,13 @@ def measure(sessions: dict, feed: dict, precision: str) -> Choice:
     for _ in range(ROUNDS):  # taking turns: a burst of machine noise hits every candidate alike
         for name, session in passed.items():
             for _ in range(RUNS):
-                t0 = time.perf_counter()
-                session.run(feed)
-                times[name].append((time.perf_counter() - t0) * 1000.0)
+                t0 = time.process_time()  # CPU time, every thread of the process: what the call costs the
+                session.run(feed)           # machine, and far steadier than wall time when other jobs load it
+                times[name].append((time.process_time() - t0) * 1000.0)
     medians = {name: round(float(np.median(v)), 3) for name, v in times.items()}
     best = min(medians, key=medians.get)
     others = ", ".join(f"{n} {ms} ms" for n, ms in medians.items() if n != best)
-    reason = f"fastest agreeing with ONNX Runtime: {medians[best]} ms" + (f" (then {others})" if others else "")
+    reason = f"fastest agreeing with ONNX Runtime: {medians[best]} ms CPU" + (f" (then {others})" if others else "")
     return Choice(best, reason + "".join(f"; {r}" for r in refused), medians)
 
 

@@ -4,16 +4,24 @@ A model qualifies when its manifest entry has a `litert` block: the unchanged so
 ONNX file, with its sha256 (`tools/build_models.py` writes both). The session keeps the ONNX model's interface
 (same input and output names, NCHW input, dynamic batch), so stages do not know which backend runs: NCHW input
 is transposed to the .tflite's NHWC (free when the caller built NCHW as a view of NHWC pixels, as the stages
-do), and a batch runs item by item (the .tflite graphs reshape to batch 1). A model without a .tflite raises
-EngineUnavailable, so create_session falls back to the next backend. XNNPACK computes f32 here.
+do). A batch of N runs as one invoke of a second interpreter resized to batch N when that gives each item's own
+result: the .tflite graphs end in reshapes to [1, K], which at batch N give [1, N*K] holding the N items in order,
+so on first use of a batch size the batched interpreter is checked against item-by-item runs on distinct seeded
+inputs, and used only when they agree (the iris model's two eyes: one invoke, about 7% less CPU than two); a graph
+that does not resize or mixes items runs item by item. A model without a .tflite raises EngineUnavailable, so
+create_session falls back to the next backend. XNNPACK computes f32 here.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 
 from bridge.engines.base import EngineUnavailable, TensorSpec
+from bridge.engines.native_output import native_stderr
+
+log = logging.getLogger(__name__)
 
 
 def litert_available() -> bool:
@@ -46,12 +54,17 @@ class LiteRtSession:
         from ai_edge_litert.interpreter import Interpreter
 
         tflite, entry = _companion(Path(model_path))
+        self._tflite, self._threads = tflite, int(threads)
+        self._batch_interp: dict[int, tuple | None] = {}  # batch size -> batched interpreter, or None
         try:
-            self._interp = Interpreter(model_path=str(tflite), num_threads=int(threads))
-            self._interp.allocate_tensors()
+            with native_stderr() as said:  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on every run
+                self._interp = Interpreter(model_path=str(tflite), num_threads=int(threads))
+                self._interp.allocate_tensors()
         except (RuntimeError, ValueError) as e:
             raise EngineUnavailable(f"LiteRT cannot load {tflite.name} ({str(e).splitlines()[0][:160]})",
                                     "use --backend openvino or onnxruntime") from None
+        for line in said:
+            log.debug("litert (native): %s", line)
         self.inputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["inputs"]]
         self.outputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["outputs"]]
         self._input_index = self._interp.get_input_details()[0]["index"]
@@ -62,9 +75,44 @@ class LiteRtSession:
                                     "rebuild the models with `python tools/build_models.py`")
         self._output_index = [by_name[o.name] for o in self.outputs]
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        x = next(iter(feeds.values()))
-        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1), dtype=np.float32)
+    def runs_batched(self, batch: int) -> bool:
+        """Whether a batch of `batch` items runs as one invoke (see the module docstring)."""
+        return batch > 1 and self._batched(batch) is not None
+
+    def _batched(self, batch: int):
+        """(interpreter, input index, output indices) resized to `batch`, checked once; None if it cannot be."""
+        if batch in self._batch_interp:
+            return self._batch_interp[batch]
+        from ai_edge_litert.interpreter import Interpreter
+
+        found = None
+        try:
+            interp = Interpreter(model_path=str(self._tflite), num_threads=self._threads)
+            index = interp.get_input_details()[0]["index"]
+            shape = [batch, *self._interp.get_input_details()[0]["shape"][1:]]
+            interp.resize_tensor_input(index, shape, strict=False)
+            interp.allocate_tensors()
+            by_name = {d["name"]: d["index"] for d in interp.get_output_details()}
+            candidate = (interp, index, [by_name[o.name] for o in self.outputs])
+            probe = np.random.default_rng(0).uniform(0.0, 1.0, shape).astype(np.float32)
+            together = self._invoke_batched(candidate, probe)
+            alone = self._invoke_each(probe)
+            if all(np.allclose(together[k], alone[k], rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(alone[k]).max())))
+                   for k in alone):
+                found = candidate
+        except (RuntimeError, ValueError, KeyError):
+            pass  # the graph does not resize: item by item
+        self._batch_interp[batch] = found
+        return found
+
+    def _invoke_batched(self, batched, nhwc: np.ndarray) -> dict[str, np.ndarray]:
+        interp, index, outputs = batched
+        interp.set_tensor(index, nhwc)
+        interp.invoke()
+        return {spec.name: interp.get_tensor(i).reshape(len(nhwc), *spec.shape[1:])
+                for spec, i in zip(self.outputs, outputs)}
+
+    def _invoke_each(self, nhwc: np.ndarray) -> dict[str, np.ndarray]:
         results = [[] for _ in self.outputs]
         for item in range(len(nhwc)):
             self._interp.set_tensor(self._input_index, nhwc[item:item + 1])
@@ -73,3 +121,9 @@ class LiteRtSession:
                 values.append(self._interp.get_tensor(index))
         return {spec.name: np.concatenate(v).reshape(len(nhwc), *spec.shape[1:])
                 for spec, v in zip(self.outputs, results)}
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        x = next(iter(feeds.values()))
+        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1), dtype=np.float32)
+        batched = self._batched(len(nhwc)) if len(nhwc) > 1 else None
+        return self._invoke_batched(batched, nhwc) if batched is not None else self._invoke_each(nhwc)

@@ -2,6 +2,7 @@
 
 The inference precision is always set explicitly (see precision.py): f32 unless bf16 is asked for, and
 `precision` says what the compiled model really runs.
+OpenVINO is imported through openvino_import.py, which keeps its telemetry from sending anything.
 """
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from bridge.engines.base import EngineUnavailable, TensorSpec
+from bridge.engines.openvino_import import import_openvino
 from bridge.engines.precision import DEFAULT_CPU_PRECISION, check_cpu_precision
 
 
 def openvino_available() -> bool:
     try:
-        import openvino  # noqa: F401
+        import_openvino()
     except ImportError:
         return False
     return True
@@ -28,7 +30,7 @@ class OpenVinoSession:
                  precision: str = DEFAULT_CPU_PRECISION):
         self.requested_precision = check_cpu_precision(precision)
         try:
-            import openvino as ov
+            ov = import_openvino()
         except ImportError:
             raise EngineUnavailable("OpenVINO is not installed", "pip install 'facebridge[openvino]'") from None
         core = ov.Core()

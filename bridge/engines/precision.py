@@ -30,9 +30,9 @@ def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AMX-BF16 or AVX512-BF16): OpenVINO's own answer when
     OpenVINO is installed, else the kernel's CPU flags."""
     try:
-        import openvino as ov
+        from bridge.engines.openvino_import import import_openvino
 
-        return "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        return "BF16" in import_openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     except Exception:  # not installed, or no CPU plugin
         pass
     try:

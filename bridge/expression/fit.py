@@ -196,9 +196,15 @@ def identity_update(model: MorphableModel, identity: np.ndarray, weights: np.nda
     m = FLIP @ rot
     cam = shape @ m.T + t
     proj = project(cam, focal, centre)[:, :2]
-    r = (xy - proj) / sigma
-    r = np.concatenate([r[:, 0], r[:, 1]])
-    jac = ExpressionFit._projection_jacobian(cam, model.identity_basis[:, :468] @ m.T, focal) / sigma
-    hess = jac.T @ jac + np.diag(prior_precision)
+    r = ((xy - proj) / sigma).reshape(-1)  # point-major: u0, v0, u1, v1, ...
+    # d(u, v)/d(model point) per point, (468, 2, 3), then through each point's identity modes (468, 3, 101): the
+    # Jacobian's rows in the residual's order. Same values as _projection_jacobian of the rotated basis, 3x less
+    # CPU (no (101, 468, 3) temporaries).
+    inv_z = 1.0 / cam[:, 2:3]
+    scale = (focal / sigma) * inv_z
+    d_uv = np.stack([scale * (m[0] - m[2] * (cam[:, 0:1] * inv_z)), scale * (m[1] - m[2] * (cam[:, 1:2] * inv_z))], 1)
+    jac = np.matmul(d_uv, model.identity_by_point).reshape(2 * len(shape), -1)
+    hess = jac.T @ jac
+    hess[np.diag_indices_from(hess)] += prior_precision
     grad = jac.T @ (r + jac @ identity) + prior_precision * prior_mean
     return np.linalg.solve(hess, grad)

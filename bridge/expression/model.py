@@ -116,6 +116,9 @@ class MorphableModel:
         self._neutral468 = np.ascontiguousarray(self.neutral[:468].reshape(-1))
         self._id468 = np.ascontiguousarray(self._id_flat[:, :1404])
         self._exp468 = np.ascontiguousarray(self._exp_flat[:, :1404])
+        # the identity modes of the 468 points laid out point by point, (468, 3, 101): the identity update's
+        # Jacobian is one batched (2 x 3) @ (3 x 101) product per point (fit.identity_update)
+        self.identity_by_point = np.ascontiguousarray(self.identity_basis[:, :468].transpose(1, 2, 0))
         self._base_key: bytes | None = None
         self._base: np.ndarray | None = None
         counts = self.region_points.sum(1, keepdims=True)

@@ -53,7 +53,9 @@ class ExpressionResult:
 
 class ExpressionEstimator:
     def __init__(self, method: str = "regressor", backend: str = "onnxruntime", model_dir: str | None = None,
-                 cpu_precision: str = "f32"):
+                 cpu_precision: str = "f32", session: bool = True):
+        """session=False: no inference session of its own; the model's outputs come measured elsewhere (the
+        batched tracker of `facebridge serve`) through `estimate_outputs`."""
         if method not in ("regressor", "fit"):
             raise FaceBridgeError(f"unknown expression method '{method}'", "use 'regressor' or 'fit'")
         self.method = method
@@ -64,9 +66,10 @@ class ExpressionEstimator:
             from bridge.engines import create_session
 
             self.contract = load_contract(model_dir or SHIPPED_DIR)
-            self.session = create_session(self.contract.path, backend=backend, threads=1,
-                                          cpu_precision=cpu_precision)
-            check_session(self.contract, self.session)
+            if session:
+                self.session = create_session(self.contract.path, backend=backend, threads=1,
+                                              cpu_precision=cpu_precision)
+                check_session(self.contract, self.session)
         self._fit = ExpressionFit(self.model) if method == "fit" else None
         self.reset()
 
@@ -115,6 +118,17 @@ class ExpressionEstimator:
             return self._estimate_fit(xy, iris_xy, focal, centre)
         return self._estimate_model(xy, iris_xy, size, focal, centre, image)
 
+    def estimate_outputs(self, landmarks: np.ndarray, image_size: tuple[int, int], outputs: dict[str, np.ndarray],
+                         iris: np.ndarray | None = None) -> ExpressionResult:
+        """`estimate` for a model that already ran (batched elsewhere on the features of these landmarks and
+        iris points): outputs are its values by output name, batch of one."""
+        if self.method != "regressor":
+            raise ExpressionInputError("the analysis-by-synthesis fit has no model outputs to take",
+                                       "use the regressor (the default) for measured outputs")
+        xy, iris_xy, size = self._check(landmarks, image_size, iris)
+        focal, centre = camera_for(size)
+        return self._finish_model(outputs, xy, focal, centre)
+
     def _check(self, landmarks, image_size, iris):
         lm = np.asarray(landmarks, dtype=np.float64)
         if lm.ndim != 2 or lm.shape[0] != 468 or lm.shape[1] not in (2, 3):
@@ -161,7 +175,11 @@ class ExpressionEstimator:
                 raise ExpressionInputError(f"the expression model {c.path.name} needs the camera image",
                                            "pass image= to ExpressionEstimator.estimate (the pipeline does)")
             x = face_crop(image, xy, c.image)
-        out = self.session.run({c.input_name: x})
+        return self._finish_model(self.session.run({c.input_name: x}), xy, focal, centre)
+
+    def _finish_model(self, out, xy, focal, centre) -> ExpressionResult:
+        """The model's outputs to a result: weights, head rotation, identity update, morph parameters."""
+        c = self.contract
         weights = c.pick("blendshapes", out)
         weights = np.zeros(52, np.float32) if weights is None else np.clip(np.nan_to_num(weights), 0.0, 1.0)
         rot = self._rotation(c, out, xy, focal, centre, weights)

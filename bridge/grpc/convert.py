@@ -93,3 +93,33 @@ def build_frame(frame: FaceFrame, layout_id: int) -> pb.Frame:
 def _finite(x) -> float:
     x = float(x)
     return x if math.isfinite(x) else 0.0
+
+
+def parse_frame(header: pb.StreamHeader, msg: pb.Frame):
+    """facebridge.v1 messages -> FaceFrame (what a remote client hands its local sinks); inverts build_frame for
+    every field the header describes (landmarks do not travel)."""
+    from bridge.frame import MorphParams
+
+    out = FaceFrame(seq=int(msg.seq), t_capture=msg.capture_time, t_capture_mono=msg.source_time,
+                    subject=msg.subject or header.subject, face_found=msg.face_found,
+                    frame_rate=header.frame_rate or 30.0, model_versions=dict(header.model_versions))
+    if len(msg.curves) == len(ARKIT_NAMES):
+        out.blendshapes = np.asarray(msg.curves, np.float32)
+    if len(msg.emotions) == len(EMOTION_NAMES):
+        out.emotion = np.asarray(msg.emotions, np.float32)
+    out.visemes = np.asarray(msg.visemes, np.float32) if len(msg.visemes) else None
+    out.head_rotation = np.array([msg.head.yaw_deg, msg.head.pitch_deg, msg.head.roll_deg], np.float32)
+    t = msg.head.translation_cm
+    out.head_translation = np.array([t.x, t.y, t.z], np.float32)
+    out.eye_left = np.array([msg.eye_left.yaw_deg, msg.eye_left.pitch_deg], np.float32)
+    out.eye_right = np.array([msg.eye_right.yaw_deg, msg.eye_right.pitch_deg], np.float32)
+    morph, values, at = MorphParams(model_id=header.parameters.model_id), np.asarray(msg.parameters, np.float32), 0
+    for block in header.parameters.blocks:
+        if block.name in dict(PARAMETER_BLOCKS):
+            setattr(morph, block.name, values[at:at + block.size].copy())
+        at += block.size
+    out.morph = morph
+    out.confidence = msg.confidence
+    out.region_confidence = dict(msg.region_confidence)
+    out.latencies_ms = dict(msg.latencies_ms)
+    return out

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from bridge.errors import ModelError
 
-REBUILD_HINT = "rebuild it with `python tools/build_models.py` (or restore it with `git checkout bridge/models`)"
+REBUILD_HINT = ("restore it with `git checkout -- {path}` in a checkout, or reinstall FaceBridge (the face models "
+                "rebuild from their source wheels with `python tools/build_models.py`)")
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the checkout (or site-packages) holding bridge/
 
 _verified: dict[Path, str] = {}
 
@@ -26,6 +28,7 @@ def sha256_file(path: Path) -> str:
 def verify_file(path: Path, expected_sha256: str, hint: str = REBUILD_HINT) -> Path:
     """Raise ModelError unless `path` exists, is readable and hashes to `expected_sha256`."""
     path = Path(path)
+    hint = hint.format(path=_shown(path)) if "{path}" in hint else hint
     try:
         digest = sha256_file(path)
     except FileNotFoundError:
@@ -37,6 +40,14 @@ def verify_file(path: Path, expected_sha256: str, hint: str = REBUILD_HINT) -> P
                          f"{expected_sha256[:12]}…)", hint)
     _verified[path] = digest
     return path
+
+
+def _shown(path: Path) -> str:
+    """The path relative to the checkout where it lies inside it (what `git checkout --` takes)."""
+    try:
+        return str(path.resolve().relative_to(PACKAGE_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def is_verified(path: Path, sha256: str) -> bool:

@@ -2,8 +2,9 @@
 queues.
 
 A slow stage never makes the camera lag: each queue holds at most two items and drops the oldest, so the
-newest frame is always the next one processed; drops are counted and shown. A file read as fast as possible
-blocks instead (back-pressure), so every frame is kept. One bad frame is counted and skipped. The send thread
+newest frame is always the next one processed; drops are counted by reason and shown. A lossless run (a file
+read as fast as possible, or a file being recorded) blocks instead (back-pressure), so every frame is kept.
+`max_frames` counts frames sent, never frames dropped. One bad frame is counted and skipped. The send thread
 hands each frame to every sink's own worker (bridge/runtime/sink_worker.py), so a slow or failing sink costs
 only its own frames, counted per sink.
 
@@ -33,13 +34,14 @@ DRAIN_TIMEOUT_S = 10.0  # how long the sinks may take to send what is queued for
 
 class BridgeRunner:
     def __init__(self, source: FrameSource, process, sinks: list[Sink], max_frames: int | None = None,
-                 status: bool = True, on_frame=None, stages: list | None = None, stats: RunStats | None = None) -> None:
+                 status: bool = True, on_frame=None, stages: list | None = None, stats: RunStats | None = None,
+                 lossless: bool | None = None) -> None:
         """`process(frame) -> FaceFrame` (or a list of FaceFrames, one per face) is the pipeline; `stages`, when
         given instead, splits it into steps that run in their own threads (each step's output is the next one's
         input, the last returns the FaceFrame(s)), so on several cores frame N+1 is tracked while frame N is
         described. `on_frame(face_frame)` runs in the send thread (with the first face). `stats` is the run's one
         RunStats (the session makes it early, so the monitor can serve it while models load); a new one by
-        default."""
+        default. `lossless` keeps every frame with back-pressure (None: only for a source in SourceMode.FAST)."""
         self.source = source
         self.stages = list(stages) if stages else [process]
         self.sinks = sinks
@@ -47,8 +49,9 @@ class BridgeRunner:
         self.show_status = status
         self.on_frame = on_frame
         self.stats = stats if stats is not None else RunStats()
-        # A file read as fast as possible keeps every frame (back-pressure); live and paced sources drop the oldest.
-        self.lossless = source.mode is SourceMode.FAST
+        # A file read as fast as possible keeps every frame (back-pressure); live and paced sources drop the oldest,
+        # unless the caller asks for lossless (a file being recorded).
+        self.lossless = source.mode is SourceMode.FAST if lossless is None else lossless
         self._queues: list[LatestQueue] = [LatestQueue(2) for _ in range(len(self.stages) + 1)]
         self._frames, self._results = self._queues[0], self._queues[-1]
         self._stop = threading.Event()
@@ -77,7 +80,9 @@ class BridgeRunner:
     def _capture(self) -> None:
         try:
             while not self._stop.is_set():
-                if self.max_frames is not None and self.stats.captured >= self.max_frames:
+                # lossless: every frame read is sent, so read no more than asked; else read on until the send
+                # thread has sent max_frames (dropped frames do not count)
+                if self.lossless and self.max_frames is not None and self.stats.captured >= self.max_frames:
                     break
                 frame = self.source.read()
                 if frame is None:
@@ -123,10 +128,14 @@ class BridgeRunner:
                 break
             if result is None:
                 continue
+            if self.max_frames is not None and self.stats.sent >= self.max_frames:
+                self._stop.set()  # enough sent: the frames still in flight are let through unsent
+                continue
             for worker in self.workers:  # each sink sends from its own thread: none waits for another
                 worker.put(result)
             now = time.perf_counter()
             self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
+            self.stats.set_dropped("source", self.source.skipped)
             faces = faces_of(result)
             for face in faces:
                 face.latencies_ms["capture_to_send"] = (now - face.t_capture_mono) * 1000.0
@@ -134,7 +143,10 @@ class BridgeRunner:
             self.stats.set_sink_dropped(self.sink_dropped())
             if self.on_frame is not None:
                 self.on_frame(faces[0])
+            if self.max_frames is not None and self.stats.sent >= self.max_frames:
+                self._stop.set()
         self.stats.set_dropped("send", self._results.dropped)
+        self.stats.set_dropped("source", self.source.skipped)
 
     def run(self) -> RunStats:
         threads = [threading.Thread(target=self._capture, name="facebridge-capture", daemon=True)]
@@ -223,6 +235,16 @@ def faces_of(result) -> list:
 
 
 def sink_labels(sinks: list[Sink]) -> list[str]:
-    """Each sink's name, numbered where several share one (two Live Link Face targets)."""
+    """Each sink's name; where several share one, with its address ('livelinkface 127.0.0.1:11111', several
+    Live Link Face targets) or else numbered ('list#2')."""
     names = [s.name for s in sinks]
-    return [n if names.count(n) == 1 else f"{n}#{names[:i + 1].count(n)}" for i, n in enumerate(names)]
+    labels = []
+    for i, (sink, name) in enumerate(zip(sinks, names)):
+        address = getattr(sink, "address", None)
+        if names.count(name) == 1:
+            labels.append(name)
+        elif isinstance(address, tuple) and len(address) == 2:
+            labels.append(f"{name} {address[0]}:{address[1]}")
+        else:
+            labels.append(f"{name}#{names[:i + 1].count(name)}")
+    return labels

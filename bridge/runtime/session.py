@@ -6,60 +6,51 @@ knows every concrete source and sink. `open_sinks` is the one sink factory, shar
 The steps it hands the runner are the pipeline's, wrapped: the monitor's image tap around the first and the
 output guard around the last. One `ModelSwapper` (runtime/swap.py) serves the run: newly active releases and the
 guard's recreated sessions are built on its thread and taken by the stage threads between two frames.
+
+Recording a file keeps every frame: a video or audio file given with `--record` runs lossless (paced at its rate,
+but a busy stage makes the file wait instead of dropping frames), so a take holds the whole file. A camera or
+microphone is never made to wait: it drops the oldest frame, and the run's summary says how many and why.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 import sys
-from dataclasses import dataclass, field
+import time
 
 from bridge.errors import FaceBridgeError
-from bridge.pipeline import PipelineOptions
-from bridge.runtime.checks import checked_adapter, update_state_dir
 from bridge.runtime.control import RunControl
 from bridge.runtime.guard import OutputGuard
+from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets re-exported)
+    DEFAULT_MONITOR,
+    OutputConfig,
+    RunConfig,
+    address_or_off,
+    check_subject,
+    checked_adapter,
+    llf_targets,
+    update_state_dir,
+)
 from bridge.runtime.recording import RecordSwitch
 from bridge.runtime.recreate import SessionRecreator
 from bridge.runtime.runner import BridgeRunner, sink_labels
-from bridge.runtime.stats import RunStats, StatsSnapshot
+from bridge.runtime.stats import RunStats
+from bridge.runtime.summary import RunSummary, summarise  # noqa: F401 (re-exported)
 from bridge.sinks.base import Sink
+from bridge.sources.base import SourceMode
 
-OFF = ("off", "none", "no", "")
-DEFAULT_MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
-
-
-def address_or_off(text: str | None) -> str | None:
-    """An output address as given, or None when the user turned it off ('off', 'none', 'no')."""
-    return None if text is None or text.strip().lower() in OFF else text
-
-
-@dataclass(frozen=True)
-class OutputConfig:
-    """Where frames go. An address of None means that output is off."""
-
-    llf: str | None = "127.0.0.1:11111"  # Live Link Face (Unreal) UDP target
-    llf_subject: str | None = None  # send under this subject instead of the frame's (replay --subject)
-    vmc: str | None = "127.0.0.1:39539"  # VMC/OSC receiver
-    vmc_bundle: bool = True
-    vmc_expressions: tuple[str, ...] = ("arkit",)
-    vmc_eye_bones: bool = False
-    record: str | None = None  # take directory
-    grpc: str | None = None  # HOST:PORT of the gRPC server
-    grpc_token: str | None = None
-    grpc_tls_cert: str | None = None
-    grpc_tls_key: str | None = None
-    subjects: tuple[str, ...] = ()  # with several faces (--faces N): one VMC target each (runtime/faces.py)
+INITIAL_RELEASE_WAIT_S = 30.0  # longest wait for an installed lip-sync release before the audio plays anyway
 
 
 def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list[Sink]:
     """Every sink `outputs` turns on, opened now (a bad address or a used take directory fails here, at once)."""
     sinks: list[Sink] = []
     try:
-        if outputs.llf:
+        llf = (outputs.llf,) if isinstance(outputs.llf, str) else outputs.llf or ()
+        for address in llf:
             from bridge.sinks.livelinkface import LiveLinkFaceSink
 
-            sinks.append(LiveLinkFaceSink(outputs.llf, subject=outputs.llf_subject))
+            sinks.append(LiveLinkFaceSink(address, subject=outputs.llf_subject))
         if outputs.vmc:
             from bridge.runtime.faces import vmc_targets
             from bridge.sinks.vmc import VmcSink
@@ -88,63 +79,6 @@ def close_all(sinks: list[Sink]) -> None:
         sink.close()
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything `facebridge run` was asked to do (built by bridge/commands/run.py from its arguments)."""
-
-    source: str | None = None  # --source spec; None: camera 0 if there is one, else the sample
-    fast: bool = False  # read file sources as fast as possible (every frame kept) instead of at their rate
-    max_frames: int | None = None
-    subject: str = "FaceBridge"  # with faces > 1: comma-separated names, one per face (bridge/multiface.py)
-    faces: int = 1  # --faces N: track up to N faces, each its own subject
-    pipeline: PipelineOptions = field(default_factory=PipelineOptions)
-    stages: str = "auto"  # inference threads: "auto", "1" or "2"
-    audio: str | None = None  # mic | mic:N | sample | FILE
-    audio_only: bool = False
-    learn: str | None = None  # --learn: store learning windows in this folder ("" = the default store); None: off
-    learn_audio: bool = False  # --learn-keep-audio: also keep the raw 16 kHz audio of each window
-    calibration: bool = True  # apply the subject's stored calibration profile
-    status_line: bool = True
-    outputs: OutputConfig = field(default_factory=OutputConfig)
-    updates: str | None = "auto"  # update store to follow live: a directory, "auto" (the per-user one when it
-    # exists) or None (off)
-    adapter: str | None = None  # a lip-sync adapter (.npz) to try locally instead of the installed one
-    adapter_sha256: str | None = None  # its sha256 (or a prefix of at least 12 hex digits), checked before use
-    monitor: str | None = DEFAULT_MONITOR  # HOST:PORT of the monitor page and metrics; None: off
-    monitor_token: str | None = None  # needed to serve the monitor beyond 127.0.0.1
-    takes_dir: str = "takes"  # where takes started from the monitor page go (one new directory each)
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """What a finished run did: the statistics' last snapshot, each sink's counters, and the lines to tell the
-    user (a sink's failures, frames a slow sink missed); `failed` when frames meant to be kept were lost."""
-
-    stats: StatsSnapshot
-    sinks: dict[str, dict]
-    notes: list[str] = field(default_factory=list)
-    failed: bool = False
-
-
-def summarise(stats: StatsSnapshot, sinks: list[Sink], labels: list[str], source=None) -> RunSummary:
-    """The run summary from the source's and the sinks' own reports and the frames each sink missed being slower
-    than the stream."""
-    notes, failed, counters = [], False, {}
-    source_note = source.report() if source is not None and hasattr(source, "report") else None
-    if source_note:
-        notes.append(source_note)
-    for sink, label in zip(sinks, labels):
-        counters[label] = {**sink.stats(), "queue_dropped": stats.sink_dropped.get(label, 0)}
-        line, lost = sink.report()
-        if line:
-            notes.append(line)
-        failed = failed or lost
-        if counters[label]["queue_dropped"]:
-            notes.append(f"{label}: {counters[label]['queue_dropped']} frames skipped for this output alone "
-                         "(it was slower than the stream; the other outputs got them)")
-    return RunSummary(stats=stats, sinks=counters, notes=notes, failed=failed)
-
-
 class BridgeSession:
     """Open with `open()` (or `with`), then `run()` once; `close()` releases everything that was opened."""
 
@@ -162,6 +96,14 @@ class BridgeSession:
         from bridge.multiface import subject_names
 
         self.subjects = subject_names(config.subject, config.faces)
+        for subject in self.subjects:
+            check_subject(subject)
+        config.pipeline.check()
+        if config.camera_size is not None and min(config.camera_size) < 1:
+            raise FaceBridgeError(f"--camera-size {config.camera_size[0]}x{config.camera_size[1]} is not a size",
+                                  "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
+        if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
+            raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
         self.config = config
         self.learn = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
@@ -169,6 +111,7 @@ class BridgeSession:
         self.control.all_subjects = list(self.subjects)
         self.control.stats = self.stats
         self.audio = self.source = self.pipeline = self.profile = self.monitor = self.feed = None
+        self.audio_duration: float | None = None
         self.recording: RecordSwitch | None = None
         self.recreator: SessionRecreator | None = None
         self.sinks: list[Sink] = []
@@ -188,20 +131,27 @@ class BridgeSession:
             # the monitor first: its port fails at once, and its start (about a second of imports) never eats into
             # a live audio input that is already playing
             self.monitor = self._open_monitor()
-            if config.audio:  # lip-sync runs on its own thread; the video side only polls it
-                from bridge.audio.run_audio import start_lipsync
+            if not config.audio_only:
+                self.source = self._open_source()
+            if config.audio:  # lip-sync on its own thread, polled by the video side; --fast: in step with a file's
+                from bridge.audio.run_audio import start_lipsync  # frames (every frame gets its own instant)
 
                 adapter = checked_adapter(config.adapter, config.adapter_sha256) if config.adapter else None
                 # the sample voice loops with the sample clip (which loops); alone, the run ends with it
                 loop = config.audio == "sample" and not config.audio_only and config.source in (None, "sample")
-                self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop)  # CPU: 0.2 ms a hop
+                # in step with a file's frames when every frame is kept (--fast; a video file being recorded)
+                in_step = (config.fast if config.audio_only else
+                           not self.source.live and (config.fast or bool(config.outputs.record)))
+                # opened now, played once frames flow (CPU: 0.2 ms a hop, less than any GPU round trip)
+                self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop, start=False, in_step=in_step)
             if config.learn is not None:  # consented: only while asked, into the owner-only, bounded store
                 from bridge.audio.learn_recorder import LearnRecorder
                 from bridge.audio.learn_store import LearnStore
 
                 self.learn = LearnRecorder(LearnStore(config.learn or None), keep_audio=config.learn_audio)
-                self.audio.feature_listener = self.learn.on_audio
-            self.source = self._open_source()
+                self.audio.stream.feature_listener = self.learn.on_audio
+            if config.audio_only:
+                self.source = self._open_source()
             self.control.source = self.source
             subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
             self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None, subjects=subjects), self.control)
@@ -247,17 +197,27 @@ class BridgeSession:
         if self.config.audio_only:
             from bridge.audio.run_audio import AudioFrameClock
 
+            if self.config.camera_size or self.config.camera_fps or self.config.mirror:
+                raise FaceBridgeError("--camera-size, --camera-fps and --mirror need a camera",
+                                      "leave them out with --audio-only")
             return AudioFrameClock(self.audio)
         from bridge.sources import open_source
 
-        return open_source(self.config.source, realtime=not self.config.fast)
+        config = self.config
+        return open_source(config.source, realtime=not config.fast, size=config.camera_size, fps=config.camera_fps,
+                           mirror=config.mirror)
 
     def _build_pipeline(self):
         config = self.config
         if config.audio_only:
             from bridge.audio.run_audio import AudioOnlyPipeline
 
-            return AudioOnlyPipeline(self.audio, subject=config.subject)
+            return AudioOnlyPipeline(self.audio.stream, subject=config.subject, live=self.audio.live)
+        if config.remote:  # the server describes with its own calibration profiles
+            from bridge.runtime.remote import RemotePipeline
+
+            return RemotePipeline(config.remote, subject=config.subject, token=config.remote_token,
+                                  tls_ca=config.remote_tls_ca)
         from bridge.calibration import CalibrationProfile
         from bridge.pipeline import FacePipeline
 
@@ -298,7 +258,7 @@ class BridgeSession:
         if hasattr(self.pipeline, "swappable_models"):
             models += self.pipeline.swappable_models()
         if self.audio is not None and self.config.adapter is None:  # a local --adapter trial is not replaced
-            self.audio.swapper = self.swapper
+            self.audio.stream.swapper = self.swapper
             models.append("lipsync")
         options = self.config.pipeline
         self.release_watch = ReleaseWatch(state, models, self.swapper, backend=options.backend,
@@ -307,14 +267,16 @@ class BridgeSession:
     def _stages(self) -> list:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
         config, pipeline = self.config, self.pipeline
+        if config.audio_only:
+            pipeline.stats = self.stats
         if self.audio is not None and not config.audio_only:
             from bridge.audio.run_audio import AudioFusion
 
-            fuse = lambda step: AudioFusion(step, self.audio, learn=self.learn)
+            fuse = lambda step: AudioFusion(step, self.audio.stream, self.stats, learn=self.learn)
         else:
             fuse = lambda step: step
-        two = not config.audio_only and (config.stages == "2" or (config.stages == "auto" and
-                                                                   (os.cpu_count() or 1) > 1))
+        one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
+        two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
         steps = [pipeline.track, fuse(pipeline.describe)] if two else [fuse(pipeline.process)]
         if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
             from bridge.runtime.faces import face_steps
@@ -322,7 +284,8 @@ class BridgeSession:
             face_steps(pipeline, lambda k, step, reset: OutputGuard(fuse(step) if k == 0 else step, stats=self.stats,
                                                                     recreate=self.recreator, reset=reset))
             steps = [pipeline.track, pipeline.describe] if two else [pipeline.process]
-        else:
+        elif not config.remote:  # the guard resets and recreates local model sessions; a remote run has none (the
+            # runner counts a frame the server lost as a bad frame, as before)
             steps[-1] = OutputGuard(steps[-1], stats=self.stats, recreate=self.recreator,
                                     reset=getattr(pipeline, "reset_description", None))
         if self.feed is not None:
@@ -338,34 +301,68 @@ class BridgeSession:
             cal = f"up to {len(self.subjects)} faces as {subject}; " + cal
         learn = (f"; learning into {self.learn.store.root} (owner-only, at most {self.learn.store.max_bytes >> 20} MB;"
                  " `fedagent data clear` deletes it)" if self.learn is not None else "")
+        if self.config.remote:
+            cal = f"tracked by facebridge serve at {self.config.remote}"
+        backend = self._backend()
+        lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
-        return f"{self.source.name} -> {outs or 'no outputs'}; {cal}{learn}{monitor}"
+        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{cal}{learn}{monitor}"
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
         return next((f"gRPC stream on {s.address}" for s in self.sinks if s.name == "grpc"), "")
 
+    def _backend(self) -> str:
+        """'openvino f32; ' (the face models' backend and the precision it computes in), '' for audio-only."""
+        session = getattr(getattr(self.pipeline, "landmarker", None), "session", None)
+        if session is None:
+            return ""
+        precision = getattr(session, "precision", None)
+        return f"{session.backend_name}{' ' + precision if precision else ''}; "
+
+    def _lossless(self) -> bool:
+        """Keep every frame: a file read as fast as it goes (--fast), or a file being recorded (--record)."""
+        mode = self.source.mode
+        return mode is SourceMode.FAST or (mode is SourceMode.PACED and bool(self.config.outputs.record))
+
     def run(self) -> RunSummary:
         """Stream until the source ends, --max-frames, Ctrl-C or SIGTERM; the sinks and source close at the end."""
         if self.pipeline is None:
             self.open()
+        lossless = self._lossless()
         self.runner = BridgeRunner(self.source, None, self.sinks, max_frames=self.config.max_frames,
                                    status=self.config.status_line, on_frame=self._on_frame,
-                                   stages=self._stages(), stats=self.stats)
+                                   stages=self._stages(), stats=self.stats, lossless=lossless)
         self.control.stats = self.stats
         self.control.runner = self.runner
         if self.release_watch is not None:
             self.release_watch.start()
+        if self.audio is not None:
+            self._initial_lipsync_release()
+            self.audio.start()
         try:
-            stats = self.runner.run()
+            self.runner.run()
         finally:
             self.close()
-        return summarise(stats.snapshot(), self.sinks, sink_labels(self.sinks), self.source)
+        return summarise(self.stats.snapshot(), self.sinks, sink_labels(self.sinks), self.source,
+                         mode=self.source.mode, lossless=lossless, max_frames=self.config.max_frames,
+                         frame_rate=float(self.source.fps), audio_only=self.config.audio_only,
+                         audio_s=self.audio_duration if self.config.audio_only else None,
+                         )
 
     def _on_frame(self, frame) -> None:
         self.control.on_frame(frame)
         if self.feed is not None:
             self.feed.on_frame(frame)
+
+    def _initial_lipsync_release(self) -> None:
+        """An installed lip-sync release serves from the first hop: the audio starts playing once the release watch
+        has built (or refused) it, at most INITIAL_RELEASE_WAIT_S later."""
+        if self.swapper is None or not self.stats.snapshot().releases.get("lipsync"):
+            return
+        deadline = time.monotonic() + INITIAL_RELEASE_WAIT_S
+        while time.monotonic() < deadline and not self.swapper.settled("lipsync"):
+            time.sleep(0.02)
 
     def close(self) -> None:
         """Close what is open (idempotent; the runner closes sinks and source itself when it ran)."""
@@ -378,6 +375,7 @@ class BridgeSession:
         if self.swapper is not None:
             self.swapper.close()
         if self.audio is not None:
+            self.audio_duration = self.audio.duration_s
             self.audio.stop()
             self.audio = None
         if self.learn is not None:
@@ -385,3 +383,6 @@ class BridgeSession:
         if self.monitor is not None:
             self.monitor.close()
             self.monitor = None
+        if self.config.remote and self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None

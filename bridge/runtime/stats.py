@@ -91,7 +91,11 @@ class StatsSnapshot:
     sent: int
     faces: int
     bad_frames: int
-    dropped: dict[str, int]  # reason -> frames: "capture" (a stage was busy), "send" (the sinks were busy)
+    dropped: dict[str, int]  # reason -> frames: "capture" (a stage was busy), "send" (the sinks were busy),
+    #                          "source" (the source skipped them: unreadable images, audio-only clock ticks)
+    lipsync: dict[str, int]  # audio runs, outcome -> frames: "fused", "late" (no result within STALE_S of the
+    #                          frame's instant), "none" (no result yet), "ended" (after the audio ended); empty
+    #                          without --audio
     fps: float  # frames sent a second, over the window
     latency_ms_p50: float  # capture -> sent, over the window
     latency_ms_p99: float
@@ -125,6 +129,16 @@ class StatsSnapshot:
     def guarded_total(self) -> int:
         return sum(self.guarded.values())
 
+    @property
+    def lipsync_frames(self) -> int:
+        """Frames described while the audio played (the ones lip-sync could have reached)."""
+        return sum(n for k, n in self.lipsync.items() if k != "ended")
+
+    @property
+    def fused_ratio(self) -> float:
+        """Frames that carried the audio mouth, of those described while the audio played (0 without --audio)."""
+        return self.lipsync.get("fused", 0) / self.lipsync_frames if self.lipsync_frames else 0.0
+
 
 @dataclass
 class RunStats:
@@ -135,6 +149,7 @@ class RunStats:
     bad_frames: int = 0
     dropped: dict[str, int] = field(default_factory=lambda: {"capture": 0, "send": 0})
     sink_dropped: dict[str, int] = field(default_factory=dict)
+    lipsync: dict[str, int] = field(default_factory=dict)
     last_face: bool = False
     releases: dict[str, int] = field(default_factory=dict)
     started: float = field(default_factory=time.perf_counter)
@@ -229,9 +244,15 @@ class RunStats:
     def set_sink_dropped(self, per_sink: dict[str, int]) -> None:
         with self._lock:
             self.sink_dropped = dict(per_sink)
+
     def set_update_status(self, status: str) -> None:
         with self._lock:
             self.update_status = status
+
+    def lipsync_outcome(self, outcome: str) -> None:
+        """One frame of an audio run: "fused", "late", "none" or "ended" (bridge.audio.run_audio)."""
+        with self._lock:
+            self.lipsync[outcome] = self.lipsync.get(outcome, 0) + 1
 
     # --- readers ------------------------------------------------------------------------------------------------
     def snapshot(self) -> StatsSnapshot:
@@ -241,7 +262,8 @@ class RunStats:
             p50, p99 = self._sends.percentiles(now)
             return StatsSnapshot(
                 captured=self.captured, processed=self.processed, sent=self.sent, faces=self.faces,
-                bad_frames=self.bad_frames, dropped=dict(self.dropped), fps=self._sends.rate(now),
+                bad_frames=self.bad_frames, dropped=dict(self.dropped), lipsync=dict(self.lipsync),
+                fps=self._sends.rate(now),
                 latency_ms_p50=p50, latency_ms_p99=p99,
                 stage_ms={k: tuple(w.percentiles(now)) for k, w in self._stages.items()},
                 face_found=self.last_face, uptime_s=now - self.started, face_lost_ratio=self._faces.mean(now),
@@ -281,6 +303,7 @@ class RunStats:
         guard = f" | guarded {s.guarded_total}" if s.guarded else ""
         installed = " ".join(f"{m} r{r}" for m, r in sorted(s.releases.items()) if r)
         slow = ", ".join(f"{name} {n}" for name, n in s.sink_dropped.items() if n)
+        lipsync = f" | lip-sync {100 * s.fused_ratio:3.0f}%" if s.lipsync_frames else ""
         return (f"{s.fps:5.1f} fps | latency p50 {s.latency_ms_p50:5.1f} ms p99 {s.latency_ms_p99:5.1f} ms | "
                 f"dropped {s.dropped_total}" + (f" (slow sinks: {slow})" if slow else "") +
-                f" | face {face} | frames {s.sent}{guard}" + (f" | release {installed}" if installed else ""))
+                f" | face {face}{lipsync} | frames {s.sent}{guard}" + (f" | release {installed}" if installed else ""))

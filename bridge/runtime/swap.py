@@ -91,6 +91,11 @@ class ModelSwapper:
         with self._lock:
             return bool(self._ready) or not self._requests.empty()
 
+    def settled(self, model: str) -> bool:
+        """Nothing of `model` is still being built: a replacement is ready to take, or one was refused."""
+        with self._lock:
+            return model in self._ready or any(e.model == model and not e.ok for e in self.events)
+
     def close(self, timeout: float = 5.0) -> None:
         self._requests.put(None)
         self._thread.join(timeout)

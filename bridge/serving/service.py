@@ -24,23 +24,27 @@ from bridge.serving.tracker import RESULT_FIELDS, RESULT_WIDTH, BatchedFaceTrack
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class StreamFace:
-    """One frame's result for one stream. Without a face (`tracked` False) the arrays hold the last face seen."""
+    """One frame's result for one stream, in the single-face pipeline's conventions (frame pixels, ARKit's eye
+    order). Without a face (`tracked` False) the arrays hold the last face seen."""
     stream: int
     tracked: bool
-    landmarks: np.ndarray  # (468, 3): frame pixels x, y and relative depth
-    irises: np.ndarray  # (2, 5, 3): iris points in each 64x64 eye crop, image-left eye first
+    presence: float  # the landmark model's face-presence probability for this frame's crop
+    landmarks: np.ndarray  # (468, 3): frame pixels x, y and relative depth; lids refined by the iris model
+    irises: np.ndarray  # (2, 5, 3): frame pixels, [subject's left eye, right eye], centre first
     emotion: np.ndarray  # (7,) probabilities, bridge.frame.EMOTION_NAMES order
     blendshapes: np.ndarray  # (52,) ARKit weights, bridge.frame.ARKIT_NAMES order (zeros without the regressor)
+    expression_head: np.ndarray  # (3,) the expression model's head rotation (yaw, pitch, roll deg), if it has one
 
 
 class MultiStreamFaceService:
     def __init__(self, num_streams: int, frame_hw: tuple[int, int], runners: dict, device: str = "cuda",
-                 max_batch: int | None = None, graph_buckets: list[int] | None = None, max_wait_s: float = 0.0):
+                 max_batch: int | None = None, graph_buckets: list[int] | None = None, max_wait_s: float = 0.0,
+                 pass_lock=None):
         """runners: `face_runners.make_runners(...)`. graph_buckets: capture the pass as CUDA graphs for these
-        batch sizes (torch-cuda runners only)."""
+        batch sizes (torch-cuda runners only). pass_lock: shared by services that share runners (one per frame
+        size in `facebridge serve`), so their passes never overlap on the same models."""
         import torch
 
         if int(num_streams) < 1:
@@ -78,6 +82,8 @@ class MultiStreamFaceService:
         if device != "cpu":
             self._results_host = self._results_host.pin_memory()
         self.passes = 0
+        self.frames = 0  # frames served, over all passes
+        self._pass_lock = pass_lock
         self._batcher = DeadlineBatcher(self._run, max_batch=self._max_batch, max_wait_s=max_wait_s,
                                         name="face-service")
 
@@ -106,6 +112,11 @@ class MultiStreamFaceService:
         on_device.record_stream(self._compute_stream)  # its memory is not reused before the pass has read it
         return on_device
 
+    def reset_stream(self, stream: int) -> None:
+        """Forget a stream's face (its next frame starts with detection). Call only while the stream has no frame
+        queued: the slot is being handed to a new stream."""
+        self.tracker.tracked[int(stream)] = False
+
     def close(self) -> None:
         self._batcher.close()
 
@@ -117,6 +128,12 @@ class MultiStreamFaceService:
 
     # --- the worker's side -----------------------------------------------------------------------------------
     def _run(self, streams: list[int], frames: list) -> list[StreamFace]:
+        if self._pass_lock is None:
+            return self._run_passes(streams, frames)
+        with self._pass_lock:
+            return self._run_passes(streams, frames)
+
+    def _run_passes(self, streams: list[int], frames: list) -> list[StreamFace]:
         results: list[StreamFace | None] = [None] * len(frames)
         remaining = list(range(len(frames)))
         while remaining:  # one frame per stream per pass; a stream's later frames wait for the next pass
@@ -142,6 +159,7 @@ class MultiStreamFaceService:
         out = self._results_host[:n]
         out.copy_(self.tracker.packed_results(index))  # one copy back per pass (waits for the pass)
         self.passes += 1
+        self.frames += n
         return [_unpack(stream, row) for stream, row in zip(streams, out.numpy().copy())]
 
 
@@ -152,4 +170,5 @@ def _unpack(stream: int, row: np.ndarray) -> StreamFace:
         values[name] = row[start:start + size].reshape(shape)
         start += size
     values["tracked"] = bool(values["tracked"] > 0.5)
+    values["presence"] = float(values["presence"])
     return StreamFace(stream=stream, **values)

@@ -20,13 +20,18 @@ from bridge.engines.shipped import find_model
 from bridge.serving.torch_runner import capture_graphs
 
 LANDMARK_SIZE, EYE_SIZE, EMOTION_SIZE, DETECT_SIZE = 192, 64, 64, 128
-# image-left eye, image-right eye (the second flipped for the iris model): the single-face order reversed
-EYE_CORNERS = mesh.EYE_CORNERS[::-1]
-FACE_SCALE, EYE_SCALE = 1.5, 2.3
+# per eye, in ARKit's order like the single-face pipeline: subject's left eye (image right, mirrored for the iris
+# model, which knows the subject's right eye only), then the subject's right eye
+EYE_CORNERS = mesh.EYE_CORNERS
+EYE_FLIP = (True, False)
+FACE_SCALE, EYE_SCALE, EMOTION_SCALE = 1.5, 2.3, 1.1
 PRESENCE_THRESHOLD, DETECT_THRESHOLD = 0.5, 0.5
-# one row per frame, as `packed_results` lays it out for a single copy back to the host
-RESULT_FIELDS = (("tracked", ()), ("landmarks", (468, 3)), ("irises", (2, 5, 3)), ("emotion", (7,)),
-                 ("blendshapes", (52,)))
+# one row per frame, as `packed_results` lays it out for a single copy back to the host. Everything is in frame
+# pixels and ARKit's eye order, as bridge.stages.landmarks gives it: landmarks with both lid contours taken from
+# the iris model (as IrisResult.refine does), irises (2, 5, 3) centre first; expression_head is the expression
+# model's own head-rotation output (yaw, pitch, roll degrees), when it has one
+RESULT_FIELDS = (("tracked", ()), ("presence", ()), ("landmarks", (468, 3)), ("irises", (2, 5, 3)),
+                 ("emotion", (7,)), ("blendshapes", (52,)), ("expression_head", (3,)))
 RESULT_WIDTH = sum(math.prod(shape) for _, shape in RESULT_FIELDS)
 
 
@@ -61,17 +66,22 @@ class BatchedFaceTracker:
         self.anchors = torch.from_numpy(_detector_anchors(find_model(detector).entry)).to(device)
         self._last_landmarks_all = torch.zeros((slots, 468, 3), device=device)
         self._last_emotion_all = torch.zeros((slots, 7), device=device)
-        self._last_iris_all = torch.zeros((slots, 2, 5, 3), device=device)  # crop pixels; eye 0 = image left
+        self._last_iris_all = torch.zeros((slots, 2, 5, 3), device=device)  # frame pixels; eye 0 = subject's left
         self._last_blendshapes_all = torch.zeros((slots, 52), device=device)
+        self._last_presence_all = torch.zeros(slots, device=device)
+        self._last_expression_head_all = torch.zeros((slots, 3), device=device)
         # what callers read and write: one row per stream (views, without the scratch row)
         self.tracked = self._tracked_all[:num_streams]
         self.last_landmarks = self._last_landmarks_all[:num_streams]  # frame pixels x, y and relative depth
         self.last_emotion = self._last_emotion_all[:num_streams]
         self.last_iris = self._last_iris_all[:num_streams]
         self.last_blendshapes = self._last_blendshapes_all[:num_streams]
+        self.last_presence = self._last_presence_all[:num_streams]
+        self.last_expression_head = self._last_expression_head_all[:num_streams]
         # constants made once: creating them per pass would copy from the host (a sync, and not capturable)
         self._eye_corners = torch.tensor(EYE_CORNERS, device=device)
-        self._eye_flip = torch.tensor([False, True], device=device)
+        self._eye_flip = torch.tensor(EYE_FLIP, device=device)
+        self._contours = torch.tensor(mesh.EYE_CONTOURS, device=device)  # (2, 16) mesh points the iris lids replace
         self._grey = torch.tensor([0.299, 0.587, 0.114], device=device)[None, :, None, None]
         self._image_centre = torch.tensor([self.width / 2, self.height / 2], device=device)
         self._graphs = {}  # bucket -> captured pass (see capture_cuda_graphs)
@@ -155,8 +165,9 @@ class BatchedFaceTracker:
         """(len(streams), RESULT_WIDTH) float rows in RESULT_FIELDS order, on the device: one copy brings a pass's
         results to the host."""
         t = self.t
-        return t.cat([self.tracked[streams].float()[:, None], self.last_landmarks[streams].flatten(1),
-                      self.last_iris[streams].flatten(1), self.last_emotion[streams], self.last_blendshapes[streams]],
+        return t.cat([self.tracked[streams].float()[:, None], self.last_presence[streams][:, None],
+                      self.last_landmarks[streams].flatten(1), self.last_iris[streams].flatten(1),
+                      self.last_emotion[streams], self.last_blendshapes[streams], self.last_expression_head[streams]],
                      dim=1)
 
     def _replay(self, frames_u8, streams) -> bool:
@@ -251,45 +262,72 @@ class BatchedFaceTracker:
         center, size, angle = self.center[streams], self.size[streams], self.angle[streams]
         streams = t.where(self._tracked_all[streams], streams, self.num_streams)  # lost: results go to scratch
         crops = self._crop(images, center, size, angle, LANDMARK_SIZE) * (1.0 / 255.0)
-        mesh, presence = run("landmarks", crops)[:2]
-        points = mesh.reshape(n, 468, 3)
+        mesh_out, presence = run("landmarks", crops)[:2]
+        points = mesh_out.reshape(n, 468, 3)
         xy = self._to_image(points, center, size, angle, LANDMARK_SIZE)
-        present = t.sigmoid(presence.reshape(n)) > PRESENCE_THRESHOLD
-        self._last_landmarks_all[streams] = t.cat([xy, points[..., 2:] * (size / LANDMARK_SIZE)[:, None, None]], -1)
+        probability = t.sigmoid(presence.reshape(n).float())
+        present = probability > PRESENCE_THRESHOLD
+        depth = points[..., 2:] * (size / LANDMARK_SIZE)[:, None, None]
 
-        # irises: both eyes of every face in one batch, the image-right eye flipped
+        # irises: both eyes of every face in one batch, each crop levelled on its own corners, the subject's left
+        # eye mirrored (bridge.stages.landmarks.IrisLandmarker.eye_roi)
         a, b = xy[:, self._eye_corners[:, 0]], xy[:, self._eye_corners[:, 1]]  # (n, 2 eyes, 2)
+        d = b - a
+        d = t.where(d[..., :1] < 0, -d, d)  # angle of the corner line read left to right
+        eye_angle = t.atan2(d[..., 1], d[..., 0]).reshape(2 * n)
         eye_center = ((a + b) / 2).reshape(2 * n, 2)
         eye_side = (t.linalg.norm(b - a, dim=-1) * EYE_SCALE).reshape(2 * n)
-        eye_angle = angle.repeat_interleave(2)
         flip = self._eye_flip.repeat(n)
         eye_crops = self._crop(images, eye_center, eye_side, eye_angle, EYE_SIZE, flip, per_image=2) * (1.0 / 255.0)
-        _contours, iris = run("iris", eye_crops)[:2]
-        iris = iris.reshape(2 * n, 5, 3)
-        self._last_iris_all[streams] = iris.reshape(n, 2, 5, 3)
-        centre = iris[:, :1, :2].clone()
-        centre[..., 0] = t.where(flip[:, None], EYE_SIZE - centre[..., 0], centre[..., 0])  # un-flip
-        iris_xy = self._to_image(centre, eye_center, eye_side, eye_angle, EYE_SIZE).reshape(n, 2, 2)
+        contours, iris = run("iris", eye_crops)[:2]
+        eye_px = self._eye_to_image(t.cat([iris.reshape(2 * n, 5, 3), contours.reshape(2 * n, 71, 3)[:, :16]], 1),
+                                    eye_center, eye_side, eye_angle, flip)
+        self._last_iris_all[streams] = eye_px[:, :5].reshape(n, 2, 5, 3)
+        lids = eye_px[:, 5:, :2].reshape(n, 2 * 16, 2)
+        refined = xy.clone()
+        refined[:, self._contours.reshape(-1)] = lids  # the iris model's lids: blinks the face mesh alone misses
+        self._last_landmarks_all[streams] = t.cat([refined, depth], -1)
+        self._last_presence_all[streams] = probability
 
-        if "expression" in self.runners:  # subject's left eye first (the image-right one), as the contract says
-            features = landmark_features_torch(xy, iris_xy.flip(1), self.focal, self._image_centre)
-            self._last_blendshapes_all[streams] = run("expression", features)[0]
+        if "expression" in self.runners:  # subject's left eye first, as the contract says
+            iris_xy = eye_px[:, 0, :2].reshape(n, 2, 2)
+            outputs = run("expression", landmark_features_torch(refined, iris_xy, self.focal, self._image_centre))
+            self._last_blendshapes_all[streams] = outputs[0]
+            if len(outputs) > 1:
+                self._last_expression_head_all[streams] = outputs[1][:, :3]
 
-        # emotion: grey face crop in [-1, 1]
-        face = self._crop(images, center, size / FACE_SCALE * 1.1, t.zeros_like(angle), EMOTION_SIZE)
+        # emotion: grey, eye-levelled face crop over the refined landmarks, 1.1x (EmotionClassifier.face_roi)
+        lo, hi = refined.min(dim=1).values, refined.max(dim=1).values
+        le, re = refined[:, 33], refined[:, 263]
+        face_angle = t.atan2(re[:, 1] - le[:, 1], re[:, 0] - le[:, 0])
+        face = self._crop(images, (lo + hi) / 2, (hi - lo).max(dim=1).values * EMOTION_SCALE, face_angle,
+                          EMOTION_SIZE)
         grey = (face * self._grey).sum(1, True) * (1.0 / 255.0)
         self._last_emotion_all[streams] = run("emotion", grey * 2 - 1)[0]
 
-        # next crop from this frame's landmarks (square, 1.5x, eyes level)
-        lo, hi = xy.min(dim=1).values, xy.max(dim=1).values
-        new_center = (lo + hi) / 2
-        new_size = (hi - lo).max(dim=1).values * FACE_SCALE
+        # next crop from this frame's (unrefined) landmarks: their extent in the eye-levelled frame, 1.5x
+        # (bridge.stages.landmarks.roi_from_landmarks)
         le, re = xy[:, 33], xy[:, 263]
         new_angle = t.atan2(re[:, 1] - le[:, 1], re[:, 0] - le[:, 0])
+        cos, sin = t.cos(new_angle)[:, None], t.sin(new_angle)[:, None]
+        centre0 = (xy.min(dim=1).values + xy.max(dim=1).values) / 2
+        dx, dy = xy[..., 0] - centre0[:, :1], xy[..., 1] - centre0[:, 1:]
+        u, v = dx * cos + dy * sin, -dx * sin + dy * cos
+        ulo, uhi, vlo, vhi = u.min(1).values, u.max(1).values, v.min(1).values, v.max(1).values
+        mu, mv = (ulo + uhi)[:, None] / 2, (vlo + vhi)[:, None] / 2
+        new_center = centre0 + t.cat([mu * cos - mv * sin, mu * sin + mv * cos], 1)
+        new_size = t.maximum(uhi - ulo, vhi - vlo) * FACE_SCALE
         self.center[streams] = new_center
         self.size[streams] = new_size.clamp(min=8.0)
         self.angle[streams] = new_angle
         self._tracked_all[streams] = present
+
+    def _eye_to_image(self, points, center, size, angle, flip):
+        """Eye-crop points (2n, P, 3) to frame pixels, mirrored crops un-mirrored; z scaled like x."""
+        t = self.t
+        x = t.where(flip[:, None], EYE_SIZE - points[..., 0], points[..., 0])
+        xy = self._to_image(t.stack([x, points[..., 1]], -1), center, size, angle, EYE_SIZE)
+        return t.cat([xy, points[..., 2:] * (size / EYE_SIZE)[:, None, None]], -1)
 
 
 def landmark_features_torch(xy, iris_xy, focal: float, centre):

@@ -1,11 +1,12 @@
 """Live Link Face sink: sends the iPhone app's UDP packet (version 6, encoded by bridge/formats/livelinkface.py),
 so Unreal's stock "Live Link Face" source receives FaceBridge like a phone; `listen` prints what arrives on a port.
 
-`python -m bridge.sinks.livelinkface [PORT]` checks a stream without Unreal (stop Unreal first: only one program
-can hold the port).
+`python -m bridge.sinks.livelinkface [[HOST:]PORT]` checks a stream without Unreal (stop Unreal first: only one
+program can hold the port); a bad or busy port is one line, never a traceback.
 """
 from __future__ import annotations
 
+import errno
 import socket
 import time
 
@@ -20,7 +21,7 @@ from bridge.formats.livelinkface import (
     packet_header,
 )
 from bridge.frame import FaceFrame
-from bridge.sinks.udp import UdpSink
+from bridge.sinks.udp import UdpSink, parse_host_port
 
 
 class LiveLinkFaceSink(UdpSink):
@@ -67,8 +68,14 @@ def listen(port: int = DEFAULT_PORT, host: str = "127.0.0.1", seconds: float | N
     """Print what arrives on a Live Link Face port, about once a second: a check that runs without Unreal.
 
     `python -m bridge.sinks.livelinkface [PORT]` (stop Unreal first: only one program can hold the port)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind((host, port))
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        fix = ("close Unreal (or the other program holding it), or listen on another port" if
+               getattr(e, "errno", None) in (errno.EADDRINUSE, errno.EACCES) else "check the host and port")
+        raise SinkError(f"cannot listen on {host}:{port} ({e.strerror or e})", fix) from None
     sock.settimeout(1.0)
     print(f"listening for Live Link Face packets on {host}:{port} (Ctrl-C stops)", flush=True)
     received = bad = 0
@@ -102,7 +109,30 @@ def listen(port: int = DEFAULT_PORT, host: str = "127.0.0.1", seconds: float | N
     return 0 if received else 1
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """The command line of `python -m bridge.sinks.livelinkface`: 0 when packets arrived, 1 when none (or an
+    error, said in one line), 2 for a usage error."""
+    import argparse
     import sys
 
-    raise SystemExit(listen(int(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PORT))
+    p = argparse.ArgumentParser(prog="python -m bridge.sinks.livelinkface",
+                                description="Print the Live Link Face packets that arrive on a UDP port (stop "
+                                            "Unreal first: only one program can hold the port).")
+    p.add_argument("address", nargs="?", default=str(DEFAULT_PORT), metavar="[HOST:]PORT",
+                   help=f"port to listen on, or HOST:PORT (default 127.0.0.1:{DEFAULT_PORT})")
+    p.add_argument("--seconds", type=float, default=None, help="stop after this many seconds (default: Ctrl-C)")
+    args = p.parse_args(argv)
+    text = args.address if not args.address.isdigit() else f"127.0.0.1:{args.address}"
+    try:
+        if ":" not in text:
+            raise SinkError(f"{args.address!r} is not a port number",
+                            f"give a port such as {DEFAULT_PORT}, or HOST:PORT")
+        host, port = parse_host_port(text, DEFAULT_PORT, "listen address")
+        return listen(port, host=host, seconds=args.seconds)
+    except SinkError as e:
+        print(f"livelinkface: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -33,6 +33,8 @@ class FrameSource:
     fps = 30.0
     live = False  # a camera: frames arrive at their own pace, never paced by us
     realtime = True  # a file source released at its frame rate (False: as fast as it is read)
+    skipped = 0  # frames the source could not deliver (unreadable images, an audio clock's missed ticks)
+    mirror = False  # flip every image left to right (--mirror): the avatar moves like the subject's reflection
 
     def __init__(self) -> None:
         self._seq = 0
@@ -54,6 +56,8 @@ class FrameSource:
         return None
 
     def _stamp(self, image: np.ndarray) -> Frame:
+        if self.mirror:
+            image = np.ascontiguousarray(image[:, ::-1])
         now = time.perf_counter()
         frame = Frame(image=image, seq=self._seq, t_capture=time.time(), t_capture_mono=now, t_media=now,
                       fps=self.fps)

@@ -1,6 +1,7 @@
 """Live camera source (OpenCV, by index)."""
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -9,6 +10,8 @@ import cv2
 from bridge.errors import SourceError
 from bridge.frame import Frame
 from bridge.sources.base import FrameSource, sane_fps
+
+log = logging.getLogger(__name__)
 
 
 def _backend() -> int:
@@ -47,10 +50,12 @@ def camera_available(index: int = 0) -> bool:
 
 
 class CameraSource(FrameSource):
+    """A camera by index. `size` (width, height) and `fps` are asked of the driver; what the camera really
+    delivers is what counts (`size`, `fps` afterwards), and a difference is said once at start."""
+
     live = True
 
-    def __init__(self, index: int = 0, width: int | None = None, height: int | None = None,
-                 fps: float | None = None) -> None:
+    def __init__(self, index: int = 0, size: tuple[int, int] | None = None, fps: float | None = None) -> None:
         super().__init__()
         self.index = index
         self.name = f"camera:{index}"
@@ -59,12 +64,19 @@ class CameraSource(FrameSource):
             self._cap.release()
             raise SourceError(f"camera {index} cannot be opened (missing, or in use by another program)",
                               "list cameras with `facebridge devices`, or use `--source sample` or a video file")
-        if width and height:
-            self._cap.set(cv2.CAP_PROP_FRAME_WIDTH, width)
-            self._cap.set(cv2.CAP_PROP_FRAME_HEIGHT, height)
+        if size:
+            self._cap.set(cv2.CAP_PROP_FRAME_WIDTH, size[0])
+            self._cap.set(cv2.CAP_PROP_FRAME_HEIGHT, size[1])
         if fps:
             self._cap.set(cv2.CAP_PROP_FPS, fps)
         self.fps = sane_fps(self._cap.get(cv2.CAP_PROP_FPS))
+        self.size = (int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+        got = [f"{self.size[0]}x{self.size[1]}" if size and tuple(size) != self.size else "",
+               f"{self.fps:g} fps" if fps and abs(fps - self.fps) > 0.5 else ""]
+        if any(got):
+            log.warning("camera %d gives %s instead of what was asked (%s); it streams what it gives", index,
+                        " at ".join(g for g in got if g), " at ".join(
+                            ([f"{size[0]}x{size[1]}"] if size else []) + ([f"{fps:g} fps"] if fps else [])))
         self.failed_reads = 0
 
     def read(self) -> Frame | None:

@@ -91,7 +91,14 @@ class VideoFileSource(_Paced):
         self._link_dir: str | None = None
         if not self.path.is_file():
             raise SourceError(f"video file {printable(self.path)} does not exist", "check the path given to --source")
-        self._cap = cv2.VideoCapture(self._openable_path())
+        openable = self._openable_path()
+        if cv2.haveImageReader(openable):  # by content: a photo renamed .mp4 is still a photo
+            if self._link_dir is not None:
+                shutil.rmtree(self._link_dir, ignore_errors=True)
+                self._link_dir = None
+            raise SourceError(f"{printable(self.path)} is a single image, not a video",
+                              "give a video file or a camera (a folder of images streams each image as a frame)")
+        self._cap = cv2.VideoCapture(openable)
         ok, first = self._cap.read() if self._cap.isOpened() else (False, None)
         if not ok or first is None:
             self.close()

@@ -1,8 +1,11 @@
 """Audio inputs and the log-mel front end: real files through soundfile/soxr, real PortAudio queries."""
 from __future__ import annotations
 
+import ctypes.util
+import re
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -80,7 +83,7 @@ def test_file_source_plays_at_real_time_with_consistent_capture_times(tmp_path):
     started = time.perf_counter()
     chunks = list(source)
     elapsed = time.perf_counter() - started
-    assert 0.27 < elapsed < 0.6  # real time, not instant
+    assert elapsed >= 0.3  # real time, not instant (each chunk waits for its last sample; a busy machine only adds)
     assert sum(len(c.pcm) for c in chunks) == 4800
     assert all(len(c.pcm) == 160 for c in chunks)
     steps = np.diff([c.t_capture_mono for c in chunks])
@@ -90,13 +93,25 @@ def test_file_source_plays_at_real_time_with_consistent_capture_times(tmp_path):
     assert chunks[-1].t_capture_mono + chunks[-1].duration <= time.perf_counter()
 
 
+class _CountedWaits(threading.Event):
+    """A FileSource's close event that records how long it was asked to wait (its pacing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.waits: list[float] = []
+
+    def wait(self, timeout=None):
+        self.waits.append(timeout)
+        return super().wait(timeout)
+
+
 def test_file_source_fast_mode_and_close(tmp_path):
     path = tmp_path / "tone.wav"
     sf.write(path, _tone(200, 2.0, 16000), 16000)
     fast = FileSource(path, realtime=False)
-    started = time.perf_counter()
+    fast._closed = _CountedWaits()
     assert sum(len(c.pcm) for c in fast) == 32000
-    assert time.perf_counter() - started < 0.5
+    assert fast._closed.waits == []  # never paced
     paced = FileSource(path, realtime=True)
     got = []
     for chunk in paced:
@@ -147,9 +162,11 @@ def test_log_mel_puts_a_tone_in_the_right_band():
 
 
 ALSA_CONF = Path("/usr/share/alsa/alsa.conf")
+PORTAUDIO = ctypes.util.find_library("portaudio")
 
 
-@pytest.mark.skipif(not ALSA_CONF.exists(), reason="ALSA configuration (libasound2) not installed")
+@pytest.mark.skipif(PORTAUDIO is None or not ALSA_CONF.exists(),
+                    reason="PortAudio with ALSA not installed (Debian libportaudio2; `make test` installs it)")
 def test_microphone_path_through_real_portaudio(tmp_path):
     """A real PortAudio ALSA input (the ALSA 'null' plugin as the capture device; PortAudio reads its config at
     start-up, so this runs in a subprocess): `facebridge devices` lists it and an audio-only run from 'mic'
@@ -167,15 +184,18 @@ def test_microphone_path_through_real_portaudio(tmp_path):
                                              f"127.0.0.1:{sock.getsockname()[1]}", "--vmc", "off", "--quiet"),
                               env=env, capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stderr
-        # a live source drops the oldest frame when the machine is busy (counted), so expect most, not all
+        # a live source drops the oldest frame when the machine is busy, and a busy output skips one it could not
+        # send in time (both counted and said): expect what the run says this output sent
+        skipped = re.search(r"livelinkface: (\d+) frames skipped", proc.stdout)
+        sent = int(re.search(r"(\d+) frames sent", proc.stdout).group(1)) - (int(skipped.group(1)) if skipped else 0)
         sock.settimeout(1.0)
         packets = []
         try:
-            while len(packets) < 30:
+            while len(packets) < sent:
                 packets.append(sock.recv(65536))
         except TimeoutError:
             pass
-    assert len(packets) >= 20, proc.stdout
+    assert sent >= 1 and len(packets) == sent, proc.stdout
     assert all(p[0] == 6 for p in packets)  # Live Link Face v6
 
     jaw = [decode_llf_packet(p)["values"][17] for p in packets]  # JawOpen on the wire

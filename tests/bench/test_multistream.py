@@ -26,10 +26,12 @@ def test_bench_multistream_search_writes_every_trial_as_it_ends(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     section = json.loads(out.read_text())["results"]["multistream"]["onnxruntime-fp32"]
     trials = section["frames_on_gpu"]["trials"]
-    assert trials[0]["streams"] == 1 and all(t["frames"] > 0 for t in trials)
-    # uploads on arrival: results come back, and never more than the frames that arrived (none counted twice)
+    assert trials[0]["streams"] == 1 and all(t["frames"] > 0 and t["seconds"] >= 0.3 for t in trials)
+    # uploads on arrival: results come back, one per stream and pass, and never more than the frames that arrived
+    # by the trial's end, warm-up (0.5 s) included (none counted twice); a busy machine only makes fewer
     uploaded = section["frames_from_host_uploaded_on_arrival"]["trials"][0]
-    assert uploaded["streams"] == 1 and 0 < uploaded["frames"] <= 0.3 * 30 + 2
+    assert uploaded["streams"] == 1 and 0 < uploaded["frames"] == uploaded["passes"]
+    assert uploaded["frames"] <= (0.5 + uploaded["seconds"]) * 30 + 1
     assert section["compiled_models"] == [] and section["frames_on_gpu"]["max_streams_at_p99_limit"] in (0, 1, 2)
 
     parser = argparse.ArgumentParser()

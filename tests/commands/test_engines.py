@@ -40,3 +40,20 @@ def test_engines_build_of_an_unparsable_model_fails_with_the_node(tmp_path, caps
     path = onnx_model_with("Det", tmp_path)
     assert main(["engines", "build", str(path), "--cache-dir", str(tmp_path / "c"), "--opt-level", "0"]) == 1
     assert "det_1" in capsys.readouterr().err
+
+
+def test_engines_build_keeps_tensorrt_native_output_out_and_counts_skipped_models(tmp_path):
+    """Building the lip-sync model without a GPU: TensorRT-RTX's refittable attempt fails with its own raw text
+    on stderr (MyelinCheckException); the user sees one line of ours instead. Every shipped model built: the
+    known unbuildable one is counted as skipped, not as ready."""
+    import subprocess
+
+    from tests.helpers import facebridge_cmd, subprocess_env
+
+    proc = subprocess.run(facebridge_cmd("engines", "build", "--cache-dir", str(tmp_path), "--opt-level", "0"),
+                          env=subprocess_env(), capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr
+    assert "MyelinCheckException" not in proc.stderr and "Internal Error" not in proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("7 of 8 models ready, 1 skipped (they run on ONNX Runtime)"), last
+    assert "silero_vad: skipped" in proc.stdout

@@ -10,7 +10,7 @@ from pythonosc.dispatcher import Dispatcher
 from pythonosc.osc_server import ThreadingOSCUDPServer
 
 from bridge.frame import ARKIT_NAMES
-from tests.helpers import facebridge_cmd, free_udp_port, subprocess_env, udp_collector
+from tests.helpers import facebridge_cmd, free_udp_port, subprocess_env, udp_collector, wait_until
 
 FRAMES = 45
 
@@ -49,9 +49,8 @@ def test_run_streams_sample_to_live_link_face_and_vmc(receivers, isolated_home):
     proc = subprocess.run(cmd, env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"{FRAMES} frames sent" in proc.stdout
-    import time
-    time.sleep(0.3)  # let the last datagrams land
-    packets = receivers["packets"]
+    packets, osc = receivers["packets"], receivers["osc"]
+    wait_until(lambda: len(packets) >= FRAMES and osc["apply"] >= FRAMES, timeout=10)  # the receivers drain
     assert len(packets) >= FRAMES * 0.9  # loopback UDP: nothing should be lost, allow a little
     decoded = [parse_llf(p) for p in packets]
     prev = None
@@ -71,7 +70,6 @@ def test_run_streams_sample_to_live_link_face_and_vmc(receivers, isolated_home):
     yaws = np.array([d[4][52] for d in decoded])
     assert yaws.max() - yaws.min() > 0.02
 
-    osc = receivers["osc"]
     assert osc["apply"] >= FRAMES * 0.9
     names = [n for n, _ in osc["names"]]
     assert set(names) == set(ARKIT_NAMES)
@@ -109,7 +107,8 @@ def test_unreadable_video_and_empty_folder(tmp_path, isolated_home):
     empty.mkdir()
     (empty / "notes.txt").write_text("no images here")
     for source, expected in ((bad, "cannot decode video"), (empty, "has no images")):
-        proc = subprocess.run(facebridge_cmd("run", "--source", str(source), "--max-frames", "2", "--vmc", "off"),
+        proc = subprocess.run(facebridge_cmd("run", "--source", str(source), "--max-frames", "2", "--vmc", "off",
+                                             "--monitor", "off"),  # another bridge may hold the monitor's port
                               env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=60)
         assert proc.returncode == 1
         assert expected in proc.stderr and "\n" not in proc.stderr.strip(), proc.stderr
@@ -119,19 +118,14 @@ def test_sigterm_ends_the_run_cleanly_and_keeps_the_recording(tmp_path, isolated
     """A service manager's SIGTERM stops the stream like Ctrl-C: sinks close, the take is complete."""
     import json
     import signal
-    import time
 
     take = tmp_path / "take"
     proc = subprocess.Popen(facebridge_cmd("run", "--source", "sample", "--llf", "off", "--vmc", "off", "--quiet",
                                            "--record", str(take)),
                             env=subprocess_env(isolated_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait until frames are being recorded
-        if (take / "frames.jsonl").exists() and (take / "frames.jsonl").stat().st_size > 0:
-            break
-        time.sleep(0.1)
-    time.sleep(0.5)
+    frames = take / "frames.jsonl"
+    wait_until(lambda: frames.exists() and frames.read_bytes().count(b"\n") >= 5, timeout=60)  # being recorded
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err

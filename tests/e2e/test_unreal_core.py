@@ -35,7 +35,7 @@ MISSING = _missing_tools()
 @pytest.fixture(scope="module")
 def core_build():
     if MISSING:
-        pytest.skip(f"C++ toolchain missing: apt-get install {MISSING} libprotobuf-dev (CI's .ci/run does)")
+        pytest.skip(f"C++ toolchain missing: apt-get install {MISSING} libprotobuf-dev (`make test` installs them)")
     subprocess.run(["cmake", "-S", str(CORE), "-B", str(BUILD)], check=True, capture_output=True, text=True)
     build = subprocess.run(["cmake", "--build", str(BUILD), "-j", "2"], capture_output=True, text=True)
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]

@@ -30,11 +30,17 @@ def test_the_choice_is_measured_once_stored_and_reused(tmp_path):
     assert EngineCache(tmp_path).clear() == 1 and not (tmp_path / "cpu-backends.json").exists()  # measure again
 
 
-def test_auto_says_which_backend_each_model_runs_on_and_why(tmp_path, capsys):
+def test_auto_says_which_backend_each_model_runs_on_and_why(tmp_path, capsys, caplog):
+    """Quiet by default (issue 21): the choice and every candidate's time are logged at INFO (`facebridge -v`);
+    printed is only one line the first time this machine's backends are timed."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="bridge.engines")
     create_session(find_model("emotion").path, "auto", cache_dir=tmp_path)
-    err = capsys.readouterr().err
-    line = next(s for s in err.splitlines() if s.startswith("engines: emotion: using "))
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("emotion: using "))
     assert " ms" in line and "litert" in line  # litert was not measured, and the line says why
+    printed = [s for s in capsys.readouterr().err.splitlines() if s.startswith("engines: ")]
+    assert all("emotion: using" not in s for s in printed) and len(printed) <= 1
 
 
 @pytest.mark.skipif(not check_available("openvino").ok, reason="openvino not installed")

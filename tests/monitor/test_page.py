@@ -26,8 +26,8 @@ def browser():
     sync_api = pytest.importorskip("playwright.sync_api", reason="the page test needs playwright (make test)")
     if not Path(CHROMIUM).exists():
         if os.environ.get("CI"):  # CI installs it (.ci/run): a skip there would hide a broken install
-            pytest.fail("CI has no /usr/bin/chromium: .ci/run must install Debian's chromium")
-        pytest.skip("the page test needs Debian's chromium (apt-get install chromium; .ci/run installs it)")
+            pytest.fail("CI has no /usr/bin/chromium: make test installs Debian's chromium (tools/system_packages.sh)")
+        pytest.skip("the page test needs Debian's chromium (apt-get install chromium; make test installs it as root)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

@@ -191,3 +191,54 @@ print("stopped", stats.sent, flush=True)
     meta = json.loads((take / "take.json").read_text())
     recorded = lines.read_text().splitlines()
     assert meta["complete"] is True and meta["frames"] == len(recorded) == int(out.split()[1]) > 0
+def test_max_frames_counts_frames_sent_not_frames_dropped():
+    """A live source whose stage is busy drops frames; --max-frames N still sends N."""
+    release = threading.Event()
+
+    def slow_until_released(frame: Frame) -> FaceFrame:
+        release.wait(5)
+        return describe(frame)
+
+    source, sink = CountingSource(10**6, SourceMode.LIVE, 0.001), ListSink()
+    runner = BridgeRunner(source, slow_until_released, [sink], max_frames=15, status=False)
+    done = threading.Thread(target=runner.run)
+    done.start()
+    while runner.stats.captured < 40:  # the stage holds one frame, its queue two: the rest are dropped
+        time.sleep(0.01)
+    release.set()
+    done.join(20)
+    snap = runner.stats.snapshot()
+    assert len(sink.seqs) == snap.sent == 15 and snap.dropped["capture"] >= 20
+    assert sink.seqs == sorted(sink.seqs)
+
+
+def test_lossless_keeps_every_frame_of_a_paced_source_and_stops_at_max_frames():
+    """A file being recorded runs paced but lossless: a slow stage makes the file wait instead of dropping."""
+    def slow(frame: Frame) -> FaceFrame:
+        time.sleep(0.003)
+        return describe(frame)
+
+    source, sink = CountingSource(100, SourceMode.PACED), ListSink()
+    assert source.mode is SourceMode.PACED
+    stats = BridgeRunner(source, slow, [sink], status=False, lossless=True, max_frames=40).run()
+    assert sink.seqs == list(range(40)) and stats.snapshot().dropped_total == 0 and stats.captured == 40
+
+
+def test_frames_a_source_skipped_are_counted_as_dropped_by_the_source():
+    class SkippingSource(CountingSource):
+        def read(self):
+            frame = super().read()
+            if frame is not None and frame.seq % 5 == 4:
+                self.skipped += 1  # e.g. an unreadable image in a folder
+            return frame
+
+    stats = BridgeRunner(SkippingSource(20, SourceMode.FAST), describe, [ListSink()], status=False).run()
+    assert stats.snapshot().dropped["source"] == 4
+
+
+def test_the_caller_shares_its_stats_with_the_runner():
+    from bridge.runtime.stats import RunStats
+
+    shared = RunStats()
+    runner = BridgeRunner(CountingSource(5, SourceMode.FAST), describe, [ListSink()], status=False, stats=shared)
+    assert runner.run() is shared and shared.sent == 5

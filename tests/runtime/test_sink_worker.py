@@ -7,7 +7,7 @@ import time
 
 from bridge.formats.livelinkface import decode_llf_packet
 from bridge.runtime.runner import BridgeRunner, sink_labels
-from bridge.runtime.session import summarise
+from bridge.runtime.summary import summarise
 from bridge.sinks.base import Sink
 from bridge.sinks.livelinkface import LiveLinkFaceSink
 from bridge.sources.base import SourceMode

@@ -1,5 +1,6 @@
 """RunStats: the one statistics object: cumulative histograms for the metrics, the sinks' counters, the output
-guard's and the swaps' counts, all read through one snapshot."""
+guard's and the swaps' counts, all read through one snapshot; every degradation the status line and the summary
+report (lip-sync outcomes by kind)."""
 from __future__ import annotations
 
 import time
@@ -55,3 +56,19 @@ def test_a_snapshot_carries_the_sinks_the_guard_the_swaps_and_readiness():
     snap = stats.snapshot()
     assert snap.models_loaded and 0 <= snap.since_last_sent_s < 5
     assert "guarded 1" in stats.status_line() and "release lipsync r7" in stats.status_line()
+
+
+def test_lip_sync_outcomes_are_counted_and_frames_after_the_audio_are_not_misses():
+    stats = RunStats()
+    for outcome in ["fused"] * 6 + ["late"] * 2 + ["none"] + ["ended"] * 5:
+        stats.lipsync_outcome(outcome)
+    snap = stats.snapshot()
+    assert snap.lipsync == {"fused": 6, "late": 2, "none": 1, "ended": 5}
+    assert snap.lipsync_frames == 9 and abs(snap.fused_ratio - 6 / 9) < 1e-9
+    assert "lip-sync  67%" in stats.status_line()
+
+
+def test_a_run_without_audio_shows_no_lip_sync_in_its_status_line():
+    stats = RunStats()
+    snap = stats.snapshot()
+    assert snap.lipsync == {} and snap.fused_ratio == 0.0 and "lip-sync" not in stats.status_line()

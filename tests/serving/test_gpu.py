@@ -251,3 +251,56 @@ def test_face_service_on_the_gpu_product_path_matches_the_cpu_service():
             assert np.abs(cpu.landmarks[:, :2] - gpu.landmarks[:, :2]).max() < 2.5
             assert np.abs(cpu.emotion - gpu.emotion).max() < 0.03
             assert np.abs(cpu.blendshapes - gpu.blendshapes).max() < 0.05
+
+
+@needs_torch_cuda
+def test_nvjpeg_on_the_serving_gpu_decodes_what_opencv_decodes():
+    import cv2
+
+    from bridge.engines.shipped import sample_frames
+    from bridge.serving.client import encode_jpeg
+    from bridge.serving.decode import JPEG, ImageDecoder
+
+    data = encode_jpeg(cv2.cvtColor(sample_frames(1)[0], cv2.COLOR_RGB2BGR))
+    decoder = ImageDecoder("cuda")
+    assert decoder.gpu_jpeg and decoder.name == "gpu (nvjpeg)"
+    frame, hw = decoder.decode(JPEG, data)
+    assert hw == (360, 480) and frame.is_cuda and tuple(frame.shape) == (360, 480, 3)
+    want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    diff = np.abs(frame.cpu().numpy().astype(int) - want.astype(int))
+    assert diff.mean() < 1.0 and diff.max() <= 16  # IDCT and chroma upsampling differ by a few levels
+
+
+@needs_torch_cuda
+def test_serve_with_torch_cuda_runners_gives_the_facebridge_run_frames():
+    """The product path on the GPU (compiled fp16 runners, captured passes, nvJPEG) over real gRPC against the
+    single-face pipeline on the same decoded frames; fp16 adds to the CPU tolerances of tests/e2e/test_serve.py."""
+    import cv2
+
+    from bridge.engines.shipped import sample_frames
+    from bridge.frame import Frame
+    from bridge.pipeline import FacePipeline
+    from bridge.runtime.serve import ServeConfig, build_server
+    from bridge.serving.client import TrackClient, encode_jpeg
+
+    jpegs = [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR)) for f in sample_frames(12, step=1)]
+    server = build_server(ServeConfig(grpc="127.0.0.1:0", runners="torch-cuda", max_streams=8))
+    try:
+        assert server.decoder.gpu_jpeg
+        client = TrackClient(server.address, deadline_ms=600_000)
+        served = []
+        for k, data in enumerate(jpegs):
+            client.send_encoded(data, seq=k, capture_time=1000 + k / 30, source_time=k / 30, media_time=k / 30)
+            served.append(client.results.get(timeout=300)[0])
+        client.close()
+    finally:
+        server.close()
+    pipeline = FacePipeline()
+    for k, (got, data) in enumerate(zip(served, jpegs)):
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        want = pipeline.process(Frame(image=image, seq=k, t_capture=1000 + k / 30, t_capture_mono=k / 30,
+                                      t_media=k / 30))
+        assert got.face_found and want.face_found
+        assert np.abs(got.head_rotation - want.head_rotation).max() < (3.0 if k < 6 else 1.5)
+        assert np.abs(got.blendshapes - want.blendshapes).max() < (0.2 if k < 6 else 0.08)
+        assert np.abs(got.emotion - want.emotion).max() < 0.05

@@ -26,8 +26,14 @@ def test_batched_face_tracker_finds_and_tracks_the_sample_face_on_cpu():
     h, w = frames.shape[1:3]
     assert bool(((points[..., 0] > 0) & (points[..., 0] < w) & (points[..., 1] > 0) & (points[..., 1] < h)).all())
     assert int(tracker.last_emotion.argmax(dim=1)[0]) == 3  # the astronaut smiles: "happy"
-    iris_center = tracker.last_iris[:, :, 0, :2]
-    assert bool(((iris_center > 16) & (iris_center < 48)).all())  # iris centred in its 64x64 eye crop
+    from bridge.mesh import EYE_CORNERS
+
+    iris_x = tracker.last_iris[:, :, 0, 0]  # frame pixels, ARKit's eye order (subject's left eye first)
+    for eye, (a, b) in enumerate(EYE_CORNERS):  # each iris lies between its own eye's corners
+        lo = torch.minimum(points[:, a, 0], points[:, b, 0])
+        hi = torch.maximum(points[:, a, 0], points[:, b, 0])
+        assert bool(((iris_x[:, eye] > lo) & (iris_x[:, eye] < hi)).all())
+    assert bool((iris_x[:, 0] > iris_x[:, 1]).all())  # the subject's left eye is on the image's right
     assert bool(((tracker.last_blendshapes >= -0.05) & (tracker.last_blendshapes <= 1.05)).all())
 
 

@@ -266,3 +266,33 @@ def test_malformed_frame_is_counted_not_raised(receiver):
     assert decode_llf_packet(receiver.recv(2048))["count"] == 61
     assert (sink.sent, sink.errors) == (1, 1)
     sink.close()
+
+
+def _listener(*args):
+    import subprocess
+    import sys
+
+    from tests.helpers import subprocess_env
+
+    return subprocess.run([sys.executable, "-m", "bridge.sinks.livelinkface", *args], env=subprocess_env(),
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("args, expected", [(["99999"], "port 99999 is out of range"),
+                                            (["abc"], "'abc' is not a port number")])
+def test_the_listener_refuses_a_bad_port_in_one_line(args, expected):
+    proc = _listener(*args)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("livelinkface: error:") and expected in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+
+
+def test_the_listener_says_when_its_port_is_busy():
+    busy = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    busy.bind(("127.0.0.1", 0))
+    try:
+        proc = _listener(str(busy.getsockname()[1]), "--seconds", "0.2")
+    finally:
+        busy.close()
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "cannot listen on 127.0.0.1:" in proc.stderr and "close Unreal" in proc.stderr

@@ -1,5 +1,6 @@
 """File sources never take the stream down: unreadable, special, oversized and non-UTF-8-named images, videos
-with a damaged region or a cut-off end, each skipped or read and said so."""
+with a damaged region or a cut-off end, each skipped or read and said so; a single photo (even renamed .mp4) is
+not a video; camera options are refused for files; --mirror flips every frame."""
 import os
 import struct
 import subprocess
@@ -148,3 +149,32 @@ def test_a_truncated_video_is_named_as_such_and_an_intact_one_says_nothing(tmp_p
     read = _read_all(cut)
     assert read < 100 and cut.missing_at_end == 120 - read
     assert f"{120 - read} of the 120 frames it states could not be read" in cut.report()
+@pytest.mark.parametrize("name, ext", [("photo.mp4", ".jpg"), ("photo.jpg", ".jpg"), ("still.png", ".png")])
+def test_a_single_image_given_as_a_video_is_refused_in_one_line(tmp_path, name, ext):
+    import cv2
+
+    from bridge.sources import open_source
+
+    ok, data = cv2.imencode(ext, np.full((64, 48, 3), 128, np.uint8))
+    (tmp_path / name).write_bytes(data.tobytes())  # a JPEG renamed .mp4 is still a JPEG
+    with pytest.raises(SourceError) as e:
+        open_source(str(tmp_path / name))
+    assert "is a single image, not a video" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_camera_options_are_refused_for_files():
+    from bridge.sources import open_source
+
+    with pytest.raises(SourceError, match="apply to a camera"):
+        open_source("sample", size=(1280, 720))
+    with pytest.raises(SourceError, match="apply to a camera"):
+        open_source("sample", fps=60.0)
+
+
+def test_mirror_flips_every_frame_left_to_right():
+    from bridge.sources import open_source
+
+    with open_source("sample", realtime=False) as plain, open_source("sample", realtime=False, mirror=True) as mirror:
+        for _ in range(3):
+            a, b = plain.read(), mirror.read()
+            assert np.array_equal(a.image[:, ::-1], b.image) and b.image.flags["C_CONTIGUOUS"]

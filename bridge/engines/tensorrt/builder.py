@@ -7,13 +7,17 @@ so the cache keys on them.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bridge.engines.base import EngineBuildError, EngineUnavailable
+from bridge.engines.native_output import native_stderr
 from bridge.engines.tensorrt.flavour import Flavour
+
+log = logging.getLogger(__name__)
 
 Profile = tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]]  # input name, min, opt, max
 
@@ -178,12 +182,16 @@ def build_plan(flavour: Flavour, onnx_bytes: bytes, spec: EngineSpec, *, model_p
     cache = _load_timing_cache(config, timing_cache)
     config.progress_monitor = _progress_monitor(trt, report)
     flavour.logger.take()
-    serialized = builder.build_serialized_network(network, config)
+    with native_stderr() as native:  # TensorRT prints some failures itself; they go into our error instead
+        serialized = builder.build_serialized_network(network, config)
+    for line in native:
+        log.debug("%s (native): %s", flavour.name, line)
     if serialized is None:
         errors = flavour.logger.errors() or ["no error text from TensorRT"]
+        said = f" ({native[-1].strip()[:160]})" if native else ""
         raise EngineBuildError(f"{flavour.name} could not build {model_path.name if model_path else 'the model'}: "
-                               f"{errors[-1][:300]}", "it still runs with --backend onnxruntime; "
-                                                       "report the model and TensorRT version")
+                               f"{errors[-1][:300]}{said}", "it still runs with --backend onnxruntime; "
+                                                            "report the model and TensorRT version")
     warnings = [m for m in flavour.logger.take() if m.startswith("WARNING")]
     if cache is not None and timing_cache is not None:
         _save_timing_cache(config, timing_cache, warnings)

@@ -5,6 +5,7 @@ agree on what "the same engine" means.
 """
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -23,6 +24,7 @@ from bridge.engines.tensorrt.builder import (
 )
 from bridge.engines.tensorrt.flavour import Flavour
 
+log = logging.getLogger(__name__)
 DEFAULT_AOT_TARGET = "sm86"  # RTX 30 series: the most common RTX card; pass --target for others
 
 
@@ -100,7 +102,9 @@ def prepare_engine(model: ShippedModel, flavour: Flavour, cache: EngineCache, sp
             raise
         # TensorRT-RTX 1.7 compiles refittable recurrent layers with CUDA even when building ahead of time;
         # without a GPU we build the fixed-weight engine (new adapter weights then mean a rebuild, not a refit).
-        report(f"refittable build of {model.name} needs a GPU here ({e.problem[:120]}); building it non-refittable")
+        report(f"{model.name}: {flavour.name} {flavour.version} builds refittable engines only on a GPU; building "
+               "it with fixed weights (a new adapter then means a rebuild, not a refit)")
+        log.debug("refittable build of %s failed: %s", model.name, e.problem)
         spec = replace(spec, refittable=())
         fields = key_fields(flavour, fields["onnx_sha256"], spec)
         hit = cache.get(model.name, fields)

@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -227,3 +228,105 @@ class ListSubjectsResponse(_message.Message):
     SUBJECTS_FIELD_NUMBER: _ClassVar[int]
     subjects: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, subjects: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ImageFrame(_message.Message):
+    __slots__ = ("encoding", "data", "width", "height", "seq", "capture_time", "source_time", "media_time", "frame_rate")
+    class Encoding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ENCODING_UNSPECIFIED: _ClassVar[ImageFrame.Encoding]
+        JPEG: _ClassVar[ImageFrame.Encoding]
+        RAW_RGB: _ClassVar[ImageFrame.Encoding]
+        RAW_BGR: _ClassVar[ImageFrame.Encoding]
+    ENCODING_UNSPECIFIED: ImageFrame.Encoding
+    JPEG: ImageFrame.Encoding
+    RAW_RGB: ImageFrame.Encoding
+    RAW_BGR: ImageFrame.Encoding
+    ENCODING_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    WIDTH_FIELD_NUMBER: _ClassVar[int]
+    HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    CAPTURE_TIME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_TIME_FIELD_NUMBER: _ClassVar[int]
+    MEDIA_TIME_FIELD_NUMBER: _ClassVar[int]
+    FRAME_RATE_FIELD_NUMBER: _ClassVar[int]
+    encoding: ImageFrame.Encoding
+    data: bytes
+    width: int
+    height: int
+    seq: int
+    capture_time: float
+    source_time: float
+    media_time: float
+    frame_rate: float
+    def __init__(self, encoding: _Optional[_Union[ImageFrame.Encoding, str]] = ..., data: _Optional[bytes] = ..., width: _Optional[int] = ..., height: _Optional[int] = ..., seq: _Optional[int] = ..., capture_time: _Optional[float] = ..., source_time: _Optional[float] = ..., media_time: _Optional[float] = ..., frame_rate: _Optional[float] = ...) -> None: ...
+
+class TrackRequest(_message.Message):
+    __slots__ = ("subject", "image", "deadline_ms")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    image: ImageFrame
+    deadline_ms: int
+    def __init__(self, subject: _Optional[str] = ..., image: _Optional[_Union[ImageFrame, _Mapping]] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
+
+class TrackResponse(_message.Message):
+    __slots__ = ("header", "frame", "received", "stale_dropped", "late_dropped", "bad_frames", "replica", "stream_slot")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    FRAME_FIELD_NUMBER: _ClassVar[int]
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    STALE_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    LATE_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    BAD_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    STREAM_SLOT_FIELD_NUMBER: _ClassVar[int]
+    header: StreamHeader
+    frame: Frame
+    received: int
+    stale_dropped: int
+    late_dropped: int
+    bad_frames: int
+    replica: str
+    stream_slot: int
+    def __init__(self, header: _Optional[_Union[StreamHeader, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., received: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., replica: _Optional[str] = ..., stream_slot: _Optional[int] = ...) -> None: ...
+
+class GetServeStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServeStatusResponse(_message.Message):
+    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    RUNNERS_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    FRAMES_SERVED_FIELD_NUMBER: _ClassVar[int]
+    STALE_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    LATE_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    BAD_FRAMES_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    PASSES_FIELD_NUMBER: _ClassVar[int]
+    MEAN_BATCH_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_P50_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_MS_P99_FIELD_NUMBER: _ClassVar[int]
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DECODER_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    runners: str
+    streams: int
+    max_streams: int
+    frames_received: int
+    frames_served: int
+    stale_dropped: int
+    late_dropped: int
+    bad_frames: int
+    streams_refused: int
+    passes: int
+    mean_batch: float
+    latency_ms_p50: float
+    latency_ms_p99: float
+    server_version: str
+    decoder: str
+    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ...) -> None: ...

@@ -232,3 +232,130 @@ class FaceBridgeService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class FaceServeServiceStub:
+    """Many remote face streams on one server (`facebridge serve`): one long-lived Track stream per face stream,
+    pinned to the server replica that accepted it for its whole life.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Track = channel.stream_stream(
+                '/facebridge.v1.FaceServeService/Track',
+                request_serializer=facebridge_dot_v1_dot_facebridge__pb2.TrackRequest.SerializeToString,
+                response_deserializer=facebridge_dot_v1_dot_facebridge__pb2.TrackResponse.FromString,
+                _registered_method=True)
+        self.GetServeStatus = channel.unary_unary(
+                '/facebridge.v1.FaceServeService/GetServeStatus',
+                request_serializer=facebridge_dot_v1_dot_facebridge__pb2.GetServeStatusRequest.SerializeToString,
+                response_deserializer=facebridge_dot_v1_dot_facebridge__pb2.GetServeStatusResponse.FromString,
+                _registered_method=True)
+
+
+class FaceServeServiceServicer:
+    """Many remote face streams on one server (`facebridge serve`): one long-lived Track stream per face stream,
+    pinned to the server replica that accepted it for its whole life.
+    """
+
+    def Track(self, request_iterator, context):
+        """Images in, FaceFrames out. The server answers with a StreamHeader first, then one Frame for each image it
+        served, in order. Latest wins: while the server is busy with this stream's previous image, a newer image
+        replaces the one waiting (counted in TrackResponse.stale_dropped); an image that waited longer than its
+        deadline is dropped (late_dropped). Both are also summed in Frame.dropped_frames. A server at its stream
+        limit refuses the stream with RESOURCE_EXHAUSTED; a bad image is counted (bad_frames), never fatal.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetServeStatus(self, request, context):
+        """Streams, limits and counters of this server replica.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_FaceServeServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Track': grpc.stream_stream_rpc_method_handler(
+                    servicer.Track,
+                    request_deserializer=facebridge_dot_v1_dot_facebridge__pb2.TrackRequest.FromString,
+                    response_serializer=facebridge_dot_v1_dot_facebridge__pb2.TrackResponse.SerializeToString,
+            ),
+            'GetServeStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetServeStatus,
+                    request_deserializer=facebridge_dot_v1_dot_facebridge__pb2.GetServeStatusRequest.FromString,
+                    response_serializer=facebridge_dot_v1_dot_facebridge__pb2.GetServeStatusResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'facebridge.v1.FaceServeService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('facebridge.v1.FaceServeService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class FaceServeService:
+    """Many remote face streams on one server (`facebridge serve`): one long-lived Track stream per face stream,
+    pinned to the server replica that accepted it for its whole life.
+    """
+
+    @staticmethod
+    def Track(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/facebridge.v1.FaceServeService/Track',
+            facebridge_dot_v1_dot_facebridge__pb2.TrackRequest.SerializeToString,
+            facebridge_dot_v1_dot_facebridge__pb2.TrackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetServeStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/facebridge.v1.FaceServeService/GetServeStatus',
+            facebridge_dot_v1_dot_facebridge__pb2.GetServeStatusRequest.SerializeToString,
+            facebridge_dot_v1_dot_facebridge__pb2.GetServeStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,0 +1,332 @@
+"""`facebridge bench serve`: `facebridge serve` end to end over real gRPC on 127.0.0.1, sustained per stream count.
+
+The server runs as its own process (or Ray Serve replicas, `--ray-replicas`); client processes (grpc.aio, many
+streams each) send the sample's frames as JPEG at `--fps` per stream, one long-lived Track stream each, and time
+every FaceFrame from send to receipt on the machine's one monotonic clock. Per stream count: the streams whose
+p99 stays within the limit (20 ms), the drops the server reported (stale, late) and the frames never answered,
+the share of each stream's measured frames that were served (a stream counts as within the limit only with
+MIN_SERVED_SHARE of them: latest wins keeps late answers out, not missing ones), the server's CPU per frame
+(its processes' user + system time over the frames served: on GPU runners that is the
+ingress, decode, describe and reply; on CPU runners it includes the inference), the client's, and the server-side
+stage medians (decode, wait, track, describe) that the FaceFrames carry. Frames are encoded once up front, as a
+camera's hardware encoder would; `encode_ms` says what a software encode costs here.
+"""
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import re
+import resource
+import threading
+import time
+
+import numpy as np
+
+from bridge.bench.common import percentiles, reporter
+from bridge.fsutil import atomic_write_json
+
+P99_LIMIT_MS = 20.0
+# a stream counts as served within the limit only when it also got this share of its measured frames: latest
+# wins keeps an overloaded server's answers fresh, so p99 alone would pass a stream served a frame in ten
+MIN_SERVED_SHARE = 0.95
+_STARTED: list = []  # every server process this bench started (they run in their own sessions)
+say = reporter("serve")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--streams", default="1,2,4,8", help="stream counts to run, comma-separated (default 1,2,4,8)")
+    p.add_argument("--seconds", type=float, default=30.0, help="sustained seconds per stream count (default 30)")
+    p.add_argument("--warmup", type=float, default=3.0, help="seconds at the start of each count not measured")
+    p.add_argument("--fps", type=float, default=30.0, help="frames per second per stream (default 30)")
+    p.add_argument("--runners", default="cpu", choices=["cpu", "torch-cuda", "onnxruntime-cuda"])
+    p.add_argument("--client-processes", type=int, default=1, help="client processes sharing the streams")
+    p.add_argument("--ray-replicas", type=int, default=0, help="serve on this many Ray Serve replicas")
+    p.add_argument("--server-processes", type=int, default=1,
+                   help="without Ray: this many plain `facebridge serve` processes on the same GPU(s), one port each, "
+                        "streams spread over them as direct ingress spreads them over replicas (default 1)")
+    p.add_argument("--ray-gpus-per-replica", type=float, default=None,
+                   help="GPU share of each replica (default 1 with GPU runners: one replica per GPU)")
+    p.add_argument("--address", default=None,
+                   help="bench an already running server (HOST:PORT, comma-separated for several replicas)")
+    p.add_argument("--kill-replica-at", type=float, default=None, metavar="S",
+                   help="with --ray-replicas: kill the first replica's process S seconds into each trial (its "
+                        "streams reconnect to the others; counted in reconnects)")
+    p.add_argument("--quality", type=int, default=80, help="JPEG quality (default 80)")
+    p.add_argument("--deadline-ms", type=float, default=100.0, help="the server's per-frame deadline")
+
+
+def _cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds of each process still alive (a killed replica drops out of the sum)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            out[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, measure_from, deadline_ms):
+    """One face stream for the whole trial; when its call breaks (a replica killed) it reconnects to the next
+    address and goes on. `moved` counts replica changes inside one call: it must stay 0."""
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+
+    out = {"sent": 0, "served": 0, "sent_measured": 0, "latency_ms": [], "replica": "", "stale": 0, "late": 0, "bad": 0,
+           "stages": {"decode": [], "wait": [], "track": [], "describe": [], "server": []}, "error": None,
+           "reconnects": 0, "moved": 0, "replicas": []}
+    loop = asyncio.get_running_loop()
+    k, which = 0, stream_id % len(channels)
+    totals = {"stale": 0, "late": 0, "bad": 0}
+    while loop.time() < end:
+        call = pb_grpc.FaceServeServiceStub(channels[which]).Track()
+        replica = None
+
+        async def writer():
+            nonlocal k
+            while (t := start + k / fps) < end:
+                await asyncio.sleep(max(0.0, t - loop.time()))
+                image = pb.ImageFrame(encoding=pb.ImageFrame.JPEG, data=jpegs[(stream_id + k) % len(jpegs)], seq=k,
+                                      capture_time=time.time(), source_time=time.perf_counter(),
+                                      media_time=k / fps, frame_rate=fps)
+                await call.write(pb.TrackRequest(subject=f"bench{stream_id}", image=image, deadline_ms=deadline_ms))
+                out["sent"] += 1
+                out["sent_measured"] += image.source_time >= measure_from
+                k += 1
+            await call.done_writing()
+
+        async def reader():
+            nonlocal replica
+            async for response in call:
+                if replica is None:
+                    replica = response.replica
+                    out["replicas"].append(replica)
+                elif response.replica != replica:
+                    out["moved"] += 1
+                out["replica"] = response.replica
+                out["stale"] = totals["stale"] + response.stale_dropped
+                out["late"] = totals["late"] + response.late_dropped
+                out["bad"] = totals["bad"] + response.bad_frames
+                if response.WhichOneof("part") != "frame":
+                    continue
+                out["served"] += 1
+                frame = response.frame
+                if frame.source_time >= measure_from:
+                    out["latency_ms"].append((time.perf_counter() - frame.source_time) * 1000.0)
+                    for stage, values in out["stages"].items():
+                        values.append(frame.latencies_ms.get(stage, 0.0))
+
+        try:
+            await asyncio.gather(writer(), reader())
+            break
+        except Exception as e:  # noqa: BLE001 - a refused or broken stream is reported and reconnects
+            code = getattr(e, "code", None)
+            out["error"] = f"{code().name}: {e.details()}"[:200] if callable(code) else str(e).splitlines()[0][:200]
+            totals.update(stale=out["stale"], late=out["late"], bad=out["bad"])
+            call.cancel()
+            out["reconnects"] += 1
+            which = (which + 1) % len(channels)
+            await asyncio.sleep(0.5)
+    return out
+
+
+def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results):
+    import grpc
+
+    async def main():
+        channels = {a: grpc.aio.insecure_channel(a) for a in addresses}
+        loop = asyncio.get_running_loop()
+        start = loop.time() + max(0.0, t0 - time.perf_counter())  # every process starts the same instant
+        end = start + seconds
+        measure_from = t0 + warmup
+        ordered = [channels[a] for a in addresses]
+        tasks = [_one_stream(ordered, s, jpegs, fps, start, end, measure_from, deadline_ms) for s in stream_ids]
+        streams = await asyncio.gather(*tasks)
+        for c in channels.values():
+            await c.close()
+        return streams
+
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    streams = asyncio.run(main())
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    results.put({"streams": streams, "cpu_s": cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime})
+
+
+def _trial(n: int, addresses, pids, jpegs, args) -> dict:
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    groups = [list(range(i, n, args.client_processes)) for i in range(min(args.client_processes, n))]
+    t0 = time.perf_counter() + 3.0  # time for the processes to start
+    procs = [ctx.Process(target=_client_process, args=(addresses, ids, jpegs, args.fps, args.seconds, args.warmup,
+                                                       int(args.deadline_ms), t0, results)) for ids in groups]
+    for p in procs:
+        p.start()
+    time.sleep(max(0.0, t0 + args.warmup - time.perf_counter()))
+    cpu_start = _cpu_seconds(pids)
+    killed = None
+    if args.kill_replica_at is not None and len(pids) > 1:
+        import signal
+        import threading
+
+        def kill():
+            nonlocal killed
+            killed = pids[1]
+            try:
+                os.kill(killed, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        threading.Timer(max(0.0, t0 + args.kill_replica_at - time.perf_counter()), kill).start()
+    collected = [results.get(timeout=args.seconds + 300) for _ in procs]
+    cpu_end = _cpu_seconds(pids)
+    server_cpu_s = sum(cpu_end[p] - cpu_start[p] for p in cpu_end if p in cpu_start)
+    for p in procs:
+        p.join(30)
+    streams = [s for c in collected for s in c["streams"]]
+    p99s = [percentiles(s["latency_ms"], (99,))[0] for s in streams]
+    shares = [len(s["latency_ms"]) / s["sent_measured"] if s["sent_measured"] else 0.0 for s in streams]
+    served_measured = sum(len(s["latency_ms"]) for s in streams)
+    all_latency = [v for s in streams for v in s["latency_ms"]]
+    stages = {k: percentiles([v for s in streams for v in s["stages"][k]], (50,))[0] for k in streams[0]["stages"]}
+    sent, served = sum(s["sent"] for s in streams), sum(s["served"] for s in streams)
+    stale, late, bad = (sum(s[k] for s in streams) for k in ("stale", "late", "bad"))
+    measured_s = args.seconds - args.warmup
+    return {
+        "streams": n, "fps_per_stream": args.fps, "seconds": args.seconds,
+        "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
+                                        if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
+        "streams_p99_within_limit_any_share": sum(1 for p in p99s if p is not None and p <= P99_LIMIT_MS),
+        "served_share": dict(zip(("min", "p50"), (round(min(shares), 4), round(float(np.median(shares)), 4)))),
+        "latency_ms": dict(zip(("p50", "p99", "max"), percentiles(all_latency, (50, 99, 100)))),
+        "worst_stream_p99_ms": max((p for p in p99s if p is not None), default=None),
+        "frames_sent": sent, "frames_served": served, "dropped_stale": stale, "dropped_late": late,
+        "bad_frames": bad, "unanswered": sent - served - stale - late - bad,
+        "served_per_s": round(served_measured / measured_s, 1) if measured_s > 0 else None,
+        "server_cpu_ms_per_frame": round(server_cpu_s * 1000.0 / served_measured, 3)
+        if served_measured and pids else None,
+        "client_cpu_ms_per_frame": round(sum(c["cpu_s"] for c in collected) * 1000.0 / max(served, 1), 3),
+        "server_stage_ms_p50": stages, "replicas": sorted({s["replica"] for s in streams}),
+        "streams_per_replica": {r: sum(1 for s in streams if s["replicas"][:1] == [r])
+                                for r in sorted({s["replicas"][0] for s in streams if s["replicas"]})},
+        "replica_moves_within_a_stream": sum(s["moved"] for s in streams),
+        "reconnects": sum(s["reconnects"] for s in streams), "killed_pid": killed,
+        "errors": sorted({s["error"] for s in streams if s["error"]}),
+    }
+
+
+def _start_servers(args, max_streams: int):
+    """`--server-processes` plain `facebridge serve` processes (or one that starts Ray replicas), started side
+    by side: (processes, addresses, server pids)."""
+    count = 1 if args.ray_replicas else max(1, args.server_processes)
+    share = -(-max_streams // count)  # each takes its share of the streams (round-robin over the addresses)
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(count) as pool:  # models load and compile in parallel
+        started = list(pool.map(lambda i: _start_server(args, share, tag=f"[{i}] " if count > 1 else ""),
+                                range(count)))
+    return ([p for p, _, _ in started], [a for _, addrs, _ in started for a in addrs],
+            [pid for _, _, pids in started for pid in pids])
+
+
+def _start_server(args, max_streams: int, tag: str = ""):
+    """A `facebridge serve` process (or Ray replicas): (process, addresses, server pids)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "bridge.cli", "serve", "--quiet", "--grpc", "127.0.0.1:0" if not args.ray_replicas
+           else "127.0.0.1:50461", "--runners", args.runners, "--max-streams", str(max_streams),
+           "--deadline-ms", str(args.deadline_ms), "--prewarm", "480x360"]  # the sample's size
+    if args.ray_replicas:
+        cmd += ["--ray-replicas", str(args.ray_replicas)]
+        if args.ray_gpus_per_replica is not None:
+            cmd += ["--ray-gpus-per-replica", str(args.ray_gpus_per_replica)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    _STARTED.append(proc)  # stopped at the end of run() even when it is cut short while they start
+    addresses, pids = [], [proc.pid]
+    for line in proc.stdout:
+        say(tag + line.rstrip())
+        pids += [int(p) for p in re.findall(r"pid (\d+)", line)]
+        if "listening on" in line:
+            addresses = re.findall(r"\d+\.\d+\.\d+\.\d+:\d+", line.split("listening on", 1)[1])
+            break
+    if not addresses:
+        raise RuntimeError(f"facebridge serve did not start (exit {proc.poll()})")
+    threading.Thread(target=lambda: [say(tag + x.rstrip()) for x in proc.stdout], daemon=True).start()
+    return proc, addresses, pids
+
+
+def run(args) -> dict:
+    import cv2
+
+    from bridge.engines.shipped import sample_frames
+    from bridge.serving.client import encode_jpeg
+
+    counts = [int(x) for x in args.streams.split(",") if x.strip()]
+    clip = [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in sample_frames(60, step=1)]
+    t = time.perf_counter()
+    jpegs = [encode_jpeg(f, args.quality) for f in clip]
+    encode_ms = (time.perf_counter() - t) * 1000.0 / len(clip)
+    import signal
+
+    def stop_on_sigterm(*_):  # a time limit's SIGTERM still stops the servers (they run in their own sessions)
+        raise SystemExit(143)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop_on_sigterm)
+    procs, addresses, pids, trials = [], args.address.split(",") if args.address else [], [], []
+
+    def results() -> dict:
+        best = max((t["streams"] for t in trials if t["streams_within_p99_limit"] == t["streams"]), default=0)
+        return {"runners": args.runners, "ray_replicas": args.ray_replicas, "server_processes": len(procs),
+                "addresses": addresses, "gpu": _gpu_name(args.runners), "frame_size": list(clip[0].shape[1::-1]),
+                "jpeg_bytes_mean": int(np.mean([len(j) for j in jpegs])), "jpeg_quality": args.quality,
+                "encode_ms": round(encode_ms, 3), "p99_limit_ms": P99_LIMIT_MS, "min_served_share": MIN_SERVED_SHARE,
+                "most_streams_all_within_limit": best, "trials": trials}
+
+    try:
+        if not args.address:
+            procs, addresses, pids = _start_servers(args, max(counts))
+        for n in counts:
+            say(f"{n} streams x {args.fps:g} fps for {args.seconds:g} s ...")
+            trial = _trial(n, addresses, pids, jpegs, args)
+            say(f"{n} streams: p99 {trial['latency_ms']['p99']} ms, {trial['streams_within_p99_limit']} within "
+                f"{P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
+                f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
+                f"late, server {trial['server_cpu_ms_per_frame']} ms CPU a frame")
+            trials.append(trial)
+            if args.json:  # every count on disk as it ends: a run cut short keeps what it measured
+                atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})
+    finally:
+        _stop_all()
+    return results()
+
+
+def _stop_all(grace_s: float = 15.0) -> None:
+    """SIGTERM to every server this bench started, at once; what has not ended within `grace_s` is killed with
+    its process group."""
+    import signal
+
+    procs = [p for p in _STARTED if p.poll() is None]
+    _STARTED.clear()
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    end = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, end - time.monotonic()))
+        except Exception:  # noqa: BLE001 - a server that does not stop is killed with its process group
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def _gpu_name(runners: str) -> str | None:
+    if runners == "cpu":
+        return None
+    from bridge.engines.gpu import probe_gpu
+
+    gpu = probe_gpu().gpu
+    return getattr(gpu, "name", None) or (str(gpu) if gpu is not None else None)

@@ -1,0 +1,82 @@
+"""`facebridge serve`: many remote face streams on one batched tracker, or on Ray Serve replicas (one per GPU).
+Argument parsing only: the server is bridge/runtime/serve.py, the scale-out bridge/runtime/ray_serve.py."""
+from __future__ import annotations
+
+DEFAULT_SERVE = "127.0.0.1:50061"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "serve", help="serve many remote face streams (frames in, FaceFrames out) on this machine's GPU",
+        description="Serve the facebridge.v1.FaceServeService Track stream: clients (`facebridge run --remote`) "
+                    "send camera images, each gets its own full FaceFrame stream back. Latest wins per stream: "
+                    "stale images are dropped and reported to their client.")
+    p.add_argument("--grpc", default=DEFAULT_SERVE, metavar="HOST:PORT",
+                   help=f"where to listen (default {DEFAULT_SERVE}); beyond 127.0.0.1 needs --grpc-token. With "
+                        "--ray-replicas, replica i listens on PORT+i")
+    p.add_argument("--runners", choices=["cpu", "torch-cuda", "onnxruntime-cuda"], default="cpu",
+                   help="the batched models: cpu (ONNX Runtime on the CPU, any machine), torch-cuda (compiled, "
+                        "fp16, whole passes as CUDA graphs: the fastest) or onnxruntime-cuda")
+    p.add_argument("--max-streams", type=int, default=16, metavar="N",
+                   help="face streams served at once (per replica); more are refused (default 16)")
+    p.add_argument("--deadline-ms", type=float, default=100.0, metavar="MS",
+                   help="drop an image that waited longer than this (default 100; a client may ask for less)")
+    p.add_argument("--prewarm", default="", metavar="WxH[,WxH]",
+                   help="build the batched service for these frame sizes at start (GPU: compile and capture before "
+                        "the first client), e.g. 640x480,480x360")
+    p.add_argument("--threads", type=int, default=1, metavar="N", help="CPU runners: threads per model (default 1)")
+    p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token clients must send")
+    p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate")
+    p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key")
+    p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filters")
+    p.add_argument("--no-calibration", action="store_true", help="ignore stored calibration profiles")
+    p.add_argument("--fp32", action="store_true", help="GPU runners: full precision instead of fp16")
+    p.add_argument("--ray-replicas", type=int, default=0, metavar="N",
+                   help="scale out on Ray Serve: N replicas (one per GPU with GPU runners), each with its own "
+                        "port (direct ingress); 0 (default) serves in this process")
+    p.add_argument("--ray-address", metavar="ADDR",
+                   help="join this Ray cluster (many machines) instead of starting a local head on 127.0.0.1")
+    p.add_argument("--ray-dir", metavar="DIR", default=None,
+                   help="where a local Ray head keeps its temporary files and token (default: a new temp dir)")
+    p.add_argument("--ray-gpus-per-replica", type=float, default=None, metavar="G",
+                   help="GPU share of each replica (default 1 with GPU runners: one replica per GPU; 0.25 puts four "
+                        "replicas, four processes of host work, on one GPU)")
+    p.add_argument("--haproxy-config", metavar="FILE",
+                   help="with --ray-replicas: also write an HAProxy config that spreads streams over the replicas")
+    p.add_argument("--quiet", action="store_true", help="no status line every 5 s")
+    p.set_defaults(func=run)
+
+
+def _sizes(text: str) -> tuple[tuple[int, int], ...]:
+    from bridge.errors import FaceBridgeError
+
+    sizes = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        w, _, h = part.lower().partition("x")
+        if not (w.isdigit() and h.isdigit()) or min(int(w), int(h)) < 32:
+            raise FaceBridgeError(f"--prewarm size {part!r} is not WIDTHxHEIGHT", "write e.g. --prewarm 640x480")
+        sizes.append((int(h), int(w)))
+    return tuple(sizes)
+
+
+def serve_config(args):
+    from bridge.runtime.serve import ServeConfig
+
+    return ServeConfig(grpc=args.grpc, runners=args.runners, max_streams=args.max_streams,
+                       deadline_ms=args.deadline_ms, token=args.grpc_token, tls_cert=args.grpc_tls_cert,
+                       tls_key=args.grpc_tls_key, threads=args.threads, smoothing=not args.no_smoothing,
+                       calibration=not args.no_calibration, fp16=not args.fp32,
+                       prewarm=_sizes(args.prewarm))
+
+
+def run(args) -> int:
+    config = serve_config(args)
+    if args.ray_replicas:
+        from bridge.runtime.ray_serve import serve_on_ray
+
+        return serve_on_ray(config, args.ray_replicas, address=args.ray_address, work_dir=args.ray_dir,
+                            haproxy_config=args.haproxy_config, status=not args.quiet,
+                            gpus_per_replica=args.ray_gpus_per_replica)
+    from bridge.runtime.serve import serve
+
+    return serve(config, status=not args.quiet)

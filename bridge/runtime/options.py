@@ -1,0 +1,136 @@
+"""Run options: what `facebridge run` was asked to do (RunConfig, OutputConfig), and the checks made before
+anything opens: output addresses turned off, several Live Link Face targets, a subject name Unreal can show, the
+update store to follow, a local lip-sync adapter and its hash. Each refusal is one line naming the option and the
+fix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bridge.errors import FaceBridgeError, SinkError
+from bridge.pipeline import PipelineOptions
+
+DEFAULT_MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
+
+OFF = ("off", "none", "no", "")
+
+
+def address_or_off(text: str | None) -> str | None:
+    """An output address as given, or None when the user turned it off ('off', 'none', 'no')."""
+    return None if text is None or text.strip().lower() in OFF else text
+
+
+def llf_targets(texts: list[str] | tuple[str, ...] | str | None, default: str) -> tuple[str, ...]:
+    """Live Link Face targets from one or more --llf options: () when turned off, the default when none given.
+    A target named twice, or 'off' beside an address, is refused (one editor would get every frame twice)."""
+    if texts is None:
+        return (default,)
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    addresses = [t.strip() for t in texts if address_or_off(t) is not None]
+    if addresses and len(addresses) < len(texts):
+        raise FaceBridgeError("--llf off was given together with an address", "give either --llf off or addresses")
+    seen = set()
+    for address in addresses:
+        if address in seen:
+            raise FaceBridgeError(f"--llf {address} is given twice", "name each Live Link Face target once")
+        seen.add(address)
+    return tuple(addresses)
+
+
+def check_subject(subject: str) -> str:
+    """The --subject name, or a one-line error when Unreal could not show it (empty, over 64 UTF-8 bytes,
+    control characters): refused at start rather than failing every packet."""
+    from bridge.formats.livelinkface import check_subject as llf_check
+
+    try:
+        llf_check(subject)
+    except SinkError as e:
+        raise FaceBridgeError(f"--subject {subject!r}: {e.problem.removeprefix('Live Link Face: ')}", e.fix) from None
+    return subject
+
+
+def update_state_dir(spec: str | None) -> Path | None:
+    """The update store a run follows: None when off, or "auto" and this user has none (nothing installed yet)."""
+    if spec is None:
+        return None
+    if spec != "auto":
+        path = Path(spec)
+        if not path.is_dir():
+            raise FaceBridgeError(f"update state directory {path} does not exist",
+                                  "install a release first (`fedagent update install --state DIR`), or drop --updates")
+        return path
+    from bridge.updates.store import default_state_dir
+
+    path = default_state_dir()
+    return path if (path / "state.json").is_file() else None
+
+
+def checked_adapter(path: str, sha256: str | None) -> dict:
+    """A local lip-sync adapter trial: its file hash must match what the user gave, its tensors must fit."""
+    from bridge.audio.lipsync import load_adapter
+    from bridge.models import sha256_file
+
+    if not sha256 or len(sha256) < 12:
+        raise FaceBridgeError("--adapter needs --adapter-sha256 (at least 12 hex digits of the file's sha256)",
+                              f"run `sha256sum {path}` and pass what it prints")
+    try:
+        digest = sha256_file(Path(path))
+    except OSError as e:
+        raise FaceBridgeError(f"cannot read adapter {path} ({e.strerror})",
+                              "check the path given to --adapter") from None
+    if not digest.startswith(sha256.lower()):
+        raise FaceBridgeError(f"adapter {path} has sha256 {digest[:16]}…, not {sha256[:16]}…",
+                              "the file changed since its hash was taken; use the file you meant")
+    return load_adapter(path)
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """Where frames go. An address of None means that output is off."""
+
+    llf: tuple[str, ...] = ("127.0.0.1:11111",)  # Live Link Face (Unreal) UDP targets; () = off
+    llf_subject: str | None = None  # send under this subject instead of the frame's (replay --subject)
+    vmc: str | None = "127.0.0.1:39539"  # VMC/OSC receiver
+    vmc_bundle: bool = True
+    vmc_expressions: tuple[str, ...] = ("arkit",)
+    vmc_eye_bones: bool = False
+    record: str | None = None  # take directory
+    grpc: str | None = None  # HOST:PORT of the gRPC server
+    grpc_token: str | None = None
+    grpc_tls_cert: str | None = None
+    grpc_tls_key: str | None = None
+    subjects: tuple[str, ...] = ()  # with several faces (--faces N): one VMC target each (runtime/faces.py)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything `facebridge run` was asked to do (built by bridge/commands/run.py from its arguments)."""
+
+    source: str | None = None  # --source spec; None: camera 0 if there is one, else the sample
+    fast: bool = False  # read file sources as fast as possible (every frame kept) instead of at their rate
+    camera_size: tuple[int, int] | None = None  # (width, height) pixels asked of a camera
+    camera_fps: float | None = None  # frames per second asked of a camera
+    mirror: bool = False  # process a mirror image: the avatar moves like the subject's reflection
+    max_frames: int | None = None  # frames sent (dropped frames do not count)
+    subject: str = "FaceBridge"  # with faces > 1: comma-separated names, one per face (bridge/multiface.py)
+    faces: int = 1  # --faces N: track up to N faces, each its own subject
+    pipeline: PipelineOptions = field(default_factory=PipelineOptions)
+    stages: str = "auto"  # inference threads: "auto", "1" or "2"
+    audio: str | None = None  # mic | mic:N | sample | FILE
+    audio_only: bool = False
+    learn: str | None = None  # --learn: store learning windows in this folder ("" = the default store); None: off
+    learn_audio: bool = False  # --learn-keep-audio: also keep the raw 16 kHz audio of each window
+    calibration: bool = True  # apply the subject's stored calibration profile
+    status_line: bool = True
+    outputs: OutputConfig = field(default_factory=OutputConfig)
+    updates: str | None = "auto"  # update store to follow live: a directory, "auto" (the per-user one when it
+    # exists) or None (off)
+    adapter: str | None = None  # a lip-sync adapter (.npz) to try locally instead of the installed one
+    adapter_sha256: str | None = None  # its sha256 (or a prefix of at least 12 hex digits), checked before use
+    monitor: str | None = DEFAULT_MONITOR  # HOST:PORT of the monitor page and metrics; None: off
+    monitor_token: str | None = None  # needed to serve the monitor beyond 127.0.0.1
+    takes_dir: str = "takes"  # where takes started from the monitor page go (one new directory each)
+    remote: str | None = None  # HOST:PORT of a `facebridge serve` that tracks instead of this machine
+    remote_token: str | None = None
+    remote_tls_ca: str | None = None  # the server's CA certificate (PEM) for TLS

@@ -1,0 +1,80 @@
+"""RemotePipeline: `facebridge run --remote HOST:PORT` tracks on a `facebridge serve` box instead of this machine.
+
+It stands where FacePipeline stands in the runner: `process(frame)` sends the frame (JPEG) on one long-lived Track
+stream and returns the FaceFrame the server sends back, which then goes to the local sinks like any other. One
+frame is in flight at a time, so the runner's latest-wins queue in front of it keeps the newest camera frame next
+(a laptop without a GPU never builds a backlog); a frame the server dropped, or one that takes longer than
+`timeout_s`, is counted as a bad frame and the stream goes on.
+"""
+from __future__ import annotations
+
+import queue
+import time
+
+from bridge.errors import FaceBridgeError
+from bridge.frame import FaceFrame, Frame
+
+
+class RemoteFrameLost(FaceBridgeError):
+    """The server dropped this frame or did not answer in time (counted, the stream goes on)."""
+
+
+class RemotePipeline:
+    def __init__(self, address: str, subject: str = "FaceBridge", token: str | None = None,
+                 tls_ca: str | None = None, encoding: str = "jpeg", timeout_s: float = 5.0) -> None:
+        from bridge.serving.client import TrackClient
+
+        self.address = address
+        self.encoding = encoding
+        self.timeout_s = timeout_s
+        self.model_versions: dict[str, str] = {}
+        import grpc
+
+        from bridge.serving.client import open_channel
+
+        channel = open_channel(address, tls_ca)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            channel.close()
+            raise FaceBridgeError(f"cannot reach facebridge serve at {address}",
+                                  "start `facebridge serve` there (beyond 127.0.0.1 with --grpc-token), or fix "
+                                  "--remote HOST:PORT") from None
+        self._client = TrackClient(address, subject=subject, token=token, channel=channel)
+        self._channel = channel
+        self.backend_name = f"remote {address}"
+
+    @property
+    def replica(self) -> str:
+        return self._client.report.replica
+
+    def process(self, frame: Frame) -> FaceFrame:
+        client = self._client
+        if client.error is not None:
+            raise FaceBridgeError(f"facebridge serve on {self.address} ended the stream: "
+                                  f"{client.error.code().name}: {client.error.details()}",
+                                  "check the server's address, token and --max-streams, then run again")
+        client.send_frame(frame, encoding=self.encoding)
+        end = time.perf_counter() + self.timeout_s
+        while (left := end - time.perf_counter()) > 0:
+            try:
+                item = client.results.get(timeout=left)
+            except queue.Empty:
+                break
+            if item is None:  # the stream ended
+                client.results.put(None)
+                raise FaceBridgeError(f"facebridge serve on {self.address} closed the stream",
+                                      "is the server still running? start it again and rerun")
+            face, _dropped, _replica = item
+            if face is None:
+                raise RemoteFrameLost(f"the server dropped frame {frame.seq} (it waited past its deadline)",
+                                      "the server is overloaded; add replicas or lower --max-streams")
+            if face.seq >= frame.seq:
+                self.model_versions = face.model_versions
+                return face
+        raise RemoteFrameLost(f"no answer for frame {frame.seq} within {self.timeout_s:.0f} s",
+                              f"is facebridge serve on {self.address} overloaded or gone?")
+
+    def close(self) -> None:
+        self._client.close()
+        self._channel.close()

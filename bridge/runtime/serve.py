@@ -1,0 +1,160 @@
+"""The composition root of `facebridge serve`: batched runners, one batched service per frame size, the stream
+table, each stream's describer and the gRPC front end, built here and nowhere else (also inside each Ray Serve
+replica, which calls `build_server`).
+
+The describer is the single-face pipeline's own describe step (bridge/stages/describe.py) over what the batched
+tracker measured, so a remote stream gets the FaceFrame that `facebridge run` gives for the same frames. It is
+injected into serving/, which never imports the stages.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from bridge.errors import FaceBridgeError
+
+log = logging.getLogger(__name__)
+
+RUNNER_KINDS = {"cpu": "onnxruntime", "torch-cuda": "torch-cuda", "onnxruntime-cuda": "onnxruntime-cuda"}
+# GPU batch buckets (as `facebridge bench engines` measured them): a pass runs the next bucket up, so steps of about
+# 1.25x keep the padding waste under 25 %
+GPU_BUCKETS = (1, 8, 32, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048,
+               2560, 3072, 4096)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Everything `facebridge serve` was asked to do (built by bridge/commands/serve.py from its arguments)."""
+
+    grpc: str = "127.0.0.1:50061"  # HOST:PORT the Track service listens on
+    runners: str = "cpu"  # cpu | torch-cuda | onnxruntime-cuda
+    max_streams: int = 16
+    deadline_ms: float = 100.0  # an image waiting longer than this is dropped as late
+    token: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    replica: str | None = None  # name in reports (default: the address)
+    threads: int = 1  # CPU runners: inference threads per model
+    smoothing: bool = True
+    calibration: bool = True  # apply a stored calibration profile per subject, as `run` does
+    fp16: bool = True  # GPU runners: half precision (channels_last, compiled)
+    graphs: bool = True  # torch-cuda: capture whole passes as CUDA graphs
+    prewarm: tuple[tuple[int, int], ...] = ()  # (height, width) frame sizes whose batched service is built at start
+
+
+class StreamDescriber:
+    """One stream's describe state over the batched tracker's StreamFace (the `make_describer` product)."""
+
+    def __init__(self, subject: str, smoothing: bool, calibration: bool, model_versions: dict[str, str]) -> None:
+        from bridge.calibration import CalibrationProfile
+        from bridge.expression.stage import ExpressionEstimator
+        from bridge.stages.describe import FaceDescriber
+
+        expression = ExpressionEstimator(session=False)  # the regressor ran batched on the device
+        outputs = expression.contract.outputs
+        self._blendshapes = outputs["blendshapes"][0]
+        self._head = outputs["head_rotation"][0] if "head_rotation" in outputs else None
+        profile = CalibrationProfile.load(subject) if calibration else None
+        self.describer = FaceDescriber(expression, subject=subject, smoothing=smoothing, profile=profile,
+                                       model_versions=model_versions)
+
+    def describe(self, frame, face, image_size: tuple[int, int]):
+        from bridge.stages.describe import MeasuredFace
+
+        if not face.tracked:
+            return self.describer.describe(frame, None, image_size=image_size)
+        outputs = {self._blendshapes: face.blendshapes[None]}
+        if self._head is not None:
+            outputs[self._head] = face.expression_head[None]
+        measured = MeasuredFace(points=face.landmarks, presence=face.presence, iris=face.irises,
+                                emotion=face.emotion, expression_outputs=outputs)
+        return self.describer.describe(frame, measured, image_size=image_size)
+
+
+def model_versions() -> dict[str, str]:
+    """What the FaceFrames announce (the same as FacePipeline.model_versions for the shipped models)."""
+    from bridge.expression.stage import ExpressionEstimator
+    from bridge.models import manifest
+
+    versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
+    versions.update(ExpressionEstimator(session=False).model_versions)
+    return versions
+
+
+def build_server(config: ServeConfig):
+    """The running Track server for `config` (listening when this returns); raises FaceBridgeError on bad input."""
+    if config.runners not in RUNNER_KINDS:
+        raise FaceBridgeError(f"unknown runners {config.runners!r}", f"use one of {', '.join(RUNNER_KINDS)}")
+    if config.max_streams < 1:
+        raise FaceBridgeError("--max-streams must be at least 1", "pass the number of face streams to serve")
+    from bridge.serving.grpc_service import check_listen
+
+    check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
+    try:
+        import torch
+    except ImportError:
+        raise FaceBridgeError("facebridge serve needs torch (the batched tracker runs on torch tensors)",
+                              "pip install torch (a CUDA build on a GPU server)") from None
+    from bridge.serving.grpc_service import FaceServeServer
+    from bridge.serving.runners import make_runners
+    from bridge.serving.service import MultiStreamFaceService
+    from bridge.serving.streams import StreamTable
+
+    kind = RUNNER_KINDS[config.runners]
+    on_gpu = kind.endswith("-cuda")
+    device = "cuda" if on_gpu else "cpu"
+    if not on_gpu:
+        torch.set_num_threads(max(1, config.threads))
+    whole_pass = kind == "torch-cuda" and config.graphs
+    buckets = [b for b in GPU_BUCKETS if b < config.max_streams] + [config.max_streams] if on_gpu else None
+    runners = make_runners(kind, config.max_streams, fp16=config.fp16 and on_gpu, threads=config.threads,
+                           buckets=buckets, tracked_pass_graphs=whole_pass)
+    pass_lock = threading.Lock()  # the services of several frame sizes share these runners
+
+    def make_service(frame_hw, num_streams):
+        log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
+        return MultiStreamFaceService(num_streams, frame_hw, runners, device=device,
+                                      graph_buckets=buckets if whole_pass else None, pass_lock=pass_lock)
+
+    versions = model_versions()
+    table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
+    for frame_hw in config.prewarm:
+        table.prepare(frame_hw)
+    make_describer = lambda subject: StreamDescriber(subject, config.smoothing, config.calibration, versions)
+    return FaceServeServer(table, make_describer, config.grpc, device=device, token=config.token,
+                           tls_cert=config.tls_cert, tls_key=config.tls_key, replica=config.replica,
+                           runners=config.runners)
+
+
+def status_line(stats: dict) -> str:
+    return (f"{stats['streams']}/{stats['max_streams']} streams | served {stats['served']} | dropped stale "
+            f"{stats['stale']} late {stats['late']} | bad {stats['bad']} | server p50 {stats['latency_ms_p50']:.1f} "
+            f"ms p99 {stats['latency_ms_p99']:.1f} ms | batch {stats['mean_batch']:.1f}")
+
+
+def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(line, flush=True)) -> int:
+    """Serve until Ctrl-C or SIGTERM; `ready(line)` is told the address once the server listens."""
+    server = build_server(config)
+    stop = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        ready(f"facebridge serve: listening on {server.address} ({config.runners} runners, decode "
+              f"{server.decoder.name}, up to {config.max_streams} streams)")
+        last = time.monotonic()
+        while not stop.wait(0.5):
+            if status and time.monotonic() - last >= 5.0:
+                print(status_line(server.stats()), file=sys.stderr, flush=True)
+                last = time.monotonic()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        server.close()
+    return 0

@@ -1,0 +1,139 @@
+"""TrackClient: one face stream to `facebridge serve`, images out and FaceFrames back on one long-lived Track call.
+
+Sending never waits for the server: requests go into the call's outgoing queue and gRPC flow control paces them;
+a reader thread turns every response into a FaceFrame (with the server's drop counters for this stream) on the
+`results` queue. The stream stays on the replica that accepted it for its whole life; `replica` says which.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import grpc
+import numpy as np
+
+from bridge.grpc.convert import parse_frame
+from bridge.grpc.gen import facebridge_pb2 as pb
+from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+
+JPEG_QUALITY = 80  # about 27 kB for the 480x360 sample: what a camera's encoder gives at this size
+_END = object()
+
+
+@dataclass
+class StreamReport:
+    """The server's counters for this stream, as of its latest response."""
+
+    replica: str = ""
+    slot: int = 0
+    received: int = 0
+    stale_dropped: int = 0
+    late_dropped: int = 0
+    bad_frames: int = 0
+
+
+def encode_jpeg(image_bgr: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
+    import cv2
+
+    ok, data = cv2.imencode(".jpg", image_bgr, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise ValueError(f"OpenCV could not encode a {image_bgr.shape} image as JPEG")
+    return data.tobytes()
+
+
+def open_channel(address: str, tls_ca: str | None = None) -> grpc.Channel:
+    # a channel of its own connection: gRPC would otherwise share one TCP connection between the channels of a
+    # process, and a load balancer in front of the replicas (HAProxy) pins a connection, not a stream
+    options = [("grpc.max_send_message_length", 8 * 1024 * 1024), ("grpc.keepalive_time_ms", 10_000),
+               ("grpc.use_local_subchannel_pool", 1)]
+    if tls_ca:
+        from pathlib import Path
+
+        return grpc.secure_channel(address, grpc.ssl_channel_credentials(Path(tls_ca).read_bytes()), options)
+    return grpc.insecure_channel(address, options)
+
+
+class TrackClient:
+    def __init__(self, address: str, subject: str = "FaceBridge", token: str | None = None,
+                 tls_ca: str | None = None, deadline_ms: int = 0, channel: grpc.Channel | None = None) -> None:
+        self.subject = subject
+        self.deadline_ms = int(deadline_ms)
+        self._own_channel = channel is None
+        self.channel = channel or open_channel(address, tls_ca)
+        self._outgoing: queue.Queue = queue.Queue()
+        # (FaceFrame, frames dropped so far, replica) in order; (None, dropped, replica) for a drop report; None
+        # once the stream has ended
+        self.results: queue.Queue = queue.Queue()
+        self.report = StreamReport()
+        self.error: grpc.RpcError | None = None  # how the call ended, when it ended badly
+        self.sent = 0
+        self._first = True
+        metadata = [("authorization", f"Bearer {token}")] if token else None
+        self._call = pb_grpc.FaceServeServiceStub(self.channel).Track(self._requests(), metadata=metadata)
+        self._reader = threading.Thread(target=self._read, name="track-client", daemon=True)
+        self._reader.start()
+
+    def _requests(self):
+        while (request := self._outgoing.get()) is not _END:
+            yield request
+
+    def send_encoded(self, data: bytes, encoding: int = pb.ImageFrame.JPEG, width: int = 0, height: int = 0,
+                     seq: int = 0, capture_time: float | None = None, source_time: float | None = None,
+                     media_time: float = 0.0, frame_rate: float = 30.0) -> None:
+        image = pb.ImageFrame(encoding=encoding, data=data, width=width, height=height, seq=seq,
+                              capture_time=time.time() if capture_time is None else capture_time,
+                              source_time=time.perf_counter() if source_time is None else source_time,
+                              media_time=media_time, frame_rate=frame_rate)
+        request = pb.TrackRequest(image=image, deadline_ms=self.deadline_ms)
+        if self._first:
+            request.subject, self._first = self.subject, False
+        self._outgoing.put(request)
+        self.sent += 1
+
+    def send_frame(self, frame, encoding: str = "jpeg", quality: int = JPEG_QUALITY) -> None:
+        """A bridge.frame.Frame (BGR), as JPEG or (loopback servers only) raw."""
+        h, w = frame.image.shape[:2]
+        if encoding == "raw":
+            data, kind = np.ascontiguousarray(frame.image).tobytes(), pb.ImageFrame.RAW_BGR
+        else:
+            data, kind = encode_jpeg(frame.image, quality), pb.ImageFrame.JPEG
+        self.send_encoded(data, kind, w, h, seq=frame.seq, capture_time=frame.t_capture,
+                          source_time=frame.t_capture_mono, media_time=frame.t_media, frame_rate=frame.fps)
+
+    def _read(self) -> None:
+        header = None
+        try:
+            for response in self._call:
+                r = self.report
+                r.replica, r.slot, r.received = response.replica, response.stream_slot, response.received
+                r.stale_dropped, r.late_dropped = response.stale_dropped, response.late_dropped
+                r.bad_frames = response.bad_frames
+                part = response.WhichOneof("part")
+                if part == "header":
+                    header = response.header
+                elif part == "frame" and header is not None:
+                    face = parse_frame(header, response.frame)
+                    face.latencies_ms["client_rtt"] = (time.perf_counter() - face.t_capture_mono) * 1000.0
+                    self.results.put((face, response.frame.dropped_frames, response.replica))
+                elif part is None:
+                    self.results.put((None, response.stale_dropped + response.late_dropped, response.replica))
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                self.error = e
+        finally:
+            self.results.put(None)
+
+    def finish(self, timeout: float = 10.0) -> None:
+        """No more images: the server serves what it holds, then the stream ends (results ends with None)."""
+        self._outgoing.put(_END)
+        self._reader.join(timeout)
+
+    def close(self) -> None:
+        """End the stream now (the server frees its slot), and the channel if this client opened it."""
+        self._outgoing.put(_END)
+        self._call.cancel()
+        self._reader.join(5.0)
+        if self._own_channel:
+            self.channel.close()

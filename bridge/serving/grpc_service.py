@@ -1,0 +1,272 @@
+"""FaceServeServer: the `facebridge serve` gRPC front end (facebridge.v1.FaceServeService), many face streams on
+one batched service.
+
+One long-lived bidirectional Track stream per face stream: a reader thread takes the client's images into the
+stream's latest-wins slot (bridge/serving/streams.py), and the stream's own server thread decodes the image whose
+turn it is, hands it to the batched service, describes each result with that stream's own describer (head pose,
+gaze, blink, filters, calibration: injected, so serving/ never imports the stages) and writes the FaceFrame back,
+with the stream's drop counters. A stream lives on the replica that accepted it until it ends; a client that
+cancels, vanishes (keepalive 10 s) or is killed frees its slot at once. Beyond `max_streams` a stream is refused
+with RESOURCE_EXHAUSTED; one bad image is counted and reported, never fatal. Binding beyond loopback needs a bearer
+token, and raw (unencoded) images are accepted only on loopback, as for the gRPC sink.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from bridge import __version__
+from bridge.errors import FaceBridgeError
+from bridge.frame import Frame
+from bridge.grpc import access
+from bridge.grpc.convert import build_frame, build_header, layout_key
+from bridge.grpc.gen import facebridge_pb2 as pb
+from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+from bridge.serving.decode import BadImage, ImageDecoder
+from bridge.serving.streams import LiveStream, StreamTable
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["FaceServeService"].full_name
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024  # a raw 1080p frame is 6.2 MB; a JPEG a few tens of kB
+WAKE_INTERVAL_S = 0.5  # how often an idle stream thread checks that its client is still there
+
+
+class _StreamState:
+    """What one Track call knows besides its LiveStream: subject, describer, the header the client has."""
+
+    def __init__(self, default_subject: str) -> None:
+        self.subject = default_subject
+        self.describer = None
+        self.layout: tuple | None = None
+        self.header: pb.StreamHeader | None = None
+        self.reported_late = 0
+        self.frame_hw: tuple[int, int] | None = None
+        self.started = threading.Event()  # the first request arrived (subject known)
+
+
+class _Servicer(pb_grpc.FaceServeServiceServicer):
+    def __init__(self, server: FaceServeServer) -> None:
+        self.server = server
+
+    def Track(self, request_iterator, context):
+        server = self.server
+        stream = server.table.open()
+        if stream is None:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"this server already serves {server.table.max_streams} face streams (--max-streams); "
+                          "connect to another replica or try again later")
+        state = _StreamState(server.default_subject)
+        context.add_callback(stream.end_of_input)  # cancelled, vanished or killed: wake the loop below at once
+        reader = threading.Thread(target=self._read, args=(request_iterator, stream, state),
+                                  name=f"serve-read-{stream.number}", daemon=True)
+        reader.start()
+        try:
+            while context.is_active():
+                work = stream.next_work(WAKE_INTERVAL_S)
+                if work is None:
+                    break
+                todo, done = work
+                if todo is not None:
+                    self._submit(stream, todo, state, context)
+                if done is not None:
+                    yield from self._respond(stream, done, state)
+                if stream.counters.late > state.reported_late:  # a late drop is reported at once
+                    state.reported_late = stream.counters.late
+                    yield self._counters(stream, pb.TrackResponse())
+        finally:
+            stream.close()
+            log.info("face stream %d ended: %s", stream.number, stream.counters)
+
+    def _read(self, request_iterator, stream: LiveStream, state: _StreamState) -> None:
+        try:
+            for request in request_iterator:
+                if not state.started.is_set():
+                    state.subject = request.subject or state.subject
+                    state.started.set()
+                deadline = request.deadline_ms / 1000.0 if request.deadline_ms else None
+                stream.offer(request.image, deadline)
+        except grpc.RpcError:
+            pass  # the client went away; the stream thread sees end_of_input
+        except Exception as e:  # noqa: BLE001 - one broken stream never takes the server down
+            log.warning("face stream %d: reading failed: %s", stream.number, e)
+        finally:
+            stream.end_of_input()
+
+    def _submit(self, stream: LiveStream, todo, state: _StreamState, context) -> None:
+        image = todo.request
+        t0 = time.perf_counter()
+        try:
+            frame, hw = self.server.decoder.decode(image.encoding, image.data, image.width, image.height)
+            if stream.service is None:
+                try:
+                    stream.bind(hw)
+                except ValueError as e:
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+                state.frame_hw = hw
+            elif hw != state.frame_hw:
+                raise BadImage(f"the image size changed from {state.frame_hw[1]}x{state.frame_hw[0]} to "
+                               f"{hw[1]}x{hw[0]}; open a new stream for another camera mode")
+            decode_ms = (time.perf_counter() - t0) * 1000.0
+            stream.submit(todo, frame, {"decode_ms": decode_ms, "hw": hw})
+        except (BadImage, ValueError) as e:
+            stream.count_bad()
+            if stream.counters.bad == 1 or stream.counters.bad % 100 == 0:
+                log.warning("face stream %d: image %d refused (%s)", stream.number, image.seq, e)
+
+    def _respond(self, stream: LiveStream, done, state: _StreamState) -> list[pb.TrackResponse]:
+        """The responses for one served image: a header first when the layout changed, then its Frame."""
+        try:
+            face = done.future.result()
+        except Exception as e:  # noqa: BLE001 - a failed pass fails its own frames only
+            stream.count_bad()
+            log.warning("face stream %d: the batched pass failed (%s)", stream.number, e)
+            return []
+        t_tracked = time.perf_counter()
+        image = done.request
+        h, w = done.extra["hw"]
+        frame = Frame(image=None, seq=int(image.seq), t_capture=image.capture_time or time.time(),
+                      t_capture_mono=image.source_time, t_media=image.media_time or image.capture_time,
+                      fps=image.frame_rate or 30.0)
+        if state.describer is None:
+            state.describer = self.server.make_describer(state.subject)
+        face_frame = state.describer.describe(frame, face, (w, h))
+        now = time.perf_counter()
+        face_frame.latencies_ms = {**face_frame.latencies_ms, "decode": done.extra["decode_ms"],
+                                   "wait": (done.submitted - done.received) * 1000.0,
+                                   "track": (t_tracked - done.submitted) * 1000.0,
+                                   "describe": (now - t_tracked) * 1000.0,
+                                   "server": (now - done.received) * 1000.0}
+        responses = []
+        key = layout_key(face_frame)
+        if key != state.layout:
+            state.layout = key
+            state.header = build_header(face_frame, self.server.next_layout_id())
+            responses.append(self._counters(stream, pb.TrackResponse(header=state.header)))
+        response = pb.TrackResponse(frame=build_frame(face_frame, state.header.layout_id))
+        stream.count_served((time.perf_counter() - done.received) * 1000.0)
+        return responses + [self._counters(stream, response)]
+
+    def _counters(self, stream: LiveStream, response: pb.TrackResponse) -> pb.TrackResponse:
+        c = stream.counters
+        response.received, response.stale_dropped, response.late_dropped = c.received, c.stale, c.late
+        response.bad_frames = c.bad
+        response.replica = self.server.replica
+        response.stream_slot = stream.slot if stream.slot is not None else 0
+        if response.HasField("frame"):
+            response.frame.dropped_frames = c.stale + c.late
+            response.frame.send_time = time.time()
+        return response
+
+    def GetServeStatus(self, request, context):
+        s = self.server.stats()
+        return pb.GetServeStatusResponse(
+            replica=self.server.replica, runners=self.server.runners, streams=s["streams"],
+            max_streams=s["max_streams"], frames_received=s["received"], frames_served=s["served"],
+            stale_dropped=s["stale"], late_dropped=s["late"], bad_frames=s["bad"], streams_refused=s["refused"],
+            passes=s["passes"], mean_batch=s["mean_batch"], latency_ms_p50=s["latency_ms_p50"],
+            latency_ms_p99=s["latency_ms_p99"], server_version=__version__, decoder=self.server.decoder.name)
+
+
+def check_listen(address: str, token: str | None, tls_cert: str | None, tls_key: str | None) -> str:
+    """The host of `address` if serving there is allowed: beyond loopback only with a token (before any model loads)."""
+    access.check_token(token)  # the gRPC sink's rules: printable ASCII, loopback or a token
+    host, _port = access.split_address(address)
+    if not access.is_loopback(host) and not token:
+        raise FaceBridgeError(f"facebridge serve on {address} would take camera images from the network without "
+                              "a token", "pass --grpc-token TOKEN (and --grpc-tls-cert/--grpc-tls-key), or bind "
+                              "127.0.0.1")
+    if bool(tls_cert) != bool(tls_key):
+        raise FaceBridgeError("TLS needs both a certificate and its private key",
+                              "pass both --grpc-tls-cert CERT.pem and --grpc-tls-key KEY.pem")
+    return host
+
+
+class FaceServeServer:
+    """The Track service on `address`. make_describer(subject) -> an object whose
+    `describe(frame, stream_face, (width, height)) -> FaceFrame` keeps that stream's describe state."""
+
+    def __init__(self, table: StreamTable, make_describer, address: str = "127.0.0.1:50061", *,
+                 device: str = "cpu", token: str | None = None, tls_cert: str | None = None,
+                 tls_key: str | None = None, replica: str | None = None, runners: str = "",
+                 default_subject: str = "FaceBridge") -> None:
+        host = check_listen(address, token, tls_cert, tls_key)
+        loopback = access.is_loopback(host)
+        if token and not tls_cert and not loopback:
+            log.warning("the serve token on %s travels unencrypted; add --grpc-tls-cert/--grpc-tls-key", address)
+        self.table = table
+        self.make_describer = make_describer
+        self.decoder = ImageDecoder(device, allow_raw=loopback)
+        self.runners = runners
+        self.default_subject = default_subject
+        self._layout_lock = threading.Lock()
+        self._next_layout_id = 1
+        self._closed = False
+        for name in ("grpc._common", "grpc._server"):  # gRPC's own records of bad requests: one line each
+            grpc_log = logging.getLogger(name)
+            if not any(isinstance(f, access.OneLineGrpcLog) for f in grpc_log.filters):
+                grpc_log.addFilter(access.OneLineGrpcLog())
+        workers = table.max_streams + 8  # one per Track stream, a few for status and health
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="serve"),
+            interceptors=[access.BearerTokenInterceptor(token)] if token else [],
+            maximum_concurrent_rpcs=workers + 8,  # streams past max_streams get our refusal, not a queue
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+                     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+                     ("grpc.so_reuseport", 0)])  # a second server on the same port must fail, not share it
+        pb_grpc.add_FaceServeServiceServicer_to_server(_Servicer(self), self._server)
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
+                                            self._server)
+        try:
+            if tls_cert:
+                creds = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
+                self.port = self._server.add_secure_port(address, creds)
+            else:
+                self.port = self._server.add_insecure_port(address)
+        except OSError as e:
+            raise FaceBridgeError(f"cannot read the TLS certificate or key ({e})",
+                                  "check the --grpc-tls-* paths") from None
+        except RuntimeError as e:
+            raise FaceBridgeError(f"cannot listen on {address} ({e})",
+                                  "the port is probably in use; pick another with --grpc HOST:PORT") from None
+        if not self.port:
+            raise FaceBridgeError(f"cannot listen on {address}",
+                                  "the port is probably in use; pick another with --grpc HOST:PORT")
+        self.address = f"{host}:{self.port}"
+        self.replica = replica or self.address
+        self._server.start()
+        for service in ("", SERVICE_NAME):
+            self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info("facebridge serve on %s (%s), up to %d streams", self.address, "TLS" if tls_cert else "plaintext",
+                 table.max_streams)
+
+    def next_layout_id(self) -> int:
+        with self._layout_lock:
+            self._next_layout_id += 1
+            return self._next_layout_id - 1
+
+    def stats(self) -> dict:
+        """Live streams, totals, recent latency: what GetServeStatus answers and the metrics read."""
+        return {**self.table.stats(), "replica": self.replica, "runners": self.runners,
+                "decoder": self.decoder.name}
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._server.wait_for_termination(timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._health.enter_graceful_shutdown()
+        self._server.stop(grace=1.0).wait(5.0)
+        self.table.close()

@@ -1,0 +1,252 @@
+"""Live face streams on the batched service: one slot per stream, latest wins, a deadline per image.
+
+A stream has at most one image in the batched service and one waiting. A newer image replaces the waiting one
+(counted as stale), so a stream that sends faster than the server serves gets its newest frames, never a
+backlog; an image that waited longer than its deadline is dropped before it reaches the device (counted as
+late). Streams beyond `max_streams` are refused (the gRPC front end answers RESOURCE_EXHAUSTED). A stream is bound
+to the batched service of its frame size on its first image; when it ends, its slot is freed and the slot's
+tracking state reset for the next stream. Counters feed the stream's own reports and `stats()` (the metrics).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.runtime.stats import RollingWindow
+
+DEFAULT_DEADLINE_S = 0.1  # an image older than this when its turn comes is late: the client has newer ones
+
+
+@dataclass
+class Pending:
+    """An image received for a stream, not yet handed to the service."""
+
+    request: Any  # what the front end received (decoded when its turn comes)
+    received: float  # time.perf_counter() on arrival
+    deadline_s: float
+
+
+@dataclass
+class Served:
+    """One image's trip through the service, handed back to the stream's own thread."""
+
+    request: Any
+    received: float
+    submitted: float
+    future: Future
+    extra: dict = field(default_factory=dict)  # what the front end decoded with it (frame metadata)
+
+
+@dataclass
+class StreamCounters:
+    received: int = 0
+    stale: int = 0  # replaced by a newer image while waiting
+    late: int = 0  # waited past its deadline
+    bad: int = 0  # undecodable, wrong size, or failed in the service
+    served: int = 0
+
+
+class LiveStream:
+    """One face stream: written by its reader (images in) and by the service (results), read by its own thread."""
+
+    def __init__(self, table: StreamTable, number: int) -> None:
+        self.table = table
+        self.number = number  # unique for the server's lifetime (logs)
+        self.service = None  # bound on the first image (by its frame size)
+        self.slot: int | None = None
+        self.counters = StreamCounters()
+        self._cond = threading.Condition()
+        self._pending: Pending | None = None
+        self._in_flight: Served | None = None
+        self._done: Served | None = None
+        self._input_ended = False
+        self.closed = False
+
+    # --- the reader's side ---------------------------------------------------------------------------------
+    def offer(self, request, deadline_s: float | None = None) -> None:
+        """A new image: it replaces the one waiting, if any (latest wins)."""
+        with self._cond:
+            self.counters.received += 1
+            self.table._count("received")
+            if self._pending is not None:
+                self.counters.stale += 1
+                self.table._count("stale")
+            self._pending = Pending(request, time.perf_counter(), deadline_s or self.table.deadline_s)
+            self._cond.notify()
+
+    def end_of_input(self) -> None:
+        with self._cond:
+            self._input_ended = True
+            self._cond.notify()
+
+    # --- the stream thread's side ---------------------------------------------------------------------------
+    def next_work(self, timeout: float) -> tuple[Pending | None, Served | None] | None:
+        """(image to submit now, finished result to send), either may be None; None when the stream is over
+        (input ended and nothing is left, or closed). Late images are dropped here and counted."""
+        with self._cond:
+            end = time.perf_counter() + timeout
+            while not self.closed:
+                ready = self._pending is not None and self._in_flight is None
+                if ready or self._done is not None:
+                    break
+                if self._input_ended and self._pending is None and self._in_flight is None:
+                    return None
+                left = end - time.perf_counter()
+                if left <= 0:
+                    return (None, None)
+                self._cond.wait(left)
+            if self.closed:
+                return None
+            done, self._done = self._done, None
+            todo = None
+            if self._pending is not None and self._in_flight is None:
+                todo, self._pending = self._pending, None
+                if time.perf_counter() - todo.received > todo.deadline_s:
+                    self.counters.late += 1
+                    self.table._count("late")
+                    todo = None
+            return todo, done
+
+    def bind(self, frame_hw: tuple[int, int]) -> None:
+        """Take a slot in the batched service for this frame size (on the first image)."""
+        self.service, self.slot = self.table._take_slot(tuple(frame_hw))
+
+    def submit(self, pending: Pending, frame, extra: dict | None = None) -> None:
+        """Hand a decoded frame (uint8 RGB HxWx3, host or device) to the service; its result comes back through
+        `next_work`. Raises ValueError for a frame the service refuses (the caller counts it as bad)."""
+        submitted = time.perf_counter()
+        future = self.service.submit(self.slot, frame)
+        served = Served(pending.request, pending.received, submitted, future, extra or {})
+        with self._cond:
+            self._in_flight = served
+        future.add_done_callback(lambda _f: self._finished(served))
+
+    def _finished(self, served: Served) -> None:
+        with self._cond:
+            self._in_flight = None
+            self._done = served
+            self._cond.notify()
+
+    def count_bad(self) -> None:
+        with self._cond:
+            self.counters.bad += 1
+            self.table._count("bad")
+
+    def count_served(self, latency_ms: float) -> None:
+        with self._cond:
+            self.counters.served += 1
+        self.table._served(latency_ms)
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """End the stream: wait for its image in flight (the slot must be idle), free and reset the slot."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+            end = time.perf_counter() + wait_s
+            while self._in_flight is not None and time.perf_counter() < end:
+                self._cond.wait(0.05)
+            stuck = self._in_flight is not None
+        self.table._release(self, reset=not stuck)
+
+
+class StreamTable:
+    """All live streams of one server replica: admission, slots per frame size, totals.
+
+    `make_service(frame_hw, num_streams)` builds the batched service for one frame size (called on the first
+    stream of that size); every service gets `max_streams` slots, so no size can starve another."""
+
+    def __init__(self, make_service, max_streams: int, deadline_s: float = DEFAULT_DEADLINE_S,
+                 max_sizes: int = 4) -> None:
+        if max_streams < 1:
+            raise ValueError(f"max_streams must be at least 1 (got {max_streams})")
+        self.max_streams = max_streams
+        self.deadline_s = deadline_s
+        self.max_sizes = max_sizes
+        self._make_service = make_service
+        self._lock = threading.Lock()
+        self._streams: set[LiveStream] = set()
+        self._services: dict[tuple[int, int], Any] = {}
+        self._free: dict[tuple[int, int], list[int]] = {}
+        self._next_number = 0
+        self.totals = {"received": 0, "stale": 0, "late": 0, "bad": 0, "served": 0, "refused": 0, "opened": 0}
+        self._latency = RollingWindow()
+
+    def open(self) -> LiveStream | None:
+        """A new stream, or None when `max_streams` are live (refused, counted)."""
+        with self._lock:
+            if len(self._streams) >= self.max_streams:
+                self.totals["refused"] += 1
+                return None
+            self._next_number += 1
+            stream = LiveStream(self, self._next_number)
+            self._streams.add(stream)
+            self.totals["opened"] += 1
+            return stream
+
+    def prepare(self, frame_hw: tuple[int, int]) -> None:
+        """Build the batched service of one frame size now (model warm-up, CUDA-graph capture), before streams
+        of that size arrive, so the first of them does not wait for it."""
+        self._service_for(tuple(frame_hw))
+
+    def _service_for(self, frame_hw: tuple[int, int]):
+        with self._lock:
+            return self._service_locked(frame_hw)
+
+    def _service_locked(self, frame_hw: tuple[int, int]):
+        service = self._services.get(frame_hw)
+        if service is None:
+            if len(self._services) >= self.max_sizes:
+                sizes = ", ".join(f"{w}x{h}" for h, w in self._services)
+                raise ValueError(f"this server already serves {self.max_sizes} frame sizes ({sizes}); "
+                                 "send one of them")
+            service = self._services[frame_hw] = self._make_service(frame_hw, self.max_streams)
+            self._free[frame_hw] = list(range(self.max_streams - 1, -1, -1))
+        return service
+
+    def _take_slot(self, frame_hw: tuple[int, int]):
+        with self._lock:
+            service = self._service_locked(frame_hw)
+            return service, self._free[frame_hw].pop()
+
+    def _release(self, stream: LiveStream, reset: bool) -> None:
+        with self._lock:
+            self._streams.discard(stream)
+            if stream.slot is None:
+                return
+            if reset:  # the next stream in this slot starts from detection, not from this face
+                stream.service.reset_stream(stream.slot)
+                self._free[tuple(stream.service.frame_hw)].append(stream.slot)
+            stream.slot = None  # a slot whose image never came back stays out of use
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self.totals[key] += 1
+
+    def _served(self, latency_ms: float) -> None:
+        with self._lock:
+            self.totals["served"] += 1
+            self._latency.add(time.monotonic(), latency_ms)
+
+    def services(self) -> list:
+        with self._lock:
+            return list(self._services.values())
+
+    def stats(self) -> dict:
+        """Plain numbers for GetServeStatus and the metrics: live streams, totals, recent server latency."""
+        services = self.services()
+        with self._lock:
+            p50, p99 = self._latency.percentiles(time.monotonic())
+            live = len(self._streams)
+            totals = dict(self.totals)
+        passes = sum(s.passes for s in services)
+        frames = sum(s.frames for s in services)
+        return {"streams": live, "max_streams": self.max_streams, **totals, "passes": passes,
+                "mean_batch": frames / passes if passes else 0.0, "latency_ms_p50": p50, "latency_ms_p99": p99,
+                "frame_sizes": [f"{w}x{h}" for h, w in (tuple(s.frame_hw) for s in services)]}
+
+    def close(self) -> None:
+        for service in self.services():
+            service.close()

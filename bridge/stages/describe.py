@@ -1,0 +1,200 @@
+"""FaceDescriber: one stream's describe step, measured face in, FaceFrame out. The single-face pipeline and
+`facebridge serve` both run it, so one face gives one answer on either path.
+
+The models run elsewhere (FacePipeline on one frame, the batched tracker on many streams at once); what they
+measured arrives as a `MeasuredFace` in frame pixels and ARKit's eye order. The describer adds everything that
+carries state per stream: head pose (PnP, refined from the last frame), gaze, the lid-based blink against this
+subject's own open eye, the expression engine's identity and morphable-model parameters, the emotion cadence,
+One-Euro filters, calibration, and what a lost face reads as (the last pose held, the expression relaxing).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bridge.calibration import CalibrationProfile
+from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, Frame, MorphParams
+from bridge.stages.blink import BlinkEstimator
+from bridge.stages.emotion_context import EmotionContext
+from bridge.stages.filters import OneEuroFilter
+from bridge.stages.gaze import eye_angles, eye_look_shapes
+from bridge.stages.head_pose import HeadPoseEstimator
+
+# (min cutoff Hz, beta) per filtered channel group
+# One-Euro (min cutoff Hz, beta) per channel group at smoothing strength 1; strength S divides both by S, so a
+# still face jitters less (lower cutoff) and fast motion lags more (smaller speed boost)
+BLINKS = np.array([ARKIT_INDEX["eyeBlinkLeft"], ARKIT_INDEX["eyeBlinkRight"]])
+FILTERS = {"blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
+           "eyes": (1.5, 0.05), "emotion": (1.0, 0.5)}
+
+
+@dataclass
+class MeasuredFace:
+    """What the models found in one frame, as it crosses from inference (one frame or a batch) to describe."""
+
+    points: np.ndarray  # (468, 3) frame pixels; both lid contours taken from the iris model (IrisResult.refine)
+    presence: float  # face-presence probability in [0, 1]
+    iris: np.ndarray  # (2, 5, 3) frame pixels, [subject's left eye, right eye], centre first
+    emotion: np.ndarray | None = None  # (7,) probabilities, EMOTION_NAMES order; None: not run for this frame
+    expression_outputs: dict[str, np.ndarray] | None = None  # the expression model's outputs (name -> (1, ...));
+    # None: the describer runs the expression engine itself (FacePipeline, and the analysis-by-synthesis fit)
+
+
+class StageTimer:
+    """Collects per-stage milliseconds into a dict (FaceFrame.latencies_ms), and with cpu=True the calling
+    thread's CPU milliseconds (time.thread_time) into cpu_ms (benchmarks)."""
+
+    def __init__(self, cpu: bool = False) -> None:
+        self.ms: dict[str, float] = {}
+        self.cpu_ms: dict[str, float] = {}
+        self._cpu = cpu
+        self._t = time.perf_counter()
+        self._c = time.thread_time() if cpu else 0.0
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.ms[stage] = self.ms.get(stage, 0.0) + (now - self._t) * 1000.0
+        self._t = now
+        if self._cpu:
+            c = time.thread_time()
+            self.cpu_ms[stage] = self.cpu_ms.get(stage, 0.0) + (c - self._c) * 1000.0
+            self._c = c
+
+
+class FaceDescriber:
+    """One subject's describe state. `expression` is that subject's ExpressionEstimator (its identity is per
+    subject; it may hold no inference session when the outputs come measured)."""
+
+    def __init__(self, expression, subject: str = "FaceBridge", smoothing: float = 1.0,
+                 profile: CalibrationProfile | None = None, emotion_every: int = 3,
+                 model_versions=None) -> None:
+        """model_versions: the dict the frames announce, or a function giving it (a live swap replaces it)."""
+        self.expression = expression
+        self.subject = subject
+        self.smoothing = smoothing
+        self.profile = profile
+        self.emotion_every = max(1, int(emotion_every))
+        self._versions = model_versions or {}
+        self.head_pose = HeadPoseEstimator()
+        self.blink = BlinkEstimator()
+        self.emotion_context = EmotionContext()  # blinks, open mouth, surprise (stages/emotion_context.py)
+        strength = float(smoothing) or 1.0  # 0: off (no filter runs); S: FILTERS / S
+        self._filters = {k: OneEuroFilter(min_cutoff / strength, beta / strength)
+                         for k, (min_cutoff, beta) in FILTERS.items()}
+        self._emotion = np.zeros(7, np.float32)
+        self._last: FaceFrame | None = None
+        self.tracked_count = 0  # consecutive frames with a face, this one included
+        # calibration_tap(frame), when set (RunControl through FacePipeline.calibration_tap), gets every frame as it
+        # would be without the profile, so a calibration measures the raw neutral while the stream keeps its profile
+        self.calibration_tap = None
+        if profile is not None and profile.identity:
+            expression.set_identity(np.asarray(profile.identity, np.float32))
+
+    def reset(self) -> None:
+        """Forget the tracking history (a new subject on this stream): pose guess, lid reference, filters."""
+        self.reset_description()
+        self.tracked_count = 0
+
+    def reset_description(self) -> None:
+        """Forget the temporal state (pose tracking, blink baseline, filters) but keep the emotion cadence: the
+        output guard calls it after a bad frame, so that one bad value does not carry into the frames after it."""
+        self.head_pose.reset()
+        self.blink.reset()
+        self.emotion_context.reset()
+        for f in self._filters.values():
+            f.reset()
+
+    @property
+    def model_versions(self) -> dict[str, str]:
+        return self._versions() if callable(self._versions) else self._versions
+
+    def wants_emotion(self, tracked_count: int) -> bool:
+        """Whether the emotion model should run on the `tracked_count`th consecutive tracked frame."""
+        return self.emotion_every == 1 or tracked_count % self.emotion_every == 1
+
+    def describe(self, frame: Frame, face: MeasuredFace | None, timer: StageTimer | None = None,
+                 image_size: tuple[int, int] | None = None) -> FaceFrame:
+        """The FaceFrame of `frame` (its image is read only by expression models that take the image).
+        image_size: (width, height) when frame.image is not the frame (decoded elsewhere)."""
+        timer = timer or StageTimer()
+        w, h = image_size or (frame.image.shape[1], frame.image.shape[0])
+        out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
+                        subject=self.subject, image_size=(w, h), frame_rate=frame.fps,
+                        model_versions=self.model_versions)  # sinks (gRPC header) announce them
+        if face is None:
+            self.tracked_count = 0
+            self._lost(out)
+            tap = self.calibration_tap
+            if tap is not None:
+                tap(dataclasses.replace(out, blendshapes=out.blendshapes.copy()))
+            return out
+        self.tracked_count += 1
+        points, iris = face.points, face.iris
+        ypr, translation, _ = self.head_pose.estimate(points, w, h)
+        timer.lap("head_pose")
+        eyes = eye_angles(points, iris[:, 0])
+        if face.expression_outputs is None:
+            expr = self.expression.estimate(points, (w, h), iris=iris[:, :, :2], image=frame.image)
+        else:
+            expr = self.expression.estimate_outputs(points, (w, h), face.expression_outputs, iris=iris[:, :, :2])
+        timer.lap("expression")
+        blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
+        blinks = self.blink(points)  # lid opening against this subject's open eye
+        if face.emotion is not None and self.wants_emotion(self.tracked_count):  # held between
+            raw = np.asarray(face.emotion, np.float32).reshape(-1)  # read with blinks, open mouth and surprise
+            self._emotion = self.emotion_context(raw, blendshapes, np.maximum(blinks, blendshapes[BLINKS]),
+                                                 frame.t_media)
+        for eye, name in ((0, "eyeBlinkLeft"), (1, "eyeBlinkRight")):
+            blendshapes[ARKIT_INDEX[name]] = max(blendshapes[ARKIT_INDEX[name]], blinks[eye])
+        t = frame.t_media
+        if self.smoothing:
+            blendshapes = self._filters["blendshapes"](blendshapes, t)
+            ypr = self._filters["head_rotation"](ypr, t)
+            translation = self._filters["head_translation"](translation, t)
+            eyes = self._filters["eyes"](eyes, t).reshape(2, 2)
+        out.face_found = True
+        out.blendshapes = blendshapes
+        out.head_rotation = ypr
+        out.head_translation = translation
+        out.eye_left, out.eye_right = eyes[0].copy(), eyes[1].copy()
+        out.morph = expr.morph if isinstance(expr.morph, MorphParams) else MorphParams()
+        # Emotion is classified every Nth frame and held between; the filter smooths both the steps and the
+        # classifier's own frame-to-frame jumps (up to 0.4 on a still face), renormalised to sum to one.
+        out.emotion = self._emotion
+        if self.smoothing:
+            smoothed = np.clip(self._filters["emotion"](self._emotion, t), 0.0, None)
+            out.emotion = (smoothed / max(float(smoothed.sum()), 1e-6)).astype(np.float32)
+        out.confidence = float(face.presence)
+        out.region_confidence = dict(expr.region_confidence)
+        out.landmarks = points
+        tap = self.calibration_tap
+        if tap is not None:
+            raw = dataclasses.replace(out, blendshapes=out.blendshapes.copy())
+            eye_look_shapes(raw.blendshapes, np.stack([raw.eye_left, raw.eye_right]))
+            raw.blendshapes = np.clip(raw.blendshapes, 0.0, 1.0)
+            tap(raw)
+        if self.profile is not None:
+            self.profile.apply(out)
+        # eye-look shapes follow the (calibrated) gaze angles
+        eye_look_shapes(out.blendshapes, np.stack([out.eye_left, out.eye_right]))
+        out.blendshapes = np.clip(out.blendshapes, 0.0, 1.0)
+        timer.lap("filter")
+        self._last = out
+        return out
+
+    def _lost(self, out: FaceFrame) -> None:
+        """No face: hold the last pose, relax the expression toward neutral, report zero confidence."""
+        self.head_pose.reset()
+        last = self._last
+        if last is not None:
+            out.head_rotation = last.head_rotation.copy()
+            out.head_translation = last.head_translation.copy()
+            out.blendshapes = (last.blendshapes * 0.8).astype(np.float32)
+            self._last = out  # the next lost frame relaxes further (never touch a frame already handed on)
+        else:
+            out.blendshapes = np.zeros(NUM_BLENDSHAPES, np.float32)
+        out.face_found = False
+        out.confidence = 0.0

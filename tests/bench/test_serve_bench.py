@@ -1,0 +1,30 @@
+"""`facebridge bench serve` end to end on the CPU runners: two plain server processes, two client processes, one
+short count; the JSON holds every count (also as it ends, in `.partial`) and its counters add up. A smoke run:
+what it measures is read from the JSON of a real run (docs/PERFORMANCE.md), never asserted here."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.helpers import facebridge_cmd, subprocess_env
+
+
+def test_bench_serve_writes_each_count_and_its_counters_add_up(tmp_path):
+    out = tmp_path / "serve.json"
+    run = subprocess.run(facebridge_cmd("bench", "serve", "--streams", "2", "--seconds", "6", "--warmup", "2",
+                                        "--fps", "5", "--server-processes", "2", "--client-processes", "2",
+                                        "--deadline-ms", "60000", "--json", str(out)),
+                         capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    results = json.loads(out.read_text())["results"]
+    partial = json.loads(out.with_name("serve.json.partial").read_text())["results"]
+    assert partial["trials"] == results["trials"] and results["server_processes"] == 2
+    assert len(results["addresses"]) == 2 and results["gpu"] is None and results["min_served_share"] == 0.95
+    (trial,) = results["trials"]
+    assert trial["streams"] == 2 and trial["frames_sent"] > 0 and trial["errors"] == []
+    assert trial["frames_sent"] == (trial["frames_served"] + trial["dropped_stale"] + trial["dropped_late"]
+                                    + trial["bad_frames"] + trial["unanswered"])
+    assert sorted(trial["streams_per_replica"].values()) == [1, 1]  # one stream on each server process
+    assert trial["replica_moves_within_a_stream"] == 0 and trial["reconnects"] == 0
+    assert 0 <= trial["served_share"]["min"] <= trial["served_share"]["p50"] <= 1
+    assert trial["streams_within_p99_limit"] <= trial["streams_p99_within_limit_any_share"] <= 2

@@ -1,0 +1,48 @@
+"""The serve front end's image decoder on the CPU: JPEG sizes read from the header, raw frames on loopback only,
+every refusal a one-line reason for the client."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from bridge.serving.decode import JPEG, RAW_BGR, RAW_RGB, BadImage, ImageDecoder, _jpeg_size
+
+
+def _sample_bgr():
+    from bridge.engines.shipped import sample_frames
+
+    return cv2.cvtColor(sample_frames(1)[0], cv2.COLOR_RGB2BGR)
+
+
+def test_a_jpeg_decodes_to_the_rgb_frame_opencv_gives():
+    from bridge.serving.client import encode_jpeg
+
+    bgr = _sample_bgr()
+    data = encode_jpeg(bgr)
+    assert _jpeg_size(data) == (480, 360)
+    frame, hw = ImageDecoder("cpu").decode(JPEG, data)
+    want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    assert hw == (360, 480) and np.array_equal(frame, want)
+    with pytest.raises(BadImage, match="480x360 but the message says 640x480"):
+        ImageDecoder("cpu").decode(JPEG, data, 640, 480)
+
+
+def test_raw_frames_are_taken_on_loopback_only_and_must_fit_their_size():
+    bgr = _sample_bgr()
+    frame, hw = ImageDecoder("cpu").decode(RAW_BGR, bgr.tobytes(), 480, 360)
+    assert hw == (360, 480) and np.array_equal(frame, bgr[..., ::-1])
+    assert ImageDecoder("cpu").decode(RAW_RGB, bgr.tobytes(), 480, 360)[0].flags.writeable
+    with pytest.raises(BadImage, match="only by a server bound to loopback; send JPEG"):
+        ImageDecoder("cpu", allow_raw=False).decode(RAW_RGB, bgr.tobytes(), 480, 360)
+    with pytest.raises(BadImage, match="needs 518400 bytes, got 10"):
+        ImageDecoder("cpu").decode(RAW_RGB, b"0123456789", 480, 360)
+
+
+def test_what_is_not_an_image_is_refused_with_its_reason():
+    decoder = ImageDecoder("cpu")
+    with pytest.raises(BadImage, match="not a baseline JPEG"):
+        decoder.decode(JPEG, b"GIF89a....")
+    with pytest.raises(BadImage, match="unknown image encoding 7"):
+        decoder.decode(7, b"")
+    assert decoder.name == "cpu (opencv)" and not decoder.gpu_jpeg

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# `facebridge serve` on the H200 machine, in ONE device call (issue 17): the GPU parity tests of the serving path
+# (tests/serving/test_gpu.py), then `facebridge bench serve` over real gRPC on loopback with JPEG frames decoded
+# by nvJPEG and the full FaceFrame per stream, first on one server process, then on several processes sharing
+# the GPU (direct ingress, one port each, as Ray Serve replicas would be). Everything lands in $OUT (at most
+# 8 files come back): env.txt, gpu-tests.txt, serve-1proc.{json,log}, serve-Nproc.{json,log}.
+#
+#   here, once:   bash tools/pack_gpu_serve.sh            # .gpuwheels/: grpcio 1.85.1, -health-checking and
+#                                                         # -reflection 1.81.1, protobuf 6.33.5 (7.4 MB, cp312)
+#   device call:  carry [".gpuwheels"], timeout_s 600:   bash tools/gpu_serve_bench.sh
+#
+# Each step has its own time limit, so the call ends inside 10 minutes with what it measured; bench serve writes
+# every stream count to its JSON's `.partial` as the count ends, so a cut-short step keeps its counts.
+# Knobs (environment): STREAMS_1 (32), PROCS (6), STREAMS_N (256,1024), SECS (30 per count), CLIENTS (8),
+# RUNNERS (torch-cuda; cpu for a dry run anywhere), WHEELS (.gpuwheels; empty: use what is installed),
+# T_TESTS (180), T_ONE (120), T_MANY (200) seconds: with the kill graces and start-up, at most about 9.5 minutes.
+#
+# Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
+#   bash tools/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
+#   or `two-gpu .gpuserve/part-ab` on nvidia-h200-x2.
+set -uo pipefail
+MODE=${1:-all}
+OUT=${OUT:-/tmp/out}
+PY=${PYTHON:-python3}
+RUNNERS=${RUNNERS:-torch-cuda}
+SECONDS_PER_COUNT=${SECS:-30}  # not $SECONDS: bash sets that to its own running time
+WHEELS=${WHEELS-.gpuwheels}
+mkdir -p "$OUT" /tmp/stage
+export FACEBRIDGE_HOME=${FACEBRIDGE_HOME:-/tmp/fbhome} PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+
+install_wheels() {  # the bridge's gRPC stack, which the image lacks (health, reflection) or has too old
+  [ -n "$WHEELS" ] || return 0
+  ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "no wheels in $WHEELS: run tools/pack_gpu_serve.sh here and carry $WHEELS"; exit 4; }
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl || exit 4
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
+}
+
+preflight() {  # fail at once, in env.txt, on a missing package, not minutes in
+  {
+    "$PY" -c "import grpc, grpc_health, grpc_reflection, google.protobuf as p, numpy, cv2, torch; \
+print('python', __import__('sys').version.split()[0], 'grpc', grpc.__version__, 'protobuf', p.__version__, \
+'numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" &&
+    { [ "$RUNNERS" = cpu ] || "$PY" -c "import torchvision; print('torchvision', torchvision.__version__)"; } &&
+    "$PY" -c "import bridge.runtime.serve, bridge.bench.serve, bridge.serving.grpc_service; print('bridge imports')"
+  } 2>&1 | tee "$OUT/env.txt"
+  local rc=${PIPESTATUS[0]}
+  { nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv 2>&1 || true; \
+    echo "nproc $(nproc)"; git rev-parse HEAD 2>/dev/null || true; } | tee -a "$OUT/env.txt"
+  [ "$rc" = 0 ] || { echo "preflight failed"; exit 3; }
+}
+
+bench() {  # NAME LIMIT_S ARGS...: one `facebridge bench serve`; the .partial stands in for a cut-short run
+  local name=$1 limit=$2; shift 2
+  timeout -k 20 "$limit" "$PY" -m bridge.cli bench serve --runners "$RUNNERS" --seconds "$SECONDS_PER_COUNT" \
+    --json "$OUT/$name.json" "$@" 2>&1 | grep -v " INFO " | tail -60 > "$OUT/$name.log"
+  echo "$name: exit ${PIPESTATUS[0]}" >> "$OUT/$name.log"
+  if [ -f "$OUT/$name.json" ]; then rm -f "$OUT/$name.json.partial"; elif [ -f "$OUT/$name.json.partial" ]; then
+    mv "$OUT/$name.json.partial" "$OUT/$name.json"; echo "$name: cut short, the counts that ended" | tee -a "$OUT/$name.log"; fi
+  tail -8 "$OUT/$name.log"
+}
+
+unpack_ray() {
+  if [ ! -d /tmp/site/ray ]; then
+    cat /tmp/stage/site.tar.xz.part-* > /tmp/site.tar.xz && mkdir -p /tmp/site && tar -xJf /tmp/site.tar.xz -C /tmp/site \
+      || { echo "unpack failed: stage part-aa first, in a call just before this one"; exit 2; }
+  fi
+  export PYTHONPATH=/tmp/site:$PYTHONPATH
+  preflight
+  "$PY" -c "import ray, ray.serve; print('ray', ray.__version__)" | tee -a "$OUT/env.txt" || exit 3
+}
+
+case "$MODE" in
+  all)
+    install_wheels
+    preflight
+    timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/serving/test_gpu.py 2>&1 \
+      | tail -40 > "$OUT/gpu-tests.txt"
+    echo "gpu tests: exit ${PIPESTATUS[0]}" >> "$OUT/gpu-tests.txt"; tail -5 "$OUT/gpu-tests.txt"
+    bench serve-1proc "${T_ONE:-120}" --streams "${STREAMS_1:-32}" --client-processes 2
+    P=${PROCS:-6}
+    bench "serve-${P}proc" "${T_MANY:-200}" --streams "${STREAMS_N:-256,1024}" --server-processes "$P" \
+      --client-processes "${CLIENTS:-8}" ;;
+  stage)
+    cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
+  ray)
+    [ -n "${2:-}" ] && cp "$2"/* /tmp/stage/
+    unpack_ray
+    bench serve-h200-ray 480 --ray-replicas "${RAY_REPLICAS:-4}" --ray-gpus-per-replica "${RAY_GPU_SHARE:-0.25}" \
+      --streams "${RAY_STREAMS:-256,512,1024}" --client-processes "${CLIENTS:-8}" ;;
+  two-gpu)  # the same build on one GPU, then two (one replica each), then two with a replica killed mid-run
+    [ -n "${2:-}" ] && cp "$2"/* /tmp/stage/
+    unpack_ray
+    N1=${N1:-256}; N2=${N2:-512}
+    for run in "1 $N1 one" "2 $N2 two" "2 $N2 two-kill"; do
+      set -- $run
+      extra=(); [ "$3" = two-kill ] && extra=(--kill-replica-at 15)
+      bench "serve-h200x2-$3" 200 --ray-replicas "$1" --ray-gpus-per-replica 1 --streams "$2" \
+        --client-processes "${CLIENTS:-8}" "${extra[@]}"
+    done ;;
+  *) echo "unknown mode $MODE: all | stage DIR | ray [DIR] | two-gpu [DIR]"; exit 2 ;;
+esac
