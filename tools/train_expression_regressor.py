@@ -4,6 +4,12 @@ bridge/expression/regressor.json.
 
 Deterministic: a fixed seed, one CPU thread, deterministic torch kernels; about 5 minutes on one core.
 
+Two choices from real faces (issue 19, docs/PERFORMANCE.md "Real faces"): the landmarks are rendered with the
+lip-corner shapes damped (synth.py, LIP_CORNER_GAIN) while the truth stays, because the real landmark model moves
+the mouth corners about half as far as ICT's smile; and the exported graph averages the network with its own
+mirror image (features.mirror_map, Left/Right outputs swapped, yaw and roll negated), so it reads a symmetric face
+symmetrically. The network inside (and its initializer names) is unchanged.
+
     python tools/train_expression_regressor.py [--steps 4000] [--batch 256] [--seed 0] [--out-dir DIR]
 """
 from __future__ import annotations
@@ -22,7 +28,7 @@ from torch import nn  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bridge.expression.features import FEATURE_LAYOUT, NUM_FEATURES, features_batch  # noqa: E402
+from bridge.expression.features import FEATURE_LAYOUT, NUM_FEATURES, features_batch, mirror_map  # noqa: E402
 from bridge.expression.model import MODEL_ID, VISUAL, load_model  # noqa: E402
 from bridge.expression.synth import synthetic_batch  # noqa: E402
 from bridge.frame import ARKIT_NAMES  # noqa: E402
@@ -30,6 +36,7 @@ from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
 
 OUT_DIR = ROOT / "bridge" / "expression"
 ROT_SCALE = 45.0  # degrees -> network units
+LIP_CORNER_GAIN = (0.5, 1.0)  # landmarks show the lip-corner shapes at this fraction of their weight (synth.py)
 
 
 class Regressor(nn.Module):
@@ -51,14 +58,34 @@ class Regressor(nn.Module):
         self.rotation = nn.Linear(hidden, 3)
         self.register_buffer("scatter", torch.eye(52)[VISUAL])  # 51 visual -> 52 (tongueOut stays 0)
 
-    def forward(self, features: torch.Tensor):
+    def _single(self, features: torch.Tensor):
         h = self.body((features - self.mean) * self.inv_std)
         blendshapes = torch.sigmoid(self.weights(h)) @ self.scatter
         return blendshapes, self.rotation(h) * ROT_SCALE
 
+    def forward(self, features: torch.Tensor):
+        if not hasattr(self, "mirror_index"):
+            return self._single(features)
+        # two passes of the same weights rather than one on a concatenated batch: the exported graph has no
+        # Shape/Slice, only Gathers on constant indices, which the serving torch path converts too
+        w, rot = self._single(features)
+        w_m, rot_m = self._single(features.index_select(1, self.mirror_index) * self.mirror_sign)
+        return 0.5 * (w + w_m.index_select(1, self.swap)), 0.5 * (rot + rot_m * self.rotation_sign)
 
-def make_batch(model, rng, n):
-    b = synthetic_batch(model, rng, n)
+    def mirror_average(self) -> None:
+        """From now on, the mean of the network on the face and on its mirror image (outputs mirrored back): the
+        exported model. Adds constants only; the weights and their names stay."""
+        index, sign = mirror_map()
+        swap = [ARKIT_NAMES.index(n.replace("Left", "#").replace("Right", "Left").replace("#", "Right"))
+                for n in ARKIT_NAMES]
+        self.register_buffer("mirror_index", torch.tensor(index, dtype=torch.int64))
+        self.register_buffer("mirror_sign", torch.tensor(sign, dtype=torch.float32))
+        self.register_buffer("swap", torch.tensor(swap, dtype=torch.int64))
+        self.register_buffer("rotation_sign", torch.tensor([-1.0, 1.0, -1.0]))  # yaw and roll change sign
+
+
+def make_batch(model, rng, n, lip_corner_gain=LIP_CORNER_GAIN):
+    b = synthetic_batch(model, rng, n, lip_corner_gain=lip_corner_gain)
     x = features_batch(b.landmarks[..., :2].astype(np.float64), b.iris.astype(np.float64), b.iris_present,
                        b.image_size[:, 0].astype(np.float64), b.image_size / 2.0)  # focal assumed = width
     return torch.from_numpy(x), torch.from_numpy(b.weights), torch.from_numpy(b.head_rotation)
@@ -73,7 +100,11 @@ def main() -> None:
     ap.add_argument("--loss", choices=("mse", "mixed"), default="mse")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out-dir", type=Path, default=OUT_DIR)
+    ap.add_argument("--from-onnx", type=Path, metavar="REGRESSOR.onnx",
+                    help="no training: read the weights of an exported model and export them again (same function)")
     args = ap.parse_args()
+    if args.from_onnx:
+        return reexport(args)
 
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -85,7 +116,7 @@ def main() -> None:
     net = Regressor(stats_x.mean(0), stats_x.std(0) + 1e-3, args.hidden)
     opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=1e-5)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.05)
-    val = make_batch(model, np.random.default_rng(10_000 + args.seed), 2048)
+    val = make_batch(model, np.random.default_rng(10_000 + args.seed), 2048, lip_corner_gain=None)
     started = time.time()
     for step in range(1, args.steps + 1):
         x, w, rot = make_batch(model, rng, args.batch)
@@ -111,8 +142,22 @@ def main() -> None:
     export(net, args)
 
 
+def reexport(args) -> None:
+    """The weights of an exported model (its initializers carry the torch names) exported again."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(args.from_onnx)).graph
+    inits = {i.name: torch.from_numpy(numpy_helper.to_array(i).copy()) for i in graph.initializer}
+    net = Regressor(np.zeros(NUM_FEATURES, np.float32), np.ones(NUM_FEATURES, np.float32), args.hidden)
+    state = net.state_dict()
+    net.load_state_dict({k: inits[k] for k in state})
+    export(net, args)
+
+
 def export(net: Regressor, args) -> None:
     net.eval()
+    net.mirror_average()
     onnx_path = args.out_dir / "regressor.onnx"
     tmp = onnx_path.with_suffix(".tmp.onnx")
     dummy = torch.zeros(1, NUM_FEATURES)
@@ -131,7 +176,8 @@ def export(net: Regressor, args) -> None:
         "source": "trained by tools/train_expression_regressor.py on synthetic samples of bridge/expression/"
                   "basis.npz (ICT-FaceKit Light, MIT, (c) 2020 USC ICT; MediaPipe canonical mesh, Apache-2.0)",
         "training": {"seed": args.seed, "steps": args.steps, "batch": args.batch, "hidden": args.hidden,
-                     "lr": args.lr, "loss": args.loss},
+                     "lr": args.lr, "loss": args.loss, "lip_corner_gain": list(LIP_CORNER_GAIN),
+                     "mirror_averaged": True},
         "license": "Apache-2.0 (this project); derived from MIT and Apache-2.0 sources, see NOTICE",
         "input": {"name": "features", "layout": FEATURE_LAYOUT, "shape": ["n", NUM_FEATURES], "dtype": "float32",
                   "focal": "image width unless known"},

@@ -1,6 +1,7 @@
 """Train the streaming lip-sync model and export it to ONNX (CPU, one thread, seeded, a few minutes).
 
     python tools/gen_lipsync_data.py --out build/lipsync      # data first (espeak-ng, offline)
+    python tools/label_real_speech.py --out build/lipsync      # recorded speech, labelled by forced alignment
     python tools/train_lipsync.py --data build/lipsync          # -> bridge/audio/lipsync.onnx + manifest
 
 Model: per-channel normalised log-mel (40 bands, 10 ms hop) -> Linear+ReLU -> 2-layer GRU (causal, explicit
@@ -91,14 +92,17 @@ def load_set(data_dir: Path, name: str) -> list[dict]:
     return out
 
 
-def batches(utts: list[dict], rng: np.random.Generator, batch: int, length: int):
-    """Random crops; targets lag the input by LOOKAHEAD frames."""
+def batches(utts: list[dict], rng: np.random.Generator, batch: int, length: int, real: list[dict] | None = None,
+            real_share: float = 0.0):
+    """Random crops; targets lag the input by LOOKAHEAD frames. With `real`, each crop comes from the recorded
+    speech with probability real_share."""
     while True:
         mel = np.zeros((batch, length, features.N_MELS), np.float32)
         vis = np.zeros((batch, length), np.int64)
         mouth = np.zeros((batch, length, N_MOUTH), np.float32)
         for b in range(batch):
-            u = utts[rng.integers(len(utts))]
+            pool = real if real and rng.random() < real_share else utts
+            u = pool[rng.integers(len(pool))]
             n = len(u["mel"])
             start = int(rng.integers(LOOKAHEAD, max(LOOKAHEAD + 1, n - length)))
             seg = slice(start, min(n, start + length))
@@ -109,6 +113,41 @@ def batches(utts: list[dict], rng: np.random.Generator, batch: int, length: int)
             vis[b, :k] = u["visemes"][tgt]
             mouth[b, :k] = u["mouth"][tgt]
         yield torch.from_numpy(mel), torch.from_numpy(vis), torch.from_numpy(mouth)
+
+
+def load_onnx_weights(net: LipSyncNet, path: Path) -> None:
+    """Start from an exported model (fine-tuning): the inverse of export(). The legacy exporter names the
+    Linear weights after the MatMuls that use them and stores each GRU layer as ONNX W/R/B with gates (z, r, h);
+    torch keeps (r, z, n)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    uses = {}
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            if name in inits:
+                uses.setdefault(name, (node.op_type, k))
+    matmuls = [n for n in inits if uses.get(n, ("",))[0] == "MatMul" and not n.startswith("adapter.")]
+    grus = [n for n in inits if uses.get(n, ("",))[0] == "GRU"]
+    order = [HIDDEN, 0, 2 * HIDDEN]  # torch gate blocks (r, z, n) taken from ONNX (z, r, h)
+    reorder = lambda a: np.concatenate([a[o:o + HIDDEN] for o in order])  # noqa: E731
+    sd = net.state_dict()
+    by_shape = {(features.N_MELS, HIDDEN): "inp.weight", (HIDDEN, HIDDEN): "mid.weight",
+                (HIDDEN, N_VIS + N_MOUTH): "head.weight"}
+    for name in matmuls:
+        sd[by_shape[inits[name].shape]] = torch.from_numpy(inits[name].T.copy())
+    for layer in range(LAYERS):
+        w, r, b = (inits[n] for n in sorted(grus, key=lambda n: int(n.split("_")[-1]))[3 * layer:3 * layer + 3])
+        sd[f"gru.weight_ih_l{layer}"] = torch.from_numpy(reorder(w[0]))
+        sd[f"gru.weight_hh_l{layer}"] = torch.from_numpy(reorder(r[0]))
+        sd[f"gru.bias_ih_l{layer}"] = torch.from_numpy(reorder(b[0, :3 * HIDDEN]))
+        sd[f"gru.bias_hh_l{layer}"] = torch.from_numpy(reorder(b[0, 3 * HIDDEN:]))
+    for name in ("mel_mean", "mel_scale", "inp.bias", "mid.bias", "head.bias"):
+        sd[name] = torch.from_numpy(inits["net." + name].copy())
+    sd["adapter.A"], sd["adapter.B"] = (torch.from_numpy(inits[n].copy()) for n in ADAPTER_NAMES)
+    net.load_state_dict(sd)
 
 
 def predict(net: LipSyncNet, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -165,6 +204,10 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--length", type=int, default=300, help="frames per training crop")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", help="fine-tune from this exported lipsync.onnx instead of starting afresh")
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--real-share", type=float, default=0.3,
+                   help="share of training crops from recorded speech (real_train.npz from tools/label_real_speech.py)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -176,14 +219,22 @@ def main(argv=None) -> int:
     all_mel = np.concatenate([u["mel"] for u in train])
     mean, std = all_mel.mean(0), all_mel.std(0) + 1e-3
     print(f"train: {len(train)} utterances, {len(all_mel) / 6000:.1f} min", flush=True)
+    real = load_set(data, "real_train") if (data / "real_train.npz").exists() and args.real_share > 0 else []
+    if real:
+        print(f"recorded speech: {len(real)} utterances, {sum(len(u['mel']) for u in real) / 6000:.1f} min, "
+              f"{args.real_share:.0%} of the crops", flush=True)
     net = LipSyncNet(mean, std)
-    opt = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=args.steps, pct_start=0.1)
+    if args.init:
+        load_onnx_weights(net, Path(args.init))
+        init_sha = sha256_file(Path(args.init))  # before export may overwrite it
+        print(f"fine-tuning from {args.init}", flush=True)
+    opt = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps, pct_start=0.1)
     ce = nn.CrossEntropyLoss()
     channel_weight = torch.ones(N_MOUTH)
     channel_weight[MOUTH_CHANNELS.index("jawOpen")] = 3.0
     started = time.time()
-    stream = batches(train, rng, args.batch, args.length)
+    stream = batches(train, rng, args.batch, args.length, real, args.real_share)
     for step in range(1, args.steps + 1):
         mel, vis, mouth = next(stream)
         logits, pred, _ = net(mel, torch.zeros(LAYERS, args.batch, HIDDEN))
@@ -202,7 +253,7 @@ def main(argv=None) -> int:
     train_seconds = round(time.time() - started, 1)
 
     results = {}
-    for name in ("eval_lang", "eval_voice", "eval_rate", "eval_all"):
+    for name in ("eval_lang", "eval_voice", "eval_rate", "eval_all", "real_eval", "synth_same_text"):
         if (data / f"{name}.npz").exists():
             results[name] = evaluate(net, load_set(data, name))
             r = results[name]
@@ -219,7 +270,10 @@ def main(argv=None) -> int:
         "file": model_path.name,
         "sha256": sha256_file(model_path),
         "default_adapter": {"file": adapter_path.name, "sha256": sha256_file(adapter_path)},
-        "license": "Apache-2.0 (trained by FaceBridge on speech synthesized offline with espeak-ng; no espeak-ng "
+        "license": "Apache-2.0 (trained by FaceBridge on speech synthesized offline with espeak-ng, no espeak-ng "
+                   "code or data is shipped; and on recorded prompts of Asterisk's core sounds, CC-BY-SA-3.0, "
+                   "(c) Allison Smith, see NOTICE)" if real else
+                   "Apache-2.0 (trained by FaceBridge on speech synthesized offline with espeak-ng; no espeak-ng "
                    "code or data is shipped)",
         "source": "tools/gen_lipsync_data.py + tools/train_lipsync.py",
         "inputs": {"mel": ["1", "frames", features.N_MELS], "state": [LAYERS, 1, HIDDEN]},
@@ -235,7 +289,10 @@ def main(argv=None) -> int:
         "lookahead_frames": LOOKAHEAD,
         "lookahead_ms": LOOKAHEAD * 10 + features.WINDOW / features.SAMPLE_RATE * 1000 / 2,
         "training": {"seed": args.seed, "steps": args.steps, "batch": args.batch, "crop_frames": args.length,
-                     "threads": 1, "seconds": train_seconds, "train_utterances": len(train)},
+                     "threads": 1, "seconds": train_seconds, "train_utterances": len(train),
+                     "init": {"previous_model_sha256": init_sha} if args.init else None,
+                     "lr": args.lr,
+                     "real_utterances": len(real), "real_share": args.real_share if real else 0.0},
         "evaluation": results,
     }
     atomic_write_json(out / "lipsync.json", manifest)

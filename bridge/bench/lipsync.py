@@ -3,6 +3,12 @@
 Held-out data comes from `tools/gen_lipsync_data.py` (espeak-ng, offline): languages, voice variants and
 speaking rates never used in training. It is generated into --data when missing (needs espeak-ng).
 Accuracy runs the shipped ONNX model exactly as the live stream does (same front end, same state stepping).
+
+Recorded human speech (issue 19): `real_eval` holds recordings never trained on (held-out Asterisk prompts, the
+LibriVox audiobook sentences and read card names of pocketsphinx's test data), labelled by forced alignment
+(tools/label_real_speech.py, from the files tools/fetch_real_data.py fetches); `synth_same_text` is espeak-ng
+reading the same texts, labelled the same way, so the gap between the two is the voice alone. Both are scored
+when present (--real-data and build/real make them when missing), per group as well.
 """
 from __future__ import annotations
 
@@ -26,6 +32,8 @@ def add_arguments(p) -> None:
     p.add_argument("--hops", type=int, default=3000, help="hops timed for the compute figure")
     p.add_argument("--latency-seconds", type=float, default=8.0, help="seconds of speech streamed at real time")
     p.add_argument("--backend", default="onnxruntime")
+    p.add_argument("--real-data", default="build/real",
+                   help="recorded speech fetched by tools/fetch_real_data.py (labelled into --data when missing)")
 
 
 def lipsync_metrics(pred_vis: np.ndarray, pred_mouth: np.ndarray, tgt_vis: np.ndarray, tgt_mouth: np.ndarray) -> dict:
@@ -82,13 +90,16 @@ def _utterances(path: Path):
     return utts, audio
 
 
-def accuracy(model, path: Path) -> dict:
+def accuracy(model, path: Path, keep=None) -> dict:
+    """Scored over the utterances of the set (those whose index `keep` accepts, when given)."""
     from bridge.audio import features
 
     pv, pm, tv, tm = [], [], [], []
     pad = np.full((model.lookahead, features.N_MELS), np.log(features.LOG_FLOOR), np.float32)
     utts, _ = _utterances(path)
-    for mel, vis, mouth in utts:
+    for i, (mel, vis, mouth) in enumerate(utts):
+        if keep is not None and not keep(i):
+            continue
         model.reset()
         p_vis, p_mouth = model.step(np.concatenate([mel, pad]))
         pv.append(p_vis[model.lookahead:].argmax(-1)), pm.append(p_mouth[model.lookahead:])
@@ -123,6 +134,47 @@ def live_path(path: Path, backend: str) -> dict:
             tv.append(vis[: len(results)]), tm.append(mouth[: len(results)])
     out = lipsync_metrics(*(np.concatenate(x) for x in (pv, pm, tv, tm)))
     out["utterances"] = len(audio)
+    return out
+
+
+REAL_SETS = ("real_eval", "synth_same_text")
+
+
+def _ensure_real(data: Path, real: Path) -> bool:
+    """Label the recorded speech into `data` when its sets are missing and the recordings were fetched."""
+    if all((data / f"{s}.npz").exists() for s in REAL_SETS):
+        return True
+    tool = REPO / "tools" / "label_real_speech.py"
+    if not (real / "asterisk").is_dir() or not tool.exists():
+        print(f"recorded speech not scored: fetch it with `python tools/fetch_real_data.py` (into {real})", flush=True)
+        return False
+    print(f"labelling recorded speech from {real} into {data} ...", flush=True)
+    proc = subprocess.run([sys.executable, str(tool), "--real", str(real), "--out", str(data)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise FaceBridgeError(f"labelling recorded speech failed ({proc.stderr.strip().splitlines()[-1:]})",
+                              "install the tools extra (pocketsphinx) and espeak-ng, then run it again")
+    return True
+
+
+def recorded_speech(model, data: Path) -> dict:
+    """Both real-speech sets, whole and per group (asterisk_eval, librivox, cards)."""
+    import json
+
+    out = {}
+    for name in REAL_SETS:
+        meta = json.loads((data / f"{name}.json").read_text())["utterances"]
+        out[name] = accuracy(model, data / f"{name}.npz")
+        out[name]["utterances"] = len(meta)
+        out[name]["minutes"] = round(out[name]["frames"] / 6000, 2)
+        out[name]["groups"] = {}
+        for group in sorted({m["group"] for m in meta}):
+            r = accuracy(model, data / f"{name}.npz", keep=lambda i, g=group: meta[i]["group"] == g)
+            out[name]["groups"][group] = {k: r[k] for k in ("frames", "viseme_accuracy", "jawOpen_correlation",
+                                                            "jawOpen_mae", "silence_jawOpen_mean")}
+        r = out[name]
+        print(f"{name}: viseme acc {r['viseme_accuracy']}  jawOpen r {r['jawOpen_correlation']}  "
+              f"groups {r['groups']}", flush=True)
     return out
 
 
@@ -226,6 +278,9 @@ def run(args) -> dict:
     r = results["eval_all_live_path"]
     print(f"eval_all through the live stream (VAD gate on): jawOpen r {r['jawOpen_correlation']}  "
           f"silence jawOpen mean {r['silence_jawOpen_mean']} p95 {r['silence_jawOpen_p95']}", flush=True)
+    if _ensure_real(data, Path(args.real_data)):
+        results.update(recorded_speech(model, data))
+        results["real_eval_live_path"] = live_path(data / "real_eval.npz", args.backend)
     flite = other_synthesizer(args.backend)
     if flite is not None:
         results["other_synthesizer_flite"] = flite

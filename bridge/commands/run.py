@@ -83,6 +83,10 @@ def add_parser(sub) -> None:
                     f"stock Live Link Face source on {DEFAULT_LLF} and to a VMC receiver on {DEFAULT_VMC}; "
                     "nothing leaves this machine unless you point an output elsewhere.")
     add_pipeline_arguments(p)
+    p.add_argument("--faces", type=int, default=1, metavar="N",
+                   help="track up to N faces (default 1), each its own subject: name them with --subject A,B,... "
+                        "(faces without a name get the first name and their number: FaceBridge2, ...); each face is "
+                        "its own Live Link Face and gRPC subject and its own VMC target (see --vmc)")
     p.add_argument("--max-frames", type=int, default=None, metavar="N",
                    help="stop after N frames sent (dropped frames do not count)")
     p.add_argument("--fast", action="store_true",
@@ -93,7 +97,8 @@ def add_parser(sub) -> None:
                    help="Live Link Face (Unreal stock source) UDP target, or 'off'; repeat it for several editors "
                         f"(default {DEFAULT_LLF})")
     p.add_argument("--vmc", default=DEFAULT_VMC, metavar="HOST:PORT",
-                   help=f"VMC/OSC receiver (VSeeFace, VNyan, Warudo, ...), or 'off' (default {DEFAULT_VMC})")
+                   help=f"VMC/OSC receiver (VSeeFace, VNyan, Warudo, ...), or 'off' (default {DEFAULT_VMC}). With "
+                        "--faces N: one HOST:PORT per face, comma-separated, or one address for N consecutive ports")
     p.add_argument("--vmc-no-bundle", action="store_true",
                    help="send VMC as plain OSC messages (for receivers that cannot read bundles)")
     p.add_argument("--vmc-expressions", default="arkit", metavar="SETS",
@@ -159,7 +164,7 @@ def run_config(args):
     from bridge.runtime.session import RunConfig, address_or_off
 
     return RunConfig(source=args.source, fast=args.fast, camera_size=args.camera_size, camera_fps=args.camera_fps,
-                     mirror=args.mirror, max_frames=args.max_frames, subject=args.subject,
+                     mirror=args.mirror, max_frames=args.max_frames, subject=args.subject, faces=args.faces,
                      pipeline=pipeline_options(args), stages=args.stages, audio=args.audio,
                      audio_only=args.audio_only, learn=args.learn, learn_audio=args.learn_keep_audio,
                      calibration=not args.no_calibration, status_line=not args.quiet,

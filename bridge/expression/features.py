@@ -10,12 +10,31 @@ z is not used: the landmark model's depth is its least reliable output.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from bridge.mesh import EYE_CONTOURS
 
 NUM_FEATURES = 944
 FEATURE_LAYOUT = "landmarks-2d-v1"
+
+
+def mirror_map() -> tuple[np.ndarray, np.ndarray]:
+    """(index, sign) with features[..., index] * sign = the features of the same face mirrored left-right: each
+    point takes its mirror partner's place (MediaPipe's canonical mesh is exactly symmetric), x changes sign, the
+    two iris centres swap. The regressor averages itself with its mirror image through this map, so it cannot
+    read one side of a symmetric face larger than the other."""
+    canonical = np.load(Path(__file__).resolve().parents[1] / "data" / "canonical_face_468.npy").astype(np.float64)
+    mirrored = canonical * np.array([-1.0, 1.0, 1.0])
+    partner = np.linalg.norm(canonical[:, None] - mirrored[None], axis=2).argmin(1)
+    index = np.arange(NUM_FEATURES)
+    sign = np.ones(NUM_FEATURES, np.float32)
+    index[:936:2], index[1:936:2] = 2 * partner, 2 * partner + 1
+    sign[:936:2] = -1.0
+    index[936:940] = [938, 939, 936, 937]
+    sign[[936, 938, 941]] = -1.0
+    return index, sign
 
 
 def camera_for(image_size: tuple[int, int], focal: float | None = None) -> tuple[float, tuple[float, float]]:

@@ -6,6 +6,12 @@ and asymmetric activations), a head pose (yaw +-45, pitch +-30, roll +-20 deg), 
 focal length the estimators are not told, then landmark noise like the landmark model's, a random share of
 MediaPipe's own mean-face offset (the real landmark model's bias away from ICT's neutral), and sometimes an
 occluded patch of points or missing iris points.
+
+For training, render() can also damp the lip-corner shapes in the landmarks while keeping the truth
+(lip_corner_gain): the real face-landmark model moves the mouth corners less than ICT-FaceKit's smile does. On
+real faces labelled by hand (bridge/bench/real_face_labels.json) even the reference fit, which has no learned
+prior, read about half the labelled smile (0.2-0.45 for broad smiles labelled 0.8-0.9), while neutral faces read
+0.00; a regressor trained on undamped landmarks therefore under-reads real smiles, gentle closed-mouth ones most.
 """
 from __future__ import annotations
 
@@ -26,6 +32,9 @@ EXCLUSIVE = [("jawLeft", "jawRight"), ("mouthLeft", "mouthRight"), ("eyeBlinkLef
 # Archetypes: name -> {shape: weight at full intensity}; "*" expands to Left and Right.
 ARCHETYPES = {
     "smile": {"mouthSmile*": 0.8, "cheekSquint*": 0.4, "eyeSquint*": 0.3, "mouthDimple*": 0.2},
+    "gentle_smile": {"mouthSmile*": 0.6, "mouthPress*": 0.1, "cheekSquint*": 0.1},
+    "smile_teeth": {"mouthSmile*": 0.8, "mouthUpperUp*": 0.2, "mouthStretch*": 0.2, "jawOpen": 0.1,
+                    "cheekSquint*": 0.2},
     "grin": {"mouthSmile*": 1.0, "cheekSquint*": 0.6, "eyeSquint*": 0.5, "jawOpen": 0.25, "mouthUpperUp*": 0.3,
              "mouthStretch*": 0.2},
     "smirk_left": {"mouthSmileLeft": 0.8, "cheekSquintLeft": 0.3, "mouthLeft": 0.2},
@@ -62,6 +71,8 @@ def _expand(spec: dict[str, float]) -> np.ndarray:
 
 
 ARCHETYPE_WEIGHTS = np.stack([_expand(s) for s in ARCHETYPES.values()])
+# The shapes whose landmark motion the real landmark model damps (see the module docstring).
+LIP_CORNER = np.array([_I[f"{n}{s}"] for n in ("mouthSmile", "mouthDimple", "cheekSquint") for s in ("Left", "Right")])
 NON_GAZE = np.array([i for i, n in enumerate(ARKIT_NAMES) if "Look" not in n and n != "tongueOut"])
 
 
@@ -136,11 +147,15 @@ def sample_poses(rng: np.random.Generator, n: int) -> np.ndarray:
 
 def render(model: MorphableModel, rng: np.random.Generator, identity: np.ndarray, weights: np.ndarray,
            angles: np.ndarray, noise: float = 1.0, occlusion: float = 0.08, iris_missing: float = 0.2,
-           camera: tuple | None = None) -> SyntheticBatch:
+           camera: tuple | None = None, lip_corner_gain: tuple[float, float] | None = None) -> SyntheticBatch:
     """Project (identity (n, 101), weights, angles) through a random camera. camera = (image_size (n,2), focal (n,),
-    translation (n,3)) fixes the camera (static-face jitter runs); noise scales the landmark noise."""
+    translation (n,3)) fixes the camera (static-face jitter runs); noise scales the landmark noise;
+    lip_corner_gain = (lo, hi) renders the LIP_CORNER shapes at a uniform random fraction of their true weight."""
     n = len(weights)
-    pts = model.shape(identity, weights)  # (n, 470, 3)
+    shown = np.array(weights, dtype=np.float64)
+    if lip_corner_gain is not None:
+        shown[:, LIP_CORNER] *= rng.uniform(*lip_corner_gain, (n, 1))
+    pts = model.shape(identity, shown)  # (n, 470, 3)
     if camera is None:
         size = IMAGE_SIZES[rng.integers(0, len(IMAGE_SIZES), n)].astype(np.float64)
         focal = size[:, 0] * rng.uniform(0.75, 1.4, n)

@@ -20,6 +20,7 @@ CALIBRATION_TIMEOUT_S = 10.0
 class RunControl:
     def __init__(self, subject: str, backend_requested: str) -> None:
         self.subject = subject
+        self.all_subjects: list[str] | None = None  # every face's subject with --faces N (the first is `subject`)
         self.backend_requested = backend_requested
         self.source = None  # set by the session as each part opens; None while starting
         self.pipeline = None
@@ -62,7 +63,7 @@ class RunControl:
         return self.recording.start() if on else self.recording.stop()
 
     def subjects(self) -> list[str]:
-        return [self.subject]
+        return list(self.all_subjects or [self.subject])
 
     def on_frame(self, frame) -> None:
         """Called by the send thread with every frame sent (calibration uses the pipeline's tap instead)."""
@@ -93,7 +94,7 @@ class RunControl:
     def _calibrate(self, subject: str) -> tuple[bool, str]:
         from bridge.calibration import CalibrationProfile
 
-        pipeline = self.pipeline
+        pipeline = self.pipeline.slot(subject) if hasattr(self.pipeline, "slot") else self.pipeline  # that face's
         with self._frames_lock:
             self._calibration_frames, self._calibration_done = [], threading.Event()
         pipeline.calibration_tap = self._collect

@@ -100,6 +100,7 @@ class OutputConfig:
     grpc_token: str | None = None
     grpc_tls_cert: str | None = None
     grpc_tls_key: str | None = None
+    subjects: tuple[str, ...] = ()  # with several faces (--faces N): one VMC target each (runtime/faces.py)
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ class RunConfig:
     camera_fps: float | None = None  # frames per second asked of a camera
     mirror: bool = False  # process a mirror image: the avatar moves like the subject's reflection
     max_frames: int | None = None  # frames sent (dropped frames do not count)
-    subject: str = "FaceBridge"
+    subject: str = "FaceBridge"  # with faces > 1: comma-separated names, one per face (bridge/multiface.py)
+    faces: int = 1  # --faces N: track up to N faces, each its own subject
     pipeline: PipelineOptions = field(default_factory=PipelineOptions)
     stages: str = "auto"  # inference threads: "auto", "1" or "2"
     audio: str | None = None  # mic | mic:N | sample | FILE

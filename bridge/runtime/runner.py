@@ -36,12 +36,12 @@ class BridgeRunner:
     def __init__(self, source: FrameSource, process, sinks: list[Sink], max_frames: int | None = None,
                  status: bool = True, on_frame=None, stages: list | None = None, stats: RunStats | None = None,
                  lossless: bool | None = None) -> None:
-        """`process(frame) -> FaceFrame` is the pipeline; `stages`, when given instead, splits it into steps that
-        run in their own threads (each step's output is the next one's input, the last returns a FaceFrame), so
-        on several cores frame N+1 is tracked while frame N is described. `on_frame(face_frame)` runs in the
-        send thread. `stats` is the run's one RunStats (the session makes it early, so the monitor can serve it
-        while models load); a new one by default. `lossless` keeps every frame with back-pressure (None: only for
-        a source in SourceMode.FAST)."""
+        """`process(frame) -> FaceFrame` (or a list of FaceFrames, one per face) is the pipeline; `stages`, when
+        given instead, splits it into steps that run in their own threads (each step's output is the next one's
+        input, the last returns the FaceFrame(s)), so on several cores frame N+1 is tracked while frame N is
+        described. `on_frame(face_frame)` runs in the send thread (with the first face). `stats` is the run's one
+        RunStats (the session makes it early, so the monitor can serve it while models load); a new one by
+        default. `lossless` keeps every frame with back-pressure (None: only for a source in SourceMode.FAST)."""
         self.source = source
         self.stages = list(stages) if stages else [process]
         self.sinks = sinks
@@ -112,7 +112,9 @@ class BridgeRunner:
                     log.warning("a frame could not be processed (%s); skipped", e)
                     continue
                 if last:
-                    self.stats.frame_processed(result.face_found, result.latencies_ms, time.perf_counter())
+                    faces = faces_of(result)
+                    self.stats.frame_processed(any(f.face_found for f in faces), faces[0].latencies_ms,
+                                               time.perf_counter())
                 outbox.put(result, block=self.lossless)
         finally:
             self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
@@ -134,11 +136,13 @@ class BridgeRunner:
             now = time.perf_counter()
             self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
             self.stats.set_dropped("source", self.source.skipped)
-            result.latencies_ms["capture_to_send"] = (now - result.t_capture_mono) * 1000.0
-            self.stats.frame_sent(result.latencies_ms["capture_to_send"], now)
+            faces = faces_of(result)
+            for face in faces:
+                face.latencies_ms["capture_to_send"] = (now - face.t_capture_mono) * 1000.0
+            self.stats.frame_sent(faces[0].latencies_ms["capture_to_send"], now)
             self.stats.set_sink_dropped(self.sink_dropped())
             if self.on_frame is not None:
-                self.on_frame(result)
+                self.on_frame(faces[0])
             if self.max_frames is not None and self.stats.sent >= self.max_frames:
                 self._stop.set()
         self.stats.set_dropped("send", self._results.dropped)
@@ -222,6 +226,12 @@ class BridgeRunner:
             self.source.close()
         except Exception as e:
             log.warning("the source did not close cleanly: %s", e)
+
+
+def faces_of(result) -> list:
+    """The FaceFrames of one frame's result: a FaceFrame, or a list of them (one per face, `--faces N`, slot 0
+    first), sent to the sinks together."""
+    return result if isinstance(result, list) else [result]
 
 
 def sink_labels(sinks: list[Sink]) -> list[str]:

@@ -52,10 +52,13 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
 
             sinks.append(LiveLinkFaceSink(address, subject=outputs.llf_subject))
         if outputs.vmc:
+            from bridge.runtime.faces import vmc_targets
             from bridge.sinks.vmc import VmcSink
 
-            sinks.append(VmcSink(outputs.vmc, bundle=outputs.vmc_bundle, eye_bones=outputs.vmc_eye_bones,
-                                 expressions=outputs.vmc_expressions))
+            for subject, address in vmc_targets(outputs.vmc, list(outputs.subjects) or [None]):
+                sinks.append(VmcSink(address, bundle=outputs.vmc_bundle, eye_bones=outputs.vmc_eye_bones,
+                                     expressions=outputs.vmc_expressions))
+                sinks[-1].only_subject = subject
         if outputs.record:
             from bridge.sinks.recorder import TakeRecorder
 
@@ -87,7 +90,14 @@ class BridgeSession:
         if config.learn is not None and (not config.audio or config.audio_only):
             raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
                                   "add --audio mic (and a camera source, without --audio-only)")
-        check_subject(config.subject)
+        if config.faces > 1 and config.audio_only:
+            raise FaceBridgeError("--faces needs a camera or video: --audio-only has no face to count",
+                                  "drop --faces, or drop --audio-only")
+        from bridge.multiface import subject_names
+
+        self.subjects = subject_names(config.subject, config.faces)
+        for subject in self.subjects:
+            check_subject(subject)
         config.pipeline.check()
         if config.camera_size is not None and min(config.camera_size) < 1:
             raise FaceBridgeError(f"--camera-size {config.camera_size[0]}x{config.camera_size[1]} is not a size",
@@ -97,7 +107,8 @@ class BridgeSession:
         self.config = config
         self.learn = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
-        self.control = RunControl(config.subject, config.pipeline.backend)
+        self.control = RunControl(self.subjects[0], config.pipeline.backend)
+        self.control.all_subjects = list(self.subjects)
         self.control.stats = self.stats
         self.audio = self.source = self.pipeline = self.profile = self.monitor = self.feed = None
         self.audio_duration: float | None = None
@@ -142,7 +153,8 @@ class BridgeSession:
             if config.audio_only:
                 self.source = self._open_source()
             self.control.source = self.source
-            self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None), self.control)
+            subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
+            self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None, subjects=subjects), self.control)
             self.sinks.append(self._open_recording())
             self.stats.attach_sinks(self.sinks)
             self.pipeline = self._build_pipeline()
@@ -161,7 +173,9 @@ class BridgeSession:
         """The take recorder, on from the start with --record DIR, else off until the monitor page starts it."""
         from bridge.sinks.recorder import TakeRecorder
 
-        self.recording = RecordSwitch(TakeRecorder, self.config.takes_dir, self.config.subject)
+        self.recording = RecordSwitch(TakeRecorder, self.config.takes_dir, self.subjects[0])
+        if len(self.subjects) > 1:
+            self.recording.only_subject = self.subjects[0]  # a take holds one subject: the first face
         self.control.recording = self.recording
         if self.config.outputs.record:
             self.recording.begin(self.config.outputs.record)
@@ -207,7 +221,12 @@ class BridgeSession:
         from bridge.calibration import CalibrationProfile
         from bridge.pipeline import FacePipeline
 
-        self.profile = CalibrationProfile.load(config.subject) if config.calibration else None
+        profiles = [CalibrationProfile.load(s) if config.calibration else None for s in self.subjects]
+        self.profile = profiles[0]
+        if len(self.subjects) > 1:
+            from bridge.multiface import MultiFacePipeline
+
+            return MultiFacePipeline(config.pipeline, self.subjects, profiles)
         return FacePipeline(config.pipeline, profile=self.profile)
 
     def _start_swapper(self) -> None:
@@ -259,7 +278,13 @@ class BridgeSession:
         one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
         two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
         steps = [pipeline.track, fuse(pipeline.describe)] if two else [fuse(pipeline.process)]
-        if not config.remote:  # the guard resets and recreates local model sessions; a remote run has none (the
+        if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
+            from bridge.runtime.faces import face_steps
+
+            face_steps(pipeline, lambda k, step, reset: OutputGuard(fuse(step) if k == 0 else step, stats=self.stats,
+                                                                    recreate=self.recreator, reset=reset))
+            steps = [pipeline.track, pipeline.describe] if two else [pipeline.process]
+        elif not config.remote:  # the guard resets and recreates local model sessions; a remote run has none (the
             # runner counts a frame the server lost as a bad frame, as before)
             steps[-1] = OutputGuard(steps[-1], stats=self.stats, recreate=self.recreator,
                                     reset=getattr(pipeline, "reset_description", None))
@@ -270,8 +295,10 @@ class BridgeSession:
     def describe(self) -> str:
         """One line: where frames come from and go, the calibration in use and the monitor's address."""
         outs = ", ".join(s.label() for s in self.sinks if s is not self.recording or self.recording.recording)
-        subject = self.config.subject
+        subject = ", ".join(self.subjects)
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
+        if len(self.subjects) > 1:
+            cal = f"up to {len(self.subjects)} faces as {subject}; " + cal
         learn = (f"; learning into {self.learn.store.root} (owner-only, at most {self.learn.store.max_bytes >> 20} MB;"
                  " `fedagent data clear` deletes it)" if self.learn is not None else "")
         if self.config.remote:

@@ -4,7 +4,9 @@ on a slow disk, a receiver's full buffer) never stalls another.
 When a sink's queue is full the oldest frame waiting for that sink is dropped and counted for that sink alone:
 live outputs keep two frames (the newest pose is what matters), the recorder keeps `Sink.queue_depth` frames
 (seconds of a slow disk). A lossless run (a file read as fast as it goes) waits for room instead, so every sink
-gets every frame. A sink that raises is counted and warned about; its worker goes on with the next frame.
+gets every frame. One item is one frame: a FaceFrame, or the list of a frame's faces (`--faces N`), of which a
+sink with `only_subject` set sends only that subject's. A sink that raises is counted and warned about; its
+worker goes on with the next frame.
 """
 from __future__ import annotations
 
@@ -53,14 +55,21 @@ class SinkWorker:
                 return
             if frame is None:
                 continue
-            try:
-                self.sink.send(frame)
-            except Exception as e:  # sinks count their own transient failures; this is a bug guard
-                self.sink.errors += 1
-                now = time.monotonic()
-                if now - self._last_warning > 10.0:
-                    self._last_warning = now
-                    log.warning("%s failed on frame %d: %s", self.label, frame.seq, e)
+            for face in frame if isinstance(frame, list) else (frame,):
+                self._send(face)
+
+    def _send(self, frame: FaceFrame) -> None:
+        only = self.sink.only_subject
+        if only is not None and frame.subject != only:
+            return
+        try:
+            self.sink.send(frame)
+        except Exception as e:  # sinks count their own transient failures; this is a bug guard
+            self.sink.errors += 1
+            now = time.monotonic()
+            if now - self._last_warning > 10.0:
+                self._last_warning = now
+                log.warning("%s failed on frame %d: %s", self.label, frame.seq, e)
 
     def finish(self, timeout: float) -> bool:
         """Let the sink send what is queued (at most `timeout` seconds); True when its thread is done."""

@@ -49,7 +49,7 @@ def _spatial_pads(attrs: dict, x_shape, kernel, strides, dilations) -> list[int]
 
 SUPPORTED = {"Conv", "PRelu", "Relu", "Sigmoid", "Erf", "Add", "Sub", "Mul", "Div", "MaxPool", "Pad", "Transpose",
              "Reshape", "Flatten", "Concat", "BatchNormalization", "GlobalAveragePool", "Softmax", "Gemm", "MatMul",
-             "Constant", "Identity", "Clip"}
+             "Constant", "Identity", "Clip", "Gather"}
 
 
 def _cannot(problem: str) -> EngineError:
@@ -218,6 +218,12 @@ def _convert(model, input_shape):
             add(torch.matmul, ins, outs)
         elif op == "Identity":
             add(lambda x: x, ins, outs)
+        elif op == "Gather":  # constant indices only (the regressor's mirror map)
+            if ins[1] not in numpy_consts:
+                raise _cannot(f"supports Gather on constant indices only ({node.name})")
+            index = f"{ins[1]}::index"
+            numpy_consts[index] = np.asarray(constant(ins[1]), np.int64).reshape(-1)
+            add(lambda x, i, axis=a.get("axis", 0): x.index_select(axis, i), [ins[0], index], outs)
         else:  # guarded by unsupported_ops; kept so a new SUPPORTED entry without code fails loudly
             raise _cannot(f"has no converter for {op}")
     for name in used_as_tensor:

@@ -18,6 +18,7 @@ class Sink:
     queue_depth = 2  # frames that may wait for this sink (its own thread sends them); live outputs want the newest
     failure_hint = "is the receiver running?"  # what the run summary says about failed sends
     destination = ""  # where it sends, in words (an address, a directory), for the monitor and the metrics
+    only_subject: str | None = None  # with several faces: send only this subject's frames (None: every subject)
 
     def __init__(self) -> None:
         self.sent = 0

@@ -18,6 +18,7 @@ import numpy as np
 from bridge.calibration import CalibrationProfile
 from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, Frame, MorphParams
 from bridge.stages.blink import BlinkEstimator
+from bridge.stages.emotion_context import EmotionContext
 from bridge.stages.filters import OneEuroFilter
 from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.head_pose import HeadPoseEstimator
@@ -25,6 +26,7 @@ from bridge.stages.head_pose import HeadPoseEstimator
 # (min cutoff Hz, beta) per filtered channel group
 # One-Euro (min cutoff Hz, beta) per channel group at smoothing strength 1; strength S divides both by S, so a
 # still face jitters less (lower cutoff) and fast motion lags more (smaller speed boost)
+BLINKS = np.array([ARKIT_INDEX["eyeBlinkLeft"], ARKIT_INDEX["eyeBlinkRight"]])
 FILTERS = {"blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
            "eyes": (1.5, 0.05), "emotion": (1.0, 0.5)}
 
@@ -78,6 +80,7 @@ class FaceDescriber:
         self._versions = model_versions or {}
         self.head_pose = HeadPoseEstimator()
         self.blink = BlinkEstimator()
+        self.emotion_context = EmotionContext()  # blinks, open mouth, surprise (stages/emotion_context.py)
         strength = float(smoothing) or 1.0  # 0: off (no filter runs); S: FILTERS / S
         self._filters = {k: OneEuroFilter(min_cutoff / strength, beta / strength)
                          for k, (min_cutoff, beta) in FILTERS.items()}
@@ -100,6 +103,7 @@ class FaceDescriber:
         output guard calls it after a bad frame, so that one bad value does not carry into the frames after it."""
         self.head_pose.reset()
         self.blink.reset()
+        self.emotion_context.reset()
         for f in self._filters.values():
             f.reset()
 
@@ -137,11 +141,12 @@ class FaceDescriber:
         else:
             expr = self.expression.estimate_outputs(points, (w, h), face.expression_outputs, iris=iris[:, :, :2])
         timer.lap("expression")
-        if face.emotion is not None and self.wants_emotion(self.tracked_count):  # held between
-            self._emotion = np.asarray(face.emotion, np.float32).reshape(-1)
-
         blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
         blinks = self.blink(points)  # lid opening against this subject's open eye
+        if face.emotion is not None and self.wants_emotion(self.tracked_count):  # held between
+            raw = np.asarray(face.emotion, np.float32).reshape(-1)  # read with blinks, open mouth and surprise
+            self._emotion = self.emotion_context(raw, blendshapes, np.maximum(blinks, blendshapes[BLINKS]),
+                                                 frame.t_media)
         for eye, name in ((0, "eyeBlinkLeft"), (1, "eyeBlinkRight")):
             blendshapes[ARKIT_INDEX[name]] = max(blendshapes[ARKIT_INDEX[name]], blinks[eye])
         t = frame.t_media

@@ -159,3 +159,44 @@ def test_bench_expression_writes_json(tmp_path):
     assert len(res["regressor"]["per_blendshape"]) == len(VISUAL) == 51
     assert res["speed"]["regressor"]["model_run_ms"] > 0 and "agreement_mae" in res["fit"]
     assert set(ARKIT_NAMES) - set(res["regressor"]["per_blendshape"]) == {"tongueOut"}
+
+
+def _mirror_of_rendered(batch):
+    """What the landmark model would report for the mirrored image: x flipped, points and irises relabelled."""
+    from bridge.expression.features import mirror_map
+
+    partner = mirror_map()[0][:936:2] // 2
+    lm = batch.landmarks.copy()
+    lm[..., 0] = batch.image_size[:, None, 0] - lm[..., 0]
+    iris = batch.iris.copy()
+    iris[..., 0] = batch.image_size[:, None, 0] - iris[..., 0]
+    return lm[:, partner], iris[:, ::-1]
+
+
+def test_the_mirror_map_gives_the_features_of_the_mirrored_face(model):
+    from bridge.expression.features import features_batch, mirror_map
+    from bridge.expression.synth import synthetic_batch
+
+    index, sign = mirror_map()
+    assert (index[index] == np.arange(len(index))).all()
+    b = synthetic_batch(model, np.random.default_rng(SEED + 5), 4, occlusion=0.0)
+    lm, iris = _mirror_of_rendered(b)
+    f = lambda lm, ir: features_batch(lm[..., :2].astype(np.float64), ir.astype(np.float64), b.iris_present,  # noqa: E731
+                                      b.image_size[:, 0].astype(np.float64), b.image_size / 2.0)
+    np.testing.assert_allclose(f(b.landmarks, b.iris)[:, index] * sign, f(lm, iris), atol=1e-5)
+
+
+def test_the_shipped_regressor_reads_a_mirrored_face_as_the_mirror_of_its_reading(model, regressor):
+    """The exported graph averages the network with its mirror image: no side can read larger by itself."""
+    from bridge.expression.synth import synthetic_batch
+
+    b = synthetic_batch(model, np.random.default_rng(SEED + 6), 6, occlusion=0.0, iris_missing=0.0)
+    lm, iris = _mirror_of_rendered(b)
+    swap = [ARKIT_NAMES.index(n.replace("Left", "#").replace("Right", "Left").replace("#", "Right"))
+            for n in ARKIT_NAMES]
+    for i in range(len(b.weights)):
+        a = regressor.estimate(b.landmarks[i], tuple(b.image_size[i]), iris=np.repeat(b.iris[i][:, None], 5, 1))
+        m = regressor.estimate(lm[i], tuple(b.image_size[i]), iris=np.repeat(iris[i][:, None], 5, 1))
+        np.testing.assert_allclose(a.blendshapes, m.blendshapes[swap], atol=1e-4)
+        yaw, pitch = a.head_rotation[:2]
+        assert abs(yaw + m.head_rotation[0]) < 0.05 and abs(pitch - m.head_rotation[1]) < 0.05

@@ -1,0 +1,31 @@
+"""Several faces in one run (`--faces N`): where each face's VMC stream goes, and each face's describe step.
+
+Live Link Face and gRPC carry a subject name in every packet, so one sink serves every face. A VMC receiver
+drives one avatar and VMC has no subject, so every face gets its own VMC target: the addresses given to --vmc
+(comma-separated, one per face), or, from one address, the same host on consecutive ports (39539, 39540, ...).
+"""
+from __future__ import annotations
+
+from bridge.errors import FaceBridgeError
+from bridge.sinks.udp import parse_host_port
+from bridge.sinks.vmc import DEFAULT_PORT as VMC_PORT
+
+
+def vmc_targets(vmc: str, subjects: list[str]) -> list[tuple[str | None, str]]:
+    """(subject, address) per VMC sink: one face sends to `vmc` as given (subject None: every frame)."""
+    if len(subjects) == 1:
+        return [(None, vmc)]
+    addresses = [a.strip() for a in vmc.split(",")]
+    if len(addresses) == 1:
+        host, port = parse_host_port(addresses[0], VMC_PORT, "VMC address")
+        host = f"[{host}]" if ":" in host else host
+        addresses = [f"{host}:{port + k}" for k in range(len(subjects))]
+    if len(addresses) != len(subjects):
+        raise FaceBridgeError(f"--vmc names {len(addresses)} receivers for {len(subjects)} faces",
+                              "give one HOST:PORT per face, comma-separated, or one address for consecutive ports")
+    return list(zip(subjects, addresses))
+
+
+def face_steps(pipeline, wrap) -> None:
+    """Each face's describe step wrapped by the session: `wrap(k, step, reset) -> step` for slot k."""
+    pipeline.steps = [wrap(k, slot.describe, slot.reset_description) for k, slot in enumerate(pipeline.slots)]

@@ -1,0 +1,63 @@
+"""Emotion in the context of blinks and the face's shapes (bridge/stages/emotion_context.py)."""
+import numpy as np
+
+from bridge.frame import ARKIT_INDEX, EMOTION_NAMES
+from bridge.stages.emotion_context import HOLD_S, EmotionContext
+
+E = {n: i for i, n in enumerate(EMOTION_NAMES)}
+OPEN, SHUT = np.zeros(2), np.ones(2)
+
+
+def probs(**kw) -> np.ndarray:
+    p = np.zeros(7, np.float32)
+    for name, v in kw.items():
+        p[E[name]] = v
+    return p / p.sum()
+
+
+def weights(**kw) -> np.ndarray:
+    w = np.zeros(52, np.float32)
+    for name, v in kw.items():
+        w[ARKIT_INDEX[name]] = v
+    return w
+
+
+def test_a_blink_holds_the_reading_from_before_the_eyes_shut():
+    ctx = EmotionContext()
+    happy = ctx(probs(happy=0.8, neutral=0.2), weights(), OPEN, 0.0)
+    during = ctx(probs(sad=0.9, neutral=0.1), weights(), SHUT, 0.1)
+    np.testing.assert_allclose(during, happy)
+    assert ctx(probs(sad=0.9, neutral=0.1), weights(), OPEN, 0.3).argmax() == E["sad"]  # eyes open: read again
+
+
+def test_a_long_closure_is_read_as_it_comes():
+    ctx = EmotionContext()
+    ctx(probs(happy=1.0), weights(), OPEN, 0.0)
+    ctx(probs(sad=1.0), weights(), SHUT, 0.1)
+    assert ctx(probs(sad=1.0), weights(), SHUT, 0.1 + HOLD_S + 0.1).argmax() == E["sad"]
+
+
+def test_eyes_shut_from_the_start_have_nothing_to_hold():
+    assert EmotionContext()(probs(sad=1.0), weights(), SHUT, 0.0).argmax() == E["sad"]
+
+
+def test_an_open_mouth_without_brows_or_wide_eyes_is_not_fear():
+    p = EmotionContext()(probs(fear=0.7, neutral=0.3), weights(jawOpen=0.4), OPEN, 0.0)
+    assert p.argmax() == E["neutral"] and p[E["fear"]] < 0.05 and np.isclose(p.sum(), 1.0)
+
+
+def test_fear_with_raised_inner_brows_stays_fear():
+    p = EmotionContext()(probs(fear=0.7, neutral=0.3), weights(jawOpen=0.4, browInnerUp=0.4), OPEN, 0.0)
+    assert p.argmax() == E["fear"]
+
+
+def test_raised_brows_and_wide_eyes_read_as_surprise():
+    w = weights(jawOpen=0.4, browInnerUp=0.5, browOuterUpLeft=0.5, browOuterUpRight=0.5, eyeWideLeft=0.4,
+                eyeWideRight=0.4)
+    p = EmotionContext()(probs(fear=0.5, neutral=0.3, surprise=0.2), w, OPEN, 0.0)
+    assert p.argmax() == E["surprise"]
+
+
+def test_a_closed_mouth_neutral_face_is_left_alone():
+    p0 = probs(neutral=0.6, happy=0.3, sad=0.1)
+    np.testing.assert_allclose(EmotionContext()(p0, weights(), OPEN, 0.0), p0, atol=1e-6)
