@@ -6,8 +6,11 @@ log records of bad requests lose their traceback."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from bridge.errors import SinkError
 from bridge.listeners import bearer_matches, is_loopback  # noqa: F401 (is_loopback: the gRPC policy's name)
@@ -84,3 +87,29 @@ class OneLineGrpcLog(logging.Filter):
             record.msg, record.args = f"gRPC: {record.getMessage()} ({type(error).__name__}: {error})", ()
             record.exc_info = record.exc_text = None
         return True
+
+
+def add_health_and_reflection(server: grpc.Server, service_name: str) -> health.HealthServicer:
+    """The standard health service (its status set by the caller) and reflection for `service_name`."""
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    reflection.enable_server_reflection((service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    return servicer
+
+
+def bind(server: grpc.Server, address: str, tls_cert: str | None = None, tls_key: str | None = None) -> int:
+    """Bind `address` (with TLS when a certificate is given); the port taken, or a one-line SinkError."""
+    busy = "the port is probably in use; pick another with --grpc HOST:PORT"
+    try:
+        if tls_cert:
+            creds = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
+            port = server.add_secure_port(address, creds)
+        else:
+            port = server.add_insecure_port(address)
+    except OSError as e:
+        raise SinkError(f"cannot read the TLS certificate or key ({e})", "check the --grpc-tls-* paths") from None
+    except RuntimeError as e:
+        raise SinkError(f"cannot listen for gRPC on {address} ({e})", busy) from None
+    if not port:
+        raise SinkError(f"cannot listen for gRPC on {address}", busy)
+    return port

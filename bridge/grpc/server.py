@@ -15,12 +15,10 @@ import math
 import threading
 import time
 from concurrent import futures
-from pathlib import Path
 from typing import Protocol
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 
 from bridge import __version__
 from bridge.errors import SinkError
@@ -208,24 +206,8 @@ class GrpcSink(Sink):
             ],
         )
         self._server.add_generic_rpc_handlers((_Servicer(self).handler(),))
-        self._health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
-                                            self._server)
-        try:
-            if tls_cert:
-                creds = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
-                self.port = self._server.add_secure_port(address, creds)
-            else:
-                self.port = self._server.add_insecure_port(address)
-        except OSError as e:
-            raise SinkError(f"cannot read the TLS certificate or key ({e})", "check the --grpc-tls-* paths") from e
-        except RuntimeError as e:
-            raise SinkError(f"cannot listen for gRPC on {address} ({e})",
-                            "the port is probably in use; pick another with --grpc HOST:PORT") from e
-        if not self.port:
-            raise SinkError(f"cannot listen for gRPC on {address}",
-                            "the port is probably in use; pick another with --grpc HOST:PORT")
+        self._health = access.add_health_and_reflection(self._server, SERVICE_NAME)
+        self.port = access.bind(self._server, address, tls_cert, tls_key)
         self.address = f"{host}:{self.port}"
         self.destination = f"grpc {self.address}" + (" (TLS)" if tls_cert else "")
         self._server.start()

@@ -16,11 +16,9 @@ import logging
 import threading
 import time
 from concurrent import futures
-from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health_pb2
 
 from bridge import __version__
 from bridge.errors import FaceBridgeError
@@ -223,25 +221,8 @@ class FaceServeServer:
                      ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
                      ("grpc.so_reuseport", 0)])  # a second server on the same port must fail, not share it
         pb_grpc.add_FaceServeServiceServicer_to_server(_Servicer(self), self._server)
-        self._health = health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
-                                            self._server)
-        try:
-            if tls_cert:
-                creds = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
-                self.port = self._server.add_secure_port(address, creds)
-            else:
-                self.port = self._server.add_insecure_port(address)
-        except OSError as e:
-            raise FaceBridgeError(f"cannot read the TLS certificate or key ({e})",
-                                  "check the --grpc-tls-* paths") from None
-        except RuntimeError as e:
-            raise FaceBridgeError(f"cannot listen on {address} ({e})",
-                                  "the port is probably in use; pick another with --grpc HOST:PORT") from None
-        if not self.port:
-            raise FaceBridgeError(f"cannot listen on {address}",
-                                  "the port is probably in use; pick another with --grpc HOST:PORT")
+        self._health = access.add_health_and_reflection(self._server, SERVICE_NAME)
+        self.port = access.bind(self._server, address, tls_cert, tls_key)
         self.address = f"{host}:{self.port}"
         self.replica = replica or self.address
         self._server.start()
