@@ -33,6 +33,11 @@ class RecordSwitch(Sink):
         return str(take.directory) if take is not None else "off"
 
     @property
+    def in_use(self) -> bool:
+        """Whether any take was recorded in this run (frames it skipped while idle cost nothing)."""
+        return self._take is not None or bool(self._finished)
+
+    @property
     def recording(self) -> str | None:
         """The directory being recorded to, or None."""
         take = self._take

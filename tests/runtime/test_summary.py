@@ -59,3 +59,19 @@ def test_an_audio_only_take_shorter_than_its_file_is_flagged():
     assert "face found" not in full[0] and full[-1] == "audio: the frames sent cover 5.00 s of the 5.00 s file (100%)"
     short = summary_lines(RunSummary(stats, {}, audio_only=True, frame_rate=60.0, audio_s=10.0, max_frames=300))
     assert short[-1].endswith("(50%): --max-frames stopped it")
+
+
+def test_the_idle_record_switch_never_reports_skipped_frames_but_a_recording_one_does(tmp_path):
+    from bridge.runtime.recording import RecordSwitch
+    from bridge.runtime.summary import summarise
+    from bridge.sinks.recorder import TakeRecorder
+
+    stats = RunStats()
+    stats.set_sink_dropped({"recorder": 3})  # frames its queue let go while the stream ran
+    idle = RecordSwitch(TakeRecorder, tmp_path / "takes")
+    assert not any("recorder" in n for n in summarise(stats.snapshot(), [idle], ["recorder"]).notes)
+    used = RecordSwitch(TakeRecorder, tmp_path / "takes")
+    used.begin(tmp_path / "take")
+    used.stop()
+    notes = summarise(stats.snapshot(), [used], ["recorder"]).notes
+    assert any(n.startswith("recorder: 3 frames skipped for this output alone") for n in notes)
