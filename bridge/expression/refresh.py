@@ -2,8 +2,9 @@
 streams' threads; latest wins per engine.
 
 In `facebridge serve` every new stream's engine wants an identity refresh on each of its first IDENTITY_UPDATES
-frames (a least-squares solve, 101 unknowns over 936 residuals: about 3.5 ms of CPU on one core), so streams
-that start together would spend their first second mostly refreshing, inside their describe steps. Here an engine
+frames (a least-squares solve, 101 unknowns over 936 residuals: about 1 ms of CPU with one BLAS thread, many
+times that with a spinning pool), and an overloaded stream served a frame a second stays in that phase, so every
+frame it is served paid a refresh inside its describe step. Here an engine
 hands its frame's observation over and goes on with the identity it has (the identity moves only the morphable-
 model parameters and region confidence, never the blendshapes, head pose or gaze); `workers` threads fold the
 observations in, at most one waiting per engine (a newer one replaces it, its place in the queue kept), so the

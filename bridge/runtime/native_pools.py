@@ -2,11 +2,12 @@
 library (numpy's and OpenCV's, through bridge/blas_threads.py), OpenCV's own pool and torch's intra-op (OpenMP)
 pool each get one thread, and the environment says the same to libraries loaded later.
 
-Every stream's describe step runs small BLAS calls (the identity refresh multiplies a 936 x 101 Jacobian by
-itself); with a pool per core, each such call from each of many stream threads wakes every pool thread, which then
-spins: on the 2-core CI machine one refresh cost 42 ms of process CPU with numpy's 2 BLAS threads and 3.8 ms with
-one (docs/PERFORMANCE.md), and a 16-core GPU host has 16 per pool. The streams are the parallelism; a pool inside
-each of them only burns the cores they need. (FacePipeline limits BLAS alone; `serve` builds no FacePipeline.)
+Every stream's describe step runs small BLAS calls (the identity refresh multiplies a 936 x 101 Jacobian by itself);
+with a pool per core, each such call from each of many stream threads wakes every pool thread, which then spins: on
+the 2-core CI machine one refresh (before its batched Jacobian) cost 42 ms of process CPU with numpy's 2 BLAS
+threads and 3.8 ms with one (docs/PERFORMANCE.md), and a 16-core GPU host has 16 per pool. The streams are the
+parallelism; a pool inside each of them only burns the cores they need. (FacePipeline limits BLAS alone; `serve`
+builds no FacePipeline.)
 """
 from __future__ import annotations
 
