@@ -8,7 +8,8 @@ the share of each stream's measured frames that were served (a stream counts as 
 MIN_SERVED_SHARE of them: latest wins keeps late answers out, not missing ones), the server's CPU per frame
 (its processes' user + system time over the frames served: on GPU runners that is the
 ingress, decode, describe and reply; on CPU runners it includes the inference), the client's, and the server-side
-stage medians (decode, wait, track, describe) that the FaceFrames carry. Frames are encoded once up front, as a
+stage medians and means (decode, wait, track, describe, and describe_cpu: the describing thread's own CPU time,
+which load barely moves) that the FaceFrames carry. Frames are encoded once up front, as a
 camera's hardware encoder would; `encode_ms` says what a software encode costs here.
 """
 from __future__ import annotations
@@ -76,7 +77,8 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
     out = {"sent": 0, "served": 0, "sent_measured": 0, "latency_ms": [], "replica": "", "stale": 0, "late": 0, "bad": 0,
-           "stages": {"decode": [], "wait": [], "track": [], "describe": [], "server": []}, "error": None,
+           "stages": {"decode": [], "wait": [], "track": [], "describe": [], "describe_cpu": [],
+                      "server": []}, "error": None,
            "reconnects": 0, "moved": 0, "replicas": []}
     loop = asyncio.get_running_loop()
     k, which = 0, stream_id % len(channels)
@@ -190,6 +192,8 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     served_measured = sum(len(s["latency_ms"]) for s in streams)
     all_latency = [v for s in streams for v in s["latency_ms"]]
     stages = {k: percentiles([v for s in streams for v in s["stages"][k]], (50,))[0] for k in streams[0]["stages"]}
+    stage_means = {k: round(float(np.mean(v)), 3) if (v := [x for s in streams for x in s["stages"][k]]) else None
+                   for k in streams[0]["stages"]}
     sent, served = sum(s["sent"] for s in streams), sum(s["served"] for s in streams)
     stale, late, bad = (sum(s[k] for s in streams) for k in ("stale", "late", "bad"))
     measured_s = args.seconds - args.warmup
@@ -207,7 +211,8 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         "server_cpu_ms_per_frame": round(server_cpu_s * 1000.0 / served_measured, 3)
         if served_measured and pids else None,
         "client_cpu_ms_per_frame": round(sum(c["cpu_s"] for c in collected) * 1000.0 / max(served, 1), 3),
-        "server_stage_ms_p50": stages, "replicas": sorted({s["replica"] for s in streams}),
+        "server_stage_ms_p50": stages, "server_stage_ms_mean": stage_means,
+        "replicas": sorted({s["replica"] for s in streams}),
         "streams_per_replica": {r: sum(1 for s in streams if s["replicas"][:1] == [r])
                                 for r in sorted({s["replicas"][0] for s in streams if s["replicas"]})},
         "replica_moves_within_a_stream": sum(s["moved"] for s in streams),

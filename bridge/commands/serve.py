@@ -25,6 +25,11 @@ def add_parser(sub) -> None:
                    help="build the batched service for these frame sizes at start (GPU: compile and capture before "
                         "the first client), e.g. 640x480,480x360")
     p.add_argument("--threads", type=int, default=1, metavar="N", help="CPU runners: threads per model (default 1)")
+    p.add_argument("--identity-workers", type=int, default=1, metavar="N",
+                   help="threads that refresh every stream's identity, off the streams' own (default 1): a new "
+                        "stream's identity converges as fast as they allow")
+    p.add_argument("--describe-workers", type=int, default=0, metavar="N",
+                   help="streams describing at once (default 0: one per CPU core); the others wait their turn")
     p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token clients must send")
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key")
@@ -60,13 +65,19 @@ def _sizes(text: str) -> tuple[tuple[int, int], ...]:
 
 
 def serve_config(args):
+    from bridge.errors import FaceBridgeError
     from bridge.runtime.serve import ServeConfig
+
+    if args.identity_workers < 1 or args.describe_workers < 0:
+        raise FaceBridgeError("--identity-workers must be at least 1 and --describe-workers at least 0",
+                              "pass e.g. --identity-workers 1 --describe-workers 0 (the defaults)")
 
     return ServeConfig(grpc=args.grpc, runners=args.runners, max_streams=args.max_streams,
                        deadline_ms=args.deadline_ms, token=args.grpc_token, tls_cert=args.grpc_tls_cert,
                        tls_key=args.grpc_tls_key, threads=args.threads, smoothing=not args.no_smoothing,
                        calibration=not args.no_calibration, fp16=not args.fp32,
-                       prewarm=_sizes(args.prewarm))
+                       prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
+                       describe_workers=args.describe_workers)
 
 
 def run(args) -> int:

@@ -119,20 +119,29 @@ class MorphableModel:
         # the identity modes of the 468 points laid out point by point, (468, 3, 101): the identity update's
         # Jacobian is one batched (2 x 3) @ (3 x 101) product per point (fit.identity_update)
         self.identity_by_point = np.ascontiguousarray(self.identity_basis[:, :468].transpose(1, 2, 0))
-        self._base_key: bytes | None = None
-        self._base: np.ndarray | None = None
+        self._base: tuple[bytes, np.ndarray] | None = None  # (identity key, its points): one attribute, so a
+        # thread that reads it never pairs one subject's key with another's points (one model serves every stream)
         counts = self.region_points.sum(1, keepdims=True)
         self.region_average = self.region_points / np.maximum(counts, 1)  # (regions, 468): mean over a region
 
     # -- shape ------------------------------------------------------------------------------------------
     def face_points(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """(468, 3) model-space landmarks, without the iris (faster than shape() for one face). The identity's
-        part is kept between calls: a subject's identity changes only every IDENTITY_EVERY frames."""
+        part is kept between calls: a subject's identity changes only every IDENTITY_EVERY frames (an estimator
+        that serves one of many streams keeps its own with identity_points and points_from)."""
         key = np.asarray(identity).tobytes()
-        if key != self._base_key:
-            self._base = self._neutral468 + identity @ self._id468
-            self._base_key = key
-        return (self._base + weights @ self._exp468).reshape(468, 3)
+        base = self._base
+        if base is None or base[0] != key:
+            base = self._base = (key, self.identity_points(identity))
+        return self.points_from(base[1], weights)
+
+    def identity_points(self, identity: np.ndarray) -> np.ndarray:
+        """The identity's part of face_points: (1404,) flat model-space points of the neutral expression."""
+        return self._neutral468 + identity @ self._id468
+
+    def points_from(self, base: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """face_points from an identity_points result: (468, 3)."""
+        return (base + weights @ self._exp468).reshape(468, 3)
 
     def eye_angles(self, weights: np.ndarray) -> np.ndarray:
         """(..., 52) weights -> (..., 2, 2) per-eye (yaw, pitch) degrees in head space, [left, right]."""

@@ -4,10 +4,14 @@ per-region confidence, for one face per call.
 method="regressor" (default): the shipped ONNX regressor (or a user model following the contract in
 contract.py), about 0.1 ms per face. method="fit": the analysis-by-synthesis reference fit (fit.py), tens of ms.
 Both keep a per-subject identity that converges over the first ~3 s and can be restored from a calibration
-profile with set_identity(). tongueOut has no visual basis: it stays 0 here and comes from lip-sync.
+profile with set_identity(). The regressor's identity refresh runs inline (FacePipeline: every frame's result is
+the same on every run), or, given a shared IdentityRefresher (`facebridge serve`, many streams), on that bounded
+worker while the stream goes on with the identity it has. tongueOut has no visual basis: it stays 0 here and comes
+from lip-sync.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,9 +57,10 @@ class ExpressionResult:
 
 class ExpressionEstimator:
     def __init__(self, method: str = "regressor", backend: str = "onnxruntime", model_dir: str | None = None,
-                 cpu_precision: str = "f32", session: bool = True):
+                 cpu_precision: str = "f32", session: bool = True, refresher=None):
         """session=False: no inference session of its own; the model's outputs come measured elsewhere (the
-        batched tracker of `facebridge serve`) through `estimate_outputs`."""
+        batched tracker of `facebridge serve`) through `estimate_outputs`. refresher: a shared IdentityRefresher
+        (bridge/expression/refresh.py) that folds this subject's identity refreshes in off the caller's thread."""
         if method not in ("regressor", "fit"):
             raise FaceBridgeError(f"unknown expression method '{method}'", "use 'regressor' or 'fit'")
         self.method = method
@@ -71,6 +76,10 @@ class ExpressionEstimator:
                                               cpu_precision=cpu_precision)
                 check_session(self.contract, self.session)
         self._fit = ExpressionFit(self.model) if method == "fit" else None
+        self.refresher = refresher if method == "regressor" else None
+        self._identity_lock = threading.Lock()  # the refresher's fold against reset / set_identity
+        self._generation = 0  # bumped by reset / set_identity: a refresh measured before them is dropped
+        self._points_base: tuple[bytes, np.ndarray] | None = None  # (identity key, model.identity_points of it)
         self.reset()
 
     @property
@@ -83,10 +92,13 @@ class ExpressionEstimator:
     # -- per-subject identity ---------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget the subject: identity back to the prior, no pose history."""
-        self.identity = np.zeros(self.model.num_identity, np.float32)
-        self.identity[-1] = 0.5  # the MediaPipe-mean share's prior mean (model.py)
-        self._frames = 0
-        self._updates = 0
+        identity = np.zeros(self.model.num_identity, np.float32)
+        identity[-1] = 0.5  # the MediaPipe-mean share's prior mean (model.py)
+        with self._identity_lock:
+            self._generation += 1
+            self.identity = identity
+            self._frames = 0
+            self._updates = 0
         self._last_points: np.ndarray | None = None
         if self._fit is not None:
             self._fit.reset()
@@ -101,9 +113,11 @@ class ExpressionEstimator:
         if len(v) != n or not np.isfinite(v).all():
             raise ExpressionInputError(f"identity has {len(v)} values (or non-finite ones); expected {n - 1} or {n}",
                                        "recalibrate with `facebridge calibrate` to store a fresh identity")
-        self.identity = v
-        self._frames = IDENTITY_FRAMES
-        self._updates = IDENTITY_UPDATES
+        with self._identity_lock:
+            self._generation += 1
+            self.identity = v
+            self._frames = IDENTITY_FRAMES
+            self._updates = IDENTITY_UPDATES
         if self._fit is not None:
             self._fit.set_identity(v)
 
@@ -186,7 +200,10 @@ class ExpressionEstimator:
         own = c.model_id == MODEL_ID
         self._frames += 1
         if own and (self._updates < IDENTITY_UPDATES or self._frames % IDENTITY_EVERY == 0):
-            self._update_identity(weights, rot, xy, focal, centre)
+            if self.refresher is None:
+                self._update_identity(weights, rot, xy, focal, centre)
+            else:  # latest wins: while one waits, a newer frame replaces it
+                self.refresher.offer(self, (self._generation, self.identity, weights, rot, xy, focal, centre))
         result = self._result(weights, rot, None, xy, focal, centre, with_confidence=own or "blendshapes" in c.outputs)
         if not own:
             # a user model: its parameter block is streamed unchanged
@@ -206,14 +223,37 @@ class ExpressionEstimator:
 
     def _update_identity(self, weights, rot, xy, focal, centre) -> None:
         """The per-subject identity: this frame's least-squares estimate folded into the running mean."""
-        shape = self.model.face_points(self.identity, weights)
+        self._fold_identity(self._identity_estimate(self.identity, weights, rot, xy, focal, centre))
+
+    def refresh_identity(self, observation) -> None:
+        """The refresher's side (its own thread): one observation handed over by `_finish_model`, estimated and
+        folded in unless the subject was reset or restored since."""
+        generation, identity, weights, rot, xy, focal, centre = observation
+        frame = self._identity_estimate(identity, weights, rot, xy, focal, centre)
+        with self._identity_lock:
+            if generation == self._generation:
+                self._fold_identity(frame)
+
+    def _identity_estimate(self, identity, weights, rot, xy, focal, centre) -> np.ndarray:
+        """One frame's least-squares identity, pose and expression held (about 1 ms of CPU, one BLAS thread)."""
+        shape = self._face_points(identity, weights)
         t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
         mean, precision = identity_prior(self.model)
-        frame = identity_update(self.model, self.identity.astype(np.float64), weights, rot, t, xy, focal, centre,
-                                mean, precision)
+        return identity_update(self.model, identity.astype(np.float64), weights, rot, t, xy, focal, centre, mean,
+                               precision)
+
+    def _fold_identity(self, frame: np.ndarray) -> None:
         self._updates += 1
-        self.identity = (self.identity + (frame - self.identity) / min(self._updates, IDENTITY_UPDATES)).astype(
-            np.float32)
+        identity = self.identity  # one read: the stream's thread only ever sees a whole identity
+        self.identity = (identity + (frame - identity) / min(self._updates, IDENTITY_UPDATES)).astype(np.float32)
+
+    def _face_points(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """model.face_points, the identity's part kept per estimator (the model is shared by every stream)."""
+        key = np.asarray(identity).tobytes()
+        base = self._points_base
+        if base is None or base[0] != key:
+            base = self._points_base = (key, self.model.identity_points(identity))
+        return self.model.points_from(base[1], weights)
 
     def _rotation(self, c: ModelContract, out, xy, focal, centre, weights) -> np.ndarray:
         ypr = c.pick("head_rotation", out)
@@ -230,7 +270,8 @@ class ExpressionEstimator:
 
     def _result(self, weights, rot, t, xy, focal, centre, point_error=None, with_confidence=True) -> ExpressionResult:
         weights = np.clip(np.asarray(weights, np.float32), 0.0, 1.0)
-        shape = self.model.face_points(self.identity, weights)
+        identity = self.identity  # read once: a refresher may replace it meanwhile
+        shape = self._face_points(identity, weights)
         if t is None:
             t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
         proj = project(self.model.to_camera(shape, rot, t), focal, centre)[:, :2]
@@ -243,7 +284,7 @@ class ExpressionEstimator:
         confidence = {name: round(float(v), 4) for name, v in zip(self.model.region_names, conf)}
         confidence["tongue"] = 0.0  # no visual basis: lip-sync owns tongueOut
         left, right = self.model.eye_rotations(weights)
-        morph = MorphParams(model_id=MODEL_ID, identity=self.identity[:self.model.num_ict_identity].copy(),
+        morph = MorphParams(model_id=MODEL_ID, identity=identity[:self.model.num_ict_identity].copy(),
                             expression=self.model.ict_expression(weights),
                             jaw_rotation=self.model.jaw_rotation(weights),
                             head_rotation=rotvec_from_matrix(rot).astype(np.float32),

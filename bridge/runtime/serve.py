@@ -44,17 +44,22 @@ class ServeConfig:
     fp16: bool = True  # GPU runners: half precision (channels_last, compiled)
     graphs: bool = True  # torch-cuda: capture whole passes as CUDA graphs
     prewarm: tuple[tuple[int, int], ...] = ()  # (height, width) frame sizes whose batched service is built at start
+    identity_workers: int = 1  # threads that fold every stream's identity refreshes in (bridge/expression/refresh.py)
+    describe_workers: int = 0  # streams describing at once (0: one per CPU core); the others wait their turn
 
 
 class StreamDescriber:
     """One stream's describe state over the batched tracker's StreamFace (the `make_describer` product)."""
 
-    def __init__(self, subject: str, smoothing: bool, calibration: bool, model_versions: dict[str, str]) -> None:
+    def __init__(self, subject: str, smoothing: bool, calibration: bool, model_versions: dict[str, str],
+                 refresher=None) -> None:
         from bridge.calibration import CalibrationProfile
         from bridge.expression.stage import ExpressionEstimator
         from bridge.stages.describe import FaceDescriber
 
-        expression = ExpressionEstimator(session=False)  # the regressor ran batched on the device
+        # the regressor ran batched on the device; the identity refreshes go to the server's shared refresher
+        expression = ExpressionEstimator(session=False, refresher=refresher)
+        self._expression = expression
         outputs = expression.contract.outputs
         self._blendshapes = outputs["blendshapes"][0]
         self._head = outputs["head_rotation"][0] if "head_rotation" in outputs else None
@@ -73,6 +78,11 @@ class StreamDescriber:
         measured = MeasuredFace(points=face.landmarks, presence=face.presence, iris=face.irises,
                                 emotion=face.emotion, expression_outputs=outputs)
         return self.describer.describe(frame, measured, image_size=image_size)
+
+    def close(self) -> None:
+        """The stream ended: its identity refresh still waiting is dropped."""
+        if self._expression.refresher is not None:
+            self._expression.refresher.discard(self._expression)
 
 
 def model_versions() -> dict[str, str]:
@@ -95,10 +105,12 @@ def build_server(config: ServeConfig):
 
     check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
     try:
-        import torch
+        import torch  # noqa: F401 - the batched tracker's
     except ImportError:
         raise FaceBridgeError("facebridge serve needs torch (the batched tracker runs on torch tensors)",
                               "pip install torch (a CUDA build on a GPU server)") from None
+    from bridge.expression.refresh import IdentityRefresher
+    from bridge.runtime.native_pools import pin_native_pools
     from bridge.serving.grpc_service import FaceServeServer
     from bridge.serving.runners import make_runners
     from bridge.serving.service import MultiStreamFaceService
@@ -107,8 +119,8 @@ def build_server(config: ServeConfig):
     kind = RUNNER_KINDS[config.runners]
     on_gpu = kind.endswith("-cuda")
     device = "cuda" if on_gpu else "cpu"
-    if not on_gpu:
-        torch.set_num_threads(max(1, config.threads))
+    # one thread per native pool: the streams are the parallelism (CPU runners: --threads for torch's own pool)
+    log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
     whole_pass = kind == "torch-cuda" and config.graphs
     buckets = [b for b in GPU_BUCKETS if b < config.max_streams] + [config.max_streams] if on_gpu else None
     runners = make_runners(kind, config.max_streams, fp16=config.fp16 and on_gpu, threads=config.threads,
@@ -124,10 +136,18 @@ def build_server(config: ServeConfig):
     table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
     for frame_hw in config.prewarm:
         table.prepare(frame_hw)
-    make_describer = lambda subject: StreamDescriber(subject, config.smoothing, config.calibration, versions)
-    return FaceServeServer(table, make_describer, config.grpc, device=device, token=config.token,
-                           tls_cert=config.tls_cert, tls_key=config.tls_key, replica=config.replica,
-                           runners=config.runners)
+    refresher = IdentityRefresher(max(1, config.identity_workers))
+    make_describer = lambda subject: StreamDescriber(subject, config.smoothing, config.calibration, versions,
+                                                     refresher=refresher)
+    try:
+        server = FaceServeServer(table, make_describer, config.grpc, device=device, token=config.token,
+                                 tls_cert=config.tls_cert, tls_key=config.tls_key, replica=config.replica,
+                                 runners=config.runners, describe_workers=config.describe_workers)
+    except BaseException:
+        refresher.close()
+        raise
+    server.on_close(refresher.close)
+    return server
 
 
 def status_line(stats: dict) -> str:
