@@ -85,10 +85,12 @@ def test_file_source_plays_at_real_time_with_consistent_capture_times(tmp_path):
     elapsed = time.perf_counter() - started
     assert elapsed >= 0.3  # real time, not instant (each chunk waits for its last sample; a busy machine only adds)
     assert sum(len(c.pcm) for c in chunks) == 4800
-    assert all(len(c.pcm) == 160 for c in chunks)
+    # 10 ms chunks; a reader that fell behind (a busy machine) gets all that is due in one larger chunk, as a
+    # microphone's buffer holds it: capture times follow the samples either way
+    assert all(len(c.pcm) >= 160 for c in chunks[:-1]) and len(chunks[0].pcm) == 160
     steps = np.diff([c.t_capture_mono for c in chunks])
-    assert np.allclose(steps, 0.01, atol=1e-6)
-    assert abs((chunks[1].t_capture - chunks[0].t_capture) - 0.01) < 1e-6
+    assert np.allclose(steps, [len(c.pcm) / 16000 for c in chunks[:-1]], atol=1e-6)
+    assert np.allclose(np.diff([c.t_capture for c in chunks]), steps, atol=1e-5)
     # each chunk arrives only after its last sample was "captured"
     assert chunks[-1].t_capture_mono + chunks[-1].duration <= time.perf_counter()
 

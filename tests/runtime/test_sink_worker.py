@@ -45,6 +45,8 @@ def test_a_stalled_sink_never_stalls_live_link_face_and_its_drops_are_its_own():
     disk = StalledDisk()
     with udp_collector() as (port, packets):
         llf = LiveLinkFaceSink(f"127.0.0.1:{port}")
+        llf.queue_depth = 64  # room for every frame: what it misses can then only come from the stalled disk,
+        # never from a CPU too busy (other jobs) to run its thread for a while
         source = CountingSource(60, SourceMode.LIVE, interval_s=0.002)
         runner = BridgeRunner(source, describe, [disk, llf], status=False)
         done = threading.Thread(target=runner.run)
