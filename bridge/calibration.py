@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field
@@ -25,15 +24,14 @@ import numpy as np
 from bridge.errors import FaceBridgeError
 from bridge.frame import NUM_BLENDSHAPES, FaceFrame
 from bridge.fsutil import atomic_write_json
+from bridge.paths import user_dir
 
 PROFILE_VERSION = 1
 SLUG_CHARS = 40  # the readable part of a file name; the hash keeps names apart
 
 
 def profiles_dir() -> Path:
-    base = os.environ.get("FACEBRIDGE_HOME") or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config"), "facebridge")
-    return Path(base) / "profiles"
+    return user_dir("profiles", kind="config")
 
 
 def _legacy_name(subject: str) -> str:

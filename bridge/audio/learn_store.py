@@ -31,6 +31,7 @@ from bridge.audio.features import N_MELS
 from bridge.audio.visemes import MOUTH_CHANNELS
 from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_bytes
+from bridge.paths import user_dir
 
 FORMAT_VERSION = 1
 DEFAULT_MAX_BYTES = 64 << 20  # about 45 minutes of 3 s windows without audio
@@ -40,11 +41,7 @@ CAMERA_CHANNELS = tuple(c for c in MOUTH_CHANNELS if c != "tongueOut")
 
 def default_store_dir() -> Path:
     """$FACEBRIDGE_HOME/learn, else $XDG_DATA_HOME/facebridge/learn (~/.local/share/facebridge/learn)."""
-    home = os.environ.get("FACEBRIDGE_HOME")
-    if home:
-        return Path(home) / "learn"
-    data = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return Path(data) / "facebridge" / "learn"
+    return user_dir("learn")
 
 
 @dataclass

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bridge.fsutil import atomic_write_bytes, atomic_write_json
+from bridge.paths import user_dir
 from bridge.updates import reasons
 
 HISTORY_KEPT = 50
@@ -37,11 +38,7 @@ STATE_SCHEMA = 1
 
 def default_state_dir() -> Path:
     """$FACEBRIDGE_HOME/updates if set, else $XDG_DATA_HOME/facebridge/updates (~/.local/share/...)."""
-    home = os.environ.get("FACEBRIDGE_HOME")
-    if home:
-        return Path(home) / "updates"
-    data = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return Path(data) / "facebridge" / "updates"
+    return user_dir("updates")
 
 
 def utc_now() -> str:
