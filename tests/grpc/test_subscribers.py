@@ -13,6 +13,7 @@ from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from bridge.grpc.server import GrpcSink
 from tests.grpc.test_server import Feeder
+from tests.helpers import wait_until
 
 
 def _non_reader(address: str):
@@ -22,15 +23,6 @@ def _non_reader(address: str):
     stream = pb_grpc.FaceBridgeServiceStub(channel).Subscribe(pb.SubscribeRequest())
     next(stream)  # the header: it is connected, and then it stops reading
     return channel, stream
-
-
-def _wait(predicate, seconds: float = 60.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_clients_that_never_read_cannot_lock_a_reader_out(caplog):
@@ -55,7 +47,7 @@ def test_clients_that_never_read_cannot_lock_a_reader_out(caplog):
                     time.sleep(0.1)
             assert frames >= 19  # the reader is served
             # and the write deadline frees every slot a non-reader still held
-            assert _wait(lambda: sink.subscriber_count() == 0)
+            assert wait_until(lambda: sink.subscriber_count() == 0, 60, 0.05)
             channel.close()
         assert sink.stats()["evicted"] == sink.max_subscribers
         evictions = [r for r in caplog.records if "evicted: it stopped reading" in r.getMessage()]

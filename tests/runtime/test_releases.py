@@ -3,20 +3,12 @@ release is built and checked; one whose files were damaged after install is refu
 serving; a later good release still swaps in; a rollback swaps the previous release back."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from bridge.runtime.releases import POLL_S, ReleaseWatch
 from bridge.runtime.swap import ModelSwapper
+from tests.helpers import wait_until
 from tests.updates.kit import Device, Publisher
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(POLL_S / 5)
 
 
 @pytest.fixture
@@ -38,18 +30,18 @@ def test_the_watch_swaps_new_releases_follows_a_rollback_and_refuses_a_damaged_r
     seen: list[tuple[str, int]] = []
     watch = ReleaseWatch(device.state, ["lipsync"], swapper, on_release=lambda m, r: seen.append((m, r))).start()
     try:
-        wait_for(lambda: swapper._ready)  # release 1 was active at start: built at once
+        assert wait_until(lambda: swapper._ready, 30, POLL_S / 5)  # release 1 was active at start: built at once
         one = swapper.take("lipsync").request.version
         assert one.startswith("r1-")
 
         publisher.publish()
         device.install(publisher.repo)  # release 2
-        wait_for(lambda: swapper._ready)
+        assert wait_until(lambda: swapper._ready, 30, POLL_S / 5)
         two = swapper.take("lipsync")
         assert two.request.release == 2 and two.replacement.version == two.request.version
 
         rollback(device.state, "lipsync")  # the owner goes back: release 1 serves again
-        wait_for(lambda: swapper._ready)
+        assert wait_until(lambda: swapper._ready, 30, POLL_S / 5)
         assert swapper.take("lipsync").request.version == one
 
         publisher.publish()
@@ -58,13 +50,13 @@ def test_the_watch_swaps_new_releases_follows_a_rollback_and_refuses_a_damaged_r
         slot = device.state / "slots" / ModelRegistry(device.state).installed("lipsync").slot
         (slot / "adapter.npz").write_bytes(b"not an adapter any more")
         watch = ReleaseWatch(device.state, ["lipsync"], swapper).start()
-        wait_for(lambda: any(not e.ok for e in swapper.events))
+        assert wait_until(lambda: any(not e.ok for e in swapper.events), 30, POLL_S / 5)
         refused = next(e for e in swapper.events if not e.ok)
         assert "corrupt or modified" in refused.detail and swapper.take("lipsync") is None
 
         publisher.publish()
         device.install(publisher.repo)  # release 4: good again, swaps in
-        wait_for(lambda: swapper._ready)
+        assert wait_until(lambda: swapper._ready, 30, POLL_S / 5)
         assert swapper.take("lipsync").request.release == 4
     finally:
         watch.stop()

@@ -11,7 +11,7 @@ from bridge.runtime.summary import summarise
 from bridge.sinks.base import Sink
 from bridge.sinks.livelinkface import LiveLinkFaceSink
 from bridge.sources.base import SourceMode
-from tests.helpers import udp_collector
+from tests.helpers import udp_collector, wait_until
 from tests.runtime.test_runner import CountingSource, ListSink, describe
 
 
@@ -32,15 +32,6 @@ class StalledDisk(ListSink):
         super().send(frame)
 
 
-def _wait_for(predicate, seconds: float = 60.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 def test_a_stalled_sink_never_stalls_live_link_face_and_its_drops_are_its_own():
     disk = StalledDisk()
     with udp_collector() as (port, packets):
@@ -52,8 +43,8 @@ def test_a_stalled_sink_never_stalls_live_link_face_and_its_drops_are_its_own():
         done = threading.Thread(target=runner.run)
         done.start()
         # every frame reaches Unreal while the disk has not finished one write
-        assert _wait_for(lambda: len(packets) >= 60 - runner.stats.snapshot().dropped_total and
-                         runner.stats.snapshot().sent + runner.stats.snapshot().dropped_total == 60)
+        assert wait_until(lambda: len(packets) >= 60 - runner.stats.snapshot().dropped_total and
+                          runner.stats.snapshot().sent + runner.stats.snapshot().dropped_total == 60, 60)
         assert disk.sent == 0 and disk.waiting.is_set()
         disk.release.set()
         done.join(60)

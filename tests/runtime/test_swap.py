@@ -4,7 +4,6 @@ switch to a deliberately different model, and frames already handed on keep the 
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -14,15 +13,9 @@ from bridge.audio.sources import FileSource
 from bridge.models.registry import default_registry
 from bridge.runtime.releases import check_reference
 from bridge.runtime.swap import ModelSwapper, SwapRefused, SwapRequest
+from tests.helpers import wait_until
 
 SPEECH = default_registry().shipped_path("lipsync").parents[1] / "data" / "sample_speech.wav"
-
-
-def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def strange_adapter() -> dict[str, np.ndarray]:
@@ -38,7 +31,7 @@ def test_a_ready_replacement_is_taken_once_and_a_build_never_blocks_the_owner():
         swapper.request(SwapRequest("emotion", "r1", 1, build=lambda: release.wait(10) and "new session"))
         assert swapper.take("emotion") is None  # the build is still running: the frame goes on with the old model
         release.set()
-        wait_for(lambda: swapper._ready)
+        assert wait_until(lambda: swapper._ready, 30, 0.01)
         ready = swapper.take("emotion")
         assert ready.replacement == "new session" and ready.request.version == "r1"
         assert swapper.take("emotion") is None and swapper.active == {"emotion": "r1"}
@@ -59,7 +52,7 @@ def test_a_release_that_fails_its_build_or_check_is_refused_and_never_retried():
         assert swapper.request(SwapRequest("iris_landmark", "r2", 2, build=lambda: built.append(1) or "s",
                                            check=failing_check))
         assert swapper.request(SwapRequest("emotion", "r3", 3, build=lambda: 1 / 0))
-        wait_for(lambda: len(swapper.events) == 2)
+        assert wait_until(lambda: len(swapper.events) == 2, 30, 0.01)
         assert swapper.take("iris_landmark") is None and swapper.take("emotion") is None
         assert not swapper.request(SwapRequest("iris_landmark", "r2", 2, build=lambda: built.append(1)))
         assert built == [1]  # asked again, never built again
@@ -92,10 +85,10 @@ def test_the_lipsync_stream_swaps_adapters_between_hops_and_tags_every_result_wi
     old_version = stream.model_version
     try:
         stream.start(FileSource(SPEECH, realtime=False))
-        wait_for(lambda: stream.hops > 300)  # 3 s of speech with the shipped adapter
+        assert wait_until(lambda: stream.hops > 300, 30, 0.01)  # 3 s of speech with the shipped adapter
         build = lambda: LipSyncModel(adapter=new, version="r7-test")
         swapper.request(SwapRequest("lipsync", "r7-test", 7, build=build))
-        wait_for(lambda: not stream.running, timeout=60)
+        assert wait_until(lambda: not stream.running, 60, 0.01)
     finally:
         stream.stop()
         swapper.close()
@@ -138,7 +131,7 @@ def test_the_face_pipeline_swaps_a_session_at_its_stage_and_earlier_frames_keep_
         with SampleSource(realtime=False, loop=False) as source:
             before = [pipeline.process(source.read()) for _ in range(5)]
             swapper.request(SwapRequest("emotion", "r2-surprise", 2, build=Surprised))
-            wait_for(lambda: swapper._ready)
+            assert wait_until(lambda: swapper._ready, 30, 0.01)
             after = [pipeline.process(source.read()) for _ in range(5)]
     finally:
         swapper.close()
