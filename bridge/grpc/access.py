@@ -89,6 +89,14 @@ class OneLineGrpcLog(logging.Filter):
         return True
 
 
+def one_line_grpc_logs() -> None:
+    """gRPC's own records of bad requests (grpc._common, grpc._server) lose their traceback; idempotent."""
+    for name in ("grpc._common", "grpc._server"):
+        grpc_log = logging.getLogger(name)
+        if not any(isinstance(f, OneLineGrpcLog) for f in grpc_log.filters):
+            grpc_log.addFilter(OneLineGrpcLog())
+
+
 def add_health_and_reflection(server: grpc.Server, service_name: str) -> health.HealthServicer:
     """The standard health service (its status set by the caller) and reflection for `service_name`."""
     servicer = health.HealthServicer()

@@ -182,10 +182,7 @@ class GrpcSink(Sink):
         self._malformed = 0
         self._malformed_logged_at = -1e9
         self.evicted = 0
-        for name in ("grpc._common", "grpc._server"):
-            grpc_log = logging.getLogger(name)
-            if not any(isinstance(f, access.OneLineGrpcLog) for f in grpc_log.filters):
-                grpc_log.addFilter(access.OneLineGrpcLog())
+        access.one_line_grpc_logs()  # gRPC's own records of bad requests: one line each
 
         interceptors = [access.BearerTokenInterceptor(token)] if token else []
         # One worker per streaming subscriber plus a few for unary calls; more concurrent calls are refused

@@ -219,10 +219,7 @@ class FaceServeServer:
         self.describe_workers = describe_workers if describe_workers > 0 else (os.cpu_count() or 1)
         self.describe_slots = threading.BoundedSemaphore(self.describe_workers)
         self._on_close: list = []
-        for name in ("grpc._common", "grpc._server"):  # gRPC's own records of bad requests: one line each
-            grpc_log = logging.getLogger(name)
-            if not any(isinstance(f, access.OneLineGrpcLog) for f in grpc_log.filters):
-                grpc_log.addFilter(access.OneLineGrpcLog())
+        access.one_line_grpc_logs()  # gRPC's own records of bad requests: one line each
         workers = table.max_streams + 8  # one per Track stream, a few for status and health
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="serve"),
