@@ -29,13 +29,7 @@ mkdir -p "$OUT" /tmp/stage
 export FACEBRIDGE_HOME=${FACEBRIDGE_HOME:-/tmp/fbhome} PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
-install_wheels() {  # the bridge's gRPC stack, which the image lacks (health, reflection) or has too old
-  [ -n "$WHEELS" ] || return 0
-  ls "$WHEELS"/*.whl >/dev/null 2>&1 || { echo "no wheels in $WHEELS: run tools/pack_gpu_serve.sh here and carry $WHEELS"; exit 4; }
-  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "$WHEELS"/*.whl || exit 4
-  export PYTHONPATH=/tmp/site:$PYTHONPATH
-}
+. "$(dirname "$0")/gpu_wheels.sh"  # install_wheels DIR [SITE]
 
 preflight() {  # fail at once, in env.txt, on a missing package, not minutes in
   {
@@ -73,7 +67,7 @@ unpack_ray() {
 
 case "$MODE" in
   all)
-    install_wheels
+    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
     timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/serving/test_gpu.py 2>&1 \
       | tail -40 > "$OUT/gpu-tests.txt"

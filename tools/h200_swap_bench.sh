@@ -16,10 +16,9 @@ if ls "$STAGE"/part-a? >/dev/null 2>&1; then
   cat "$STAGE"/part-a? | xz -d -T0 > "$STAGE/$ORT_WHEEL"
   echo "$ORT_SHA256  $STAGE/$ORT_WHEEL" | sha256sum -c -
 fi
-if ls "$STAGE"/*.whl >/dev/null 2>&1; then
-  "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "$STAGE"/*.whl
-fi
-export PYTHONPATH="$SITE:$(pwd)"
+. "$(dirname "$0")/gpu_wheels.sh"  # install_wheels DIR [SITE]
+export PYTHONPATH="$(pwd)"
+if ls "$STAGE"/*.whl >/dev/null 2>&1; then install_wheels "$STAGE" "$SITE"; fi
 export FACEBRIDGE_HOME=/tmp/fb-home FACEBRIDGE_ENGINE_CACHE=/tmp/fb-engines
 "$PY" -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())" | tee "$OUT/devices.txt"
 "$PY" -m bridge devices 2>&1 | tee -a "$OUT/devices.txt"
