@@ -30,6 +30,8 @@ def add_parser(sub) -> None:
                         "stream's identity converges as fast as they allow")
     p.add_argument("--describe-workers", type=int, default=0, metavar="N",
                    help="streams describing at once (default 0: one per CPU core); the others wait their turn")
+    p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
+                   help="end a stream whose client took no response for this long (it stopped reading; default 10)")
     p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token clients must send")
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key")
@@ -71,13 +73,16 @@ def serve_config(args):
     if args.identity_workers < 1 or args.describe_workers < 0:
         raise FaceBridgeError("--identity-workers must be at least 1 and --describe-workers at least 0",
                               "pass e.g. --identity-workers 1 --describe-workers 0 (the defaults)")
+    if not args.write_deadline > 0:
+        raise FaceBridgeError(f"--write-deadline {args.write_deadline} is not a positive number of seconds",
+                              "pass e.g. --write-deadline 10 (the default)")
 
     return ServeConfig(grpc=args.grpc, runners=args.runners, max_streams=args.max_streams,
                        deadline_ms=args.deadline_ms, token=args.grpc_token, tls_cert=args.grpc_tls_cert,
                        tls_key=args.grpc_tls_key, threads=args.threads, smoothing=not args.no_smoothing,
                        calibration=not args.no_calibration, fp16=not args.fp32,
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
-                       describe_workers=args.describe_workers)
+                       describe_workers=args.describe_workers, write_deadline_s=args.write_deadline)
 
 
 def run(args) -> int:

@@ -55,6 +55,17 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         return self._deny[(handler.request_streaming, handler.response_streaming)]
 
 
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:/path"): "" when none."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return ""
+    from urllib.parse import unquote
+
+    host = unquote(rest).rpartition(":")[0]
+    return host.strip("[]")
+
+
 def split_address(address: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit() or int(port) > 65535:

@@ -66,6 +66,9 @@ class RemotePipeline:
                 raise FaceBridgeError(f"facebridge serve on {self.address} closed the stream",
                                       "is the server still running? start it again and rerun")
             face, _dropped, _replica = item
+            if face is None and client.refused and client.refused[-1][0] == frame.seq:
+                raise RemoteFrameLost(f"the server refused frame {frame.seq}: {client.refused[-1][1]}",
+                                      "the frame is lost; the stream goes on")
             if face is None:
                 raise RemoteFrameLost(f"the server dropped frame {frame.seq} (it waited past its deadline)",
                                       "the server is overloaded; add replicas or lower --max-streams")

@@ -46,6 +46,7 @@ class ServeConfig:
     prewarm: tuple[tuple[int, int], ...] = ()  # (height, width) frame sizes whose batched service is built at start
     identity_workers: int = 1  # threads that fold every stream's identity refreshes in (bridge/expression/refresh.py)
     describe_workers: int = 0  # streams describing at once (0: one per CPU core); the others wait their turn
+    write_deadline_s: float = 10.0  # a stream whose client took no response for this long is ended
 
 
 class StreamDescriber:
@@ -142,7 +143,8 @@ def build_server(config: ServeConfig):
     try:
         server = FaceServeServer(table, make_describer, config.grpc, device=device, token=config.token,
                                  tls_cert=config.tls_cert, tls_key=config.tls_key, replica=config.replica,
-                                 runners=config.runners, describe_workers=config.describe_workers)
+                                 runners=config.runners, describe_workers=config.describe_workers,
+                                 write_deadline_s=config.write_deadline_s)
     except BaseException:
         refresher.close()
         raise

@@ -2,7 +2,8 @@
 
 Sending never waits for the server: requests go into the call's outgoing queue and gRPC flow control paces them;
 a reader thread turns every response into a FaceFrame (with the server's drop counters for this stream) on the
-`results` queue. The stream stays on the replica that accepted it for its whole life; `replica` says which.
+`results` queue; an image the server refused is put there as a drop, and its reason is kept in `refused`. The
+stream stays on the replica that accepted it for its whole life; `replica` says which.
 """
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ class TrackClient:
         self.results: queue.Queue = queue.Queue()
         self.report = StreamReport()
         self.error: grpc.RpcError | None = None  # how the call ended, when it ended badly
+        self.refused: list[tuple[int, str]] = []  # (seq, reason) of every image the server refused
         self.sent = 0
         self._first = True
         metadata = [("authorization", f"Bearer {token}")] if token else None
@@ -117,6 +119,9 @@ class TrackClient:
                     face = parse_frame(header, response.frame)
                     face.latencies_ms["client_rtt"] = (time.perf_counter() - face.t_capture_mono) * 1000.0
                     self.results.put((face, response.frame.dropped_frames, response.replica))
+                elif part == "refused":
+                    self.refused.append((response.refused.seq, response.refused.reason))
+                    self.results.put((None, response.stale_dropped + response.late_dropped, response.replica))
                 elif part is None:
                     self.results.put((None, response.stale_dropped + response.late_dropped, response.replica))
         except grpc.RpcError as e:

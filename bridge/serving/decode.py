@@ -3,7 +3,10 @@
 JPEG goes to nvJPEG (torchvision.io.decode_jpeg on the service's GPU) when the service runs on a CUDA device: the
 decoded frame is already where the tracker reads it, and the host does no pixel work at all (a 480x360 JPEG is
 about 1.5 ms of CPU in OpenCV; at 30,000 frames a second that is 45 cores). Elsewhere OpenCV decodes on the CPU.
-Raw frames (loopback only) are wrapped without a copy. Every refusal is a `BadImage` with a message for the client.
+Raw frames (loopback clients only) are wrapped without a copy. An image is sized from its header before any pixel
+work (`measure`): a raw image's declared size must match its bytes, a JPEG's start-of-frame must be there and end
+with its end-of-image marker (a truncated file), both within MIN_SIDE..MAX_PIXELS. Every refusal is a `BadImage`
+with a message for the client naming the fix.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ log = logging.getLogger(__name__)
 
 JPEG, RAW_RGB, RAW_BGR = 1, 2, 3  # facebridge.v1.ImageFrame.Encoding
 MAX_PIXELS = 3840 * 2160
+MIN_SIDE = 32  # the batched service's smallest frame (a face needs pixels)
 
 
 class BadImage(ValueError):
@@ -59,27 +63,41 @@ class ImageDecoder:
         self.gpu_jpeg = bool(gpu_jpeg and on_gpu)
         self.name = "gpu (nvjpeg)" if self.gpu_jpeg else "cpu (opencv)"
 
-    def decode(self, encoding: int, data: bytes, width: int = 0, height: int = 0):
+    def measure(self, encoding: int, data: bytes, width: int = 0, height: int = 0, raw_ok: bool | None = None
+                ) -> tuple[int, int]:
+        """(height, width) of an image from its header alone, or BadImage: what can be refused before decoding.
+        raw_ok: raw images are allowed for this client (default: the decoder's `allow_raw`)."""
         if encoding == JPEG:
-            return self._jpeg(data, width, height)
+            size = _jpeg_size(data)
+            if size is None:
+                raise BadImage(f"not a baseline JPEG ({len(data)} bytes); send camera frames encoded as JPEG")
+            w, h = size
+            _check_size(w, h, "a JPEG")
+            if (width and width != w) or (height and height != h):
+                raise BadImage(f"the JPEG is {w}x{h} but the message says {width}x{height}; send the image's own "
+                               "size or 0")
+            if data.rstrip(b"\0")[-2:] != b"\xff\xd9":
+                raise BadImage(f"the JPEG of {len(data)} bytes is truncated (no end-of-image marker); send whole "
+                               "frames")
+            return h, w
         if encoding in (RAW_RGB, RAW_BGR):
-            if not self.allow_raw:
-                raise BadImage("raw images are accepted only by a server bound to loopback; send JPEG")
-            if not (0 < width * height <= MAX_PIXELS) or len(data) != width * height * 3:
-                raise BadImage(f"a raw image of {width}x{height} needs {width * height * 3} bytes, got {len(data)}")
-            frame = np.frombuffer(bytearray(data), np.uint8).reshape(height, width, 3)  # writable, for torch
-            return (frame[..., ::-1] if encoding == RAW_BGR else frame), (height, width)
+            if not (self.allow_raw if raw_ok is None else raw_ok):
+                raise BadImage("raw images are accepted only from a client on loopback; send JPEG")
+            _check_size(width, height, "a raw image")
+            if len(data) != width * height * 3:
+                raise BadImage(f"a raw image of {width}x{height} needs {width * height * 3} bytes, got {len(data)}; "
+                               "send width x height x 3 bytes")
+            return height, width
         raise BadImage(f"unknown image encoding {encoding}; send JPEG (1), RAW_RGB (2) or RAW_BGR (3)")
 
-    def _jpeg(self, data: bytes, width: int, height: int):
-        size = _jpeg_size(data)
-        if size is None:
-            raise BadImage(f"not a baseline JPEG ({len(data)} bytes); send camera frames encoded as JPEG")
-        w, h = size
-        if not 0 < w * h <= MAX_PIXELS:
-            raise BadImage(f"a JPEG of {w}x{h} is outside 1..{MAX_PIXELS} pixels")
-        if (width and width != w) or (height and height != h):
-            raise BadImage(f"the JPEG is {w}x{h} but the message says {width}x{height}")
+    def decode(self, encoding: int, data: bytes, width: int = 0, height: int = 0, raw_ok: bool | None = None):
+        h, w = self.measure(encoding, data, width, height, raw_ok)
+        if encoding in (RAW_RGB, RAW_BGR):
+            frame = np.frombuffer(bytearray(data), np.uint8).reshape(h, w, 3)  # writable, for torch
+            return (frame[..., ::-1] if encoding == RAW_BGR else frame), (h, w)
+        return self._jpeg(data, h, w)
+
+    def _jpeg(self, data: bytes, h: int, w: int):
         if self.gpu_jpeg:
             torch = self._torch
             raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
@@ -94,3 +112,9 @@ class ImageDecoder:
         if frame is None or frame.shape[:2] != (h, w):
             raise BadImage(f"the JPEG of {len(data)} bytes does not decode")
         return cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), (h, w)
+
+
+def _check_size(width: int, height: int, what: str) -> None:
+    if min(width, height) < MIN_SIDE or width * height > MAX_PIXELS:
+        raise BadImage(f"{what} of {width}x{height} is outside {MIN_SIDE}x{MIN_SIDE}..{MAX_PIXELS} pixels; send "
+                       "camera frames of a usual size (e.g. 640x480)")

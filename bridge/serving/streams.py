@@ -77,6 +77,14 @@ class LiveStream:
             self._pending = Pending(request, time.perf_counter(), deadline_s or self.table.deadline_s)
             self._cond.notify()
 
+    def refuse(self) -> None:
+        """An image refused on arrival (bad before its turn): received and bad, never replacing the waiting one."""
+        with self._cond:
+            self.counters.received += 1
+            self.counters.bad += 1
+        self.table._count("received")
+        self.table._count("bad")
+
     def end_of_input(self) -> None:
         with self._cond:
             self._input_ended = True

@@ -33,7 +33,7 @@ def test_raw_frames_are_taken_on_loopback_only_and_must_fit_their_size():
     frame, hw = ImageDecoder("cpu").decode(RAW_BGR, bgr.tobytes(), 480, 360)
     assert hw == (360, 480) and np.array_equal(frame, bgr[..., ::-1])
     assert ImageDecoder("cpu").decode(RAW_RGB, bgr.tobytes(), 480, 360)[0].flags.writeable
-    with pytest.raises(BadImage, match="only by a server bound to loopback; send JPEG"):
+    with pytest.raises(BadImage, match="only from a client on loopback; send JPEG"):
         ImageDecoder("cpu", allow_raw=False).decode(RAW_RGB, bgr.tobytes(), 480, 360)
     with pytest.raises(BadImage, match="needs 518400 bytes, got 10"):
         ImageDecoder("cpu").decode(RAW_RGB, b"0123456789", 480, 360)

@@ -271,10 +271,19 @@ class TrackRequest(_message.Message):
     deadline_ms: int
     def __init__(self, subject: _Optional[str] = ..., image: _Optional[_Union[ImageFrame, _Mapping]] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
 
+class ImageRefused(_message.Message):
+    __slots__ = ("seq", "reason")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    reason: str
+    def __init__(self, seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class TrackResponse(_message.Message):
-    __slots__ = ("header", "frame", "received", "stale_dropped", "late_dropped", "bad_frames", "replica", "stream_slot")
+    __slots__ = ("header", "frame", "refused", "received", "stale_dropped", "late_dropped", "bad_frames", "replica", "stream_slot")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     FRAME_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
     STALE_DROPPED_FIELD_NUMBER: _ClassVar[int]
     LATE_DROPPED_FIELD_NUMBER: _ClassVar[int]
@@ -283,20 +292,28 @@ class TrackResponse(_message.Message):
     STREAM_SLOT_FIELD_NUMBER: _ClassVar[int]
     header: StreamHeader
     frame: Frame
+    refused: ImageRefused
     received: int
     stale_dropped: int
     late_dropped: int
     bad_frames: int
     replica: str
     stream_slot: int
-    def __init__(self, header: _Optional[_Union[StreamHeader, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., received: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., replica: _Optional[str] = ..., stream_slot: _Optional[int] = ...) -> None: ...
+    def __init__(self, header: _Optional[_Union[StreamHeader, _Mapping]] = ..., frame: _Optional[_Union[Frame, _Mapping]] = ..., refused: _Optional[_Union[ImageRefused, _Mapping]] = ..., received: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., replica: _Optional[str] = ..., stream_slot: _Optional[int] = ...) -> None: ...
 
 class GetServeStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class GetServeStatusResponse(_message.Message):
-    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder")
+    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder", "streams_evicted", "streams_invalid", "model_versions", "release")
+    class ModelVersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     RUNNERS_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +330,10 @@ class GetServeStatusResponse(_message.Message):
     LATENCY_MS_P99_FIELD_NUMBER: _ClassVar[int]
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     DECODER_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_INVALID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
     replica: str
     runners: str
     streams: int
@@ -329,4 +350,8 @@ class GetServeStatusResponse(_message.Message):
     latency_ms_p99: float
     server_version: str
     decoder: str
-    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ...) -> None: ...
+    streams_evicted: int
+    streams_invalid: int
+    model_versions: _containers.ScalarMap[str, str]
+    release: str
+    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ..., streams_evicted: _Optional[int] = ..., streams_invalid: _Optional[int] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., release: _Optional[str] = ...) -> None: ...

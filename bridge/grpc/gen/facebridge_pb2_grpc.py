@@ -267,7 +267,14 @@ class FaceServeServiceServicer:
         served, in order. Latest wins: while the server is busy with this stream's previous image, a newer image
         replaces the one waiting (counted in TrackResponse.stale_dropped); an image that waited longer than its
         deadline is dropped (late_dropped). Both are also summed in Frame.dropped_frames. A server at its stream
-        limit refuses the stream with RESOURCE_EXHAUSTED; a bad image is counted (bad_frames), never fatal.
+        limit refuses the stream with RESOURCE_EXHAUSTED. A bad image (not a JPEG, truncated, of an impossible or
+        changed size, raw from a client beyond loopback, over the size limit, a message that does not parse) costs
+        that image only: it is counted (bad_frames) and answered at once with an ImageRefused naming the problem and
+        the fix. The stream itself is refused with INVALID_ARGUMENT when its first message does not parse, names a
+        subject no client could show or carries no image, or when images keep being refused (every one of a long
+        run). A client that stops reading its responses is ended by the server after its write deadline (it sees
+        CANCELLED; the reason is in the server's log and GetServeStatusResponse.streams_evicted). A message over the
+        server's message limit (8 MiB) ends the stream with RESOURCE_EXHAUSTED, before the server reads it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
