@@ -32,6 +32,10 @@ def add_parser(sub) -> None:
                    help="streams describing at once (default 0: one per CPU core); the others wait their turn")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
+    p.add_argument("--updates", default="auto", metavar="auto|DIR|off",
+                   help="follow signed releases installed into this update store (default auto: the user's, "
+                        "$FACEBRIDGE_HOME/updates): a newer release's runners are built and checked in the "
+                        "background and swapped in between two passes")
     p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token clients must send")
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key")
@@ -82,7 +86,8 @@ def serve_config(args):
                        tls_key=args.grpc_tls_key, threads=args.threads, smoothing=not args.no_smoothing,
                        calibration=not args.no_calibration, fp16=not args.fp32,
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
-                       describe_workers=args.describe_workers, write_deadline_s=args.write_deadline)
+                       describe_workers=args.describe_workers, write_deadline_s=args.write_deadline,
+                       updates=None if args.updates == "off" else args.updates)
 
 
 def run(args) -> int:

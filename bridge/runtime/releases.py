@@ -2,9 +2,10 @@
 a model changed and asks the swapper to build it, checked against the release's own reference outputs.
 
 The store is only read (a stat() every poll; the files are re-verified by the registry before anything loads),
-so an install or rollback by `fedagent update` in another process reaches a running `facebridge run` within one
-poll. A release whose files are damaged, whose model does not open, or whose outputs differ from its declared
-reference is refused once and never retried; the model in use keeps serving.
+so an install or rollback by `fedagent update` in another process reaches a running `facebridge run` (or
+`facebridge serve`, whose requests build batched runners: runtime/serve_releases.py) within one poll. A release
+whose files are damaged, whose model does not open, or whose outputs differ from its declared reference is refused
+once and never retried; the model in use keeps serving.
 """
 from __future__ import annotations
 
@@ -92,13 +93,17 @@ def session_request(active, version: str, tolerance: tuple[float, float], backen
 
 
 class ReleaseWatch:
-    """Polls the update store for `models` on its own thread and requests a swap when one's active release moves."""
+    """Polls the update store for `models` on its own thread and requests a swap when one's active release moves.
+    make_request(active, version, tolerance) -> SwapRequest builds what the owner swaps in (default: a lip-sync
+    model, or an inference session on `backend`)."""
 
     def __init__(self, state_dir: Path, models: list[str], swapper: ModelSwapper, backend: str = "onnxruntime",
-                 cpu_precision: str = "f32", on_release: Callable[[str, int], None] | None = None) -> None:
+                 cpu_precision: str = "f32", on_release: Callable[[str, int], None] | None = None,
+                 make_request: Callable[..., SwapRequest] | None = None) -> None:
         from bridge.updates.watch import ReleaseWatcher
 
         self.state_dir, self.swapper = Path(state_dir), swapper
+        self.make_request = make_request
         self.backend, self.cpu_precision = backend, cpu_precision
         self.on_release = on_release or (lambda model, release: None)
         self._watchers = {m: ReleaseWatcher(m, self.state_dir) for m in models}
@@ -137,7 +142,9 @@ class ReleaseWatch:
 
         version = release_version(active) if active.release else sha256_file(active.model_path)[:12]
         tolerance = _tolerance(self.state_dir, model)
-        if model == "lipsync":
+        if self.make_request is not None:
+            request = self.make_request(active, version, tolerance)
+        elif model == "lipsync":
             request = lipsync_request(active, version, tolerance)
         else:
             request = session_request(active, version, tolerance, self.backend, self.cpu_precision)

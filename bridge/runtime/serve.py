@@ -2,6 +2,9 @@
 table, each stream's describer and the gRPC front end, built here and nowhere else (also inside each Ray Serve
 replica, which calls `build_server`).
 
+Signed releases are followed as `facebridge run` follows them (runtime/serve_releases.py): a newly installed release
+of a batched model is built into a runner in the background and swapped in between two passes.
+
 The describer is the single-face pipeline's own describe step (bridge/stages/describe.py) over what the batched
 tracker measured, so a remote stream gets the FaceFrame that `facebridge run` gives for the same frames. It is
 injected into serving/, which never imports the stages.
@@ -47,6 +50,7 @@ class ServeConfig:
     identity_workers: int = 1  # threads that fold every stream's identity refreshes in (bridge/expression/refresh.py)
     describe_workers: int = 0  # streams describing at once (0: one per CPU core); the others wait their turn
     write_deadline_s: float = 10.0  # a stream whose client took no response for this long is ended
+    updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
 
 
 class StreamDescriber:
@@ -113,7 +117,7 @@ def build_server(config: ServeConfig):
     from bridge.expression.refresh import IdentityRefresher
     from bridge.runtime.native_pools import pin_native_pools
     from bridge.serving.grpc_service import FaceServeServer
-    from bridge.serving.runners import make_runners
+    from bridge.serving.runners import make_runner, make_runners, role_models
     from bridge.serving.service import MultiStreamFaceService
     from bridge.serving.streams import StreamTable
 
@@ -124,22 +128,45 @@ def build_server(config: ServeConfig):
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
     whole_pass = kind == "torch-cuda" and config.graphs
     buckets = [b for b in GPU_BUCKETS if b < config.max_streams] + [config.max_streams] if on_gpu else None
-    runners = make_runners(kind, config.max_streams, fp16=config.fp16 and on_gpu, threads=config.threads,
-                           buckets=buckets, tracked_pass_graphs=whole_pass)
-    pass_lock = threading.Lock()  # the services of several frame sizes share these runners
+    options = dict(fp16=config.fp16 and on_gpu, threads=config.threads, buckets=buckets,
+                   tracked_pass_graphs=whole_pass)
+    runners = make_runners(kind, config.max_streams, **options)
+    table = None
+
+    def recapture(roles) -> None:  # a captured pass holds the old runners' kernels: capture it again
+        for service in table.services() if table is not None else ():
+            if getattr(service, "graphs", False):
+                service.tracker.capture_cuda_graphs(buckets)
+
+    state_dir = serve_state_dir(config.updates)
+    releases = None
+    if state_dir is None:
+        from bridge.runtime.serve_releases import PassGate
+
+        gate = PassGate(runners, model_versions())  # the services of several frame sizes share these runners
+    else:
+        from bridge.runtime.serve_releases import ServeReleases
+
+        models = {name: role for role, name in role_models().items() if role in runners}
+        releases = ServeReleases(state_dir, runners, model_versions(), models,
+                                 lambda role, path: make_runner(kind, role, path, config.max_streams, **options),
+                                 config.max_streams, device=device, fp16=options["fp16"], report=_report,
+                                 on_swap=recapture if whole_pass else None)
+        gate = releases.gate
 
     def make_service(frame_hw, num_streams):
         log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
         return MultiStreamFaceService(num_streams, frame_hw, runners, device=device,
-                                      graph_buckets=buckets if whole_pass else None, pass_lock=pass_lock)
+                                      graph_buckets=buckets if whole_pass else None, pass_lock=gate)
 
-    versions = model_versions()
     table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
+    if releases is not None:
+        releases.start()  # releases installed before now serve from the first frame
     for frame_hw in config.prewarm:
         table.prepare(frame_hw)
     refresher = IdentityRefresher(max(1, config.identity_workers))
-    make_describer = lambda subject: StreamDescriber(subject, config.smoothing, config.calibration, versions,
-                                                     refresher=refresher)
+    make_describer = lambda subject: StreamDescriber(subject, config.smoothing, config.calibration,
+                                                     lambda: gate.versions, refresher=refresher)
     try:
         server = FaceServeServer(table, make_describer, config.grpc, device=device, token=config.token,
                                  tls_cert=config.tls_cert, tls_key=config.tls_key, replica=config.replica,
@@ -147,15 +174,39 @@ def build_server(config: ServeConfig):
                                  write_deadline_s=config.write_deadline_s)
     except BaseException:
         refresher.close()
+        if releases is not None:
+            releases.close()
         raise
     server.on_close(refresher.close)
+    server.status_extra = releases.status if releases is not None else lambda: {"model_versions": gate.versions}
+    if releases is not None:
+        server.on_close(releases.close)
     return server
 
 
+def _report(line: str) -> None:
+    print(f"facebridge serve: {line}", file=sys.stderr, flush=True)
+
+
+def serve_state_dir(spec: str | None):
+    """The update store serve follows: None when off; "auto" is this user's even before anything is installed
+    (a server runs for long: the first release installed later is followed too)."""
+    if spec is None:
+        return None
+    if spec == "auto":
+        from bridge.updates.store import default_state_dir
+
+        return default_state_dir()
+    from bridge.runtime.options import update_state_dir
+
+    return update_state_dir(spec)
+
+
 def status_line(stats: dict) -> str:
+    release = f" | release {stats['release']}" if stats.get("release") else ""
     return (f"{stats['streams']}/{stats['max_streams']} streams | served {stats['served']} | dropped stale "
             f"{stats['stale']} late {stats['late']} | bad {stats['bad']} | server p50 {stats['latency_ms_p50']:.1f} "
-            f"ms p99 {stats['latency_ms_p99']:.1f} ms | batch {stats['mean_batch']:.1f}")
+            f"ms p99 {stats['latency_ms_p99']:.1f} ms | batch {stats['mean_batch']:.1f}{release}")
 
 
 def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(line, flush=True)) -> int:

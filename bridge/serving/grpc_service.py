@@ -252,7 +252,9 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
             stale_dropped=s["stale"], late_dropped=s["late"], bad_frames=s["bad"], streams_refused=s["refused"],
             passes=s["passes"], mean_batch=s["mean_batch"], latency_ms_p50=s["latency_ms_p50"],
             latency_ms_p99=s["latency_ms_p99"], server_version=__version__, decoder=self.server.decoder.name,
-            streams_evicted=s["evicted"], streams_invalid=s["invalid"])
+            streams_evicted=s["evicted"], streams_invalid=s["invalid"],
+            model_versions={str(k): str(v) for k, v in (s.get("model_versions") or {}).items()},
+            release=str(s.get("release") or ""))
 
 
 def check_listen(address: str, token: str | None, tls_cert: str | None, tls_key: str | None) -> str:
@@ -295,6 +297,7 @@ class FaceServeServer:
         self.describe_workers = describe_workers if describe_workers > 0 else (os.cpu_count() or 1)
         self.describe_slots = threading.BoundedSemaphore(self.describe_workers)
         self._on_close: list = []
+        self.status_extra = lambda: {}  # more for stats(): {"model_versions": {...}, "release": "..."} (serve)
         self.leases = WriteDeadline(write_deadline_s)  # a stream whose client stopped reading is ended
         self._live_lock = threading.Lock()
         self.invalid = self.malformed = 0
@@ -348,7 +351,8 @@ class FaceServeServer:
     def stats(self) -> dict:
         """Live streams, totals, recent latency: what GetServeStatus answers and the metrics read."""
         return {**self.table.stats(), "replica": self.replica, "runners": self.runners,
-                "decoder": self.decoder.name, "evicted": self.leases.evicted, "invalid": self.invalid}
+                "decoder": self.decoder.name, "evicted": self.leases.evicted, "invalid": self.invalid,
+                **self.status_extra()}
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._server.wait_for_termination(timeout)

@@ -163,30 +163,43 @@ def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: boo
             raise EngineUnavailable(f"the {kind} runners cannot run on this machine: {reason}",
                                     f"Use the {fallbacks} runners instead (`facebridge engines list` shows what "
                                     "works here)")
-    names = {"detector": detector, "landmarks": "face_landmark", "iris": "iris_landmark", "emotion": "emotion",
-             "expression": "regressor"}
+    options = dict(fp16=fp16, cuda_graphs=cuda_graphs, threads=threads, conv_search=conv_search, buckets=buckets,
+                   graph_limit=graph_limit, tracked_pass_graphs=tracked_pass_graphs, compile=compile, report=report)
     runners = {}
-    for role, name in names.items():
+    for role, name in role_models(detector).items():
         try:
             path = find_model(name).verified_path()
         except Exception:
             if role == "expression":  # optional: an install without the expression engine still tracks
                 continue
             raise
-        batch = max_batch * 2 if role == "iris" else max_batch  # two eyes per face
-        sizes = None
-        if buckets is not None:
-            sizes = sorted({b for b in (*buckets, *(2 * b for b in buckets)) if b <= batch} if role == "iris"
-                           else {b for b in buckets if b <= batch})
-        if kind == "torch-cuda":
-            own_graphs = cuda_graphs and (role == "detector" or not tracked_pass_graphs)
-            runners[role] = TorchRunner(path, batch, "cuda", fp16=fp16, channels_last=fp16, cuda_graphs=own_graphs,
-                                        buckets=sizes, compile=compile and role != "expression", report=report)
-        elif kind == "onnxruntime-cuda":
-            runners[role] = OrtCudaRunner(path, batch, cuda_graphs=cuda_graphs, fp16=fp16, conv_search=conv_search,
-                                          buckets=sizes, graph_limit=graph_limit * (2 if role == "iris" else 1))
-        elif kind == "torch":
-            runners[role] = TorchRunner(path, batch, "cpu")
-        else:
-            runners[role] = OrtCpuRunner(path, threads=threads)
+        runners[role] = make_runner(kind, role, path, max_batch, **options)
     return runners
+
+
+def role_models(detector: str = "face_detection_short_range") -> dict[str, str]:
+    """role -> the registry name of its model (what a signed release of it is called)."""
+    return {"detector": detector, "landmarks": "face_landmark", "iris": "iris_landmark", "emotion": "emotion",
+            "expression": "regressor"}
+
+
+def make_runner(kind: str, role: str, path: Path, max_batch: int, fp16: bool = False, cuda_graphs: bool = True,
+                threads: int = 1, conv_search: str = "HEURISTIC", buckets: list[int] | None = None,
+                graph_limit: int = 32, tracked_pass_graphs: bool = False, compile: bool = True, report=None):
+    """The runner of one role over the model file at `path` (verified by the caller), as `make_runners` builds it:
+    also what a signed release of that role's model is built into (bridge/runtime/serve_releases.py)."""
+    batch = max_batch * 2 if role == "iris" else max_batch  # two eyes per face
+    sizes = None
+    if buckets is not None:
+        sizes = sorted({b for b in (*buckets, *(2 * b for b in buckets)) if b <= batch} if role == "iris"
+                       else {b for b in buckets if b <= batch})
+    if kind == "torch-cuda":
+        own_graphs = cuda_graphs and (role == "detector" or not tracked_pass_graphs)
+        return TorchRunner(path, batch, "cuda", fp16=fp16, channels_last=fp16, cuda_graphs=own_graphs,
+                           buckets=sizes, compile=compile and role != "expression", report=report)
+    if kind == "onnxruntime-cuda":
+        return OrtCudaRunner(path, batch, cuda_graphs=cuda_graphs, fp16=fp16, conv_search=conv_search,
+                             buckets=sizes, graph_limit=graph_limit * (2 if role == "iris" else 1))
+    if kind == "torch":
+        return TorchRunner(path, batch, "cpu")
+    return OrtCpuRunner(path, threads=threads)

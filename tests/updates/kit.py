@@ -1,6 +1,7 @@
 """The updates tests' toolkit: a real publisher (keys + repository folder), a device (state folder), a loopback
 HTTP server that can also misbehave on chosen paths, and an attacker's forge that writes signed metadata with
-whatever keys it is given. Nothing here stands in for python-tuf, the repository or the installer."""
+whatever keys it is given, and whole-model releases of a deliberately different emotion model (`emotion_model`).
+Nothing here stands in for python-tuf, the repository or the installer."""
 from __future__ import annotations
 
 import io
@@ -15,7 +16,8 @@ import pytest
 from tuf.api.metadata import Metadata, MetaFile, Snapshot, TargetFile, Targets, Timestamp
 from tuf.api.serialization.json import JSONSerializer
 
-from bridge.models.registry import ModelRegistry
+from bridge.frame import EMOTION_NAMES
+from bridge.models.registry import ModelRegistry, default_registry
 from bridge.updates import install as installer
 from bridge.updates.reasons import UpdateRefused
 from bridge.updates.store import StateDir
@@ -24,6 +26,7 @@ from fedagent.publish import ReleaseSpec, _store, publish
 from fedagent.repo_server import RepoHandler, RepoServer
 
 DEFAULT_ADAPTER = Path(__file__).resolve().parents[2] / "bridge" / "audio" / "lipsync_adapter_default.npz"
+SURPRISE = EMOTION_NAMES.index("surprise")
 
 
 def adapter_bytes(seed: int = 0, scale: float = 0.01, **replace) -> bytes:
@@ -37,6 +40,25 @@ def adapter_bytes(seed: int = 0, scale: float = 0.01, **replace) -> bytes:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     return buffer.getvalue()
+
+
+def emotion_model(path, fixed_batch: bool = False):
+    """The shipped emotion model with its surprise logit raised: a model that reads every face as surprised; with
+    `fixed_batch`, its batch dimension is fixed at one item."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(default_registry().shipped_path("emotion")))
+    for init in model.graph.initializer:
+        if init.name == "conv2d_7/bias":
+            bias = numpy_helper.to_array(init).copy()
+            bias[SURPRISE] += 8.0
+            init.CopyFrom(numpy_helper.from_array(bias, init.name))
+    if fixed_batch:
+        for value in (*model.graph.input, *model.graph.output):
+            value.type.tensor_type.shape.dim[0].dim_value = 1
+    onnx.save(model, str(path))
+    return path
 
 
 class HostileServer(RepoServer):

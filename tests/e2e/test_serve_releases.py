@@ -1,0 +1,122 @@
+"""`facebridge serve` follows signed releases (a real process, CPU runners, 127.0.0.1, a temporary FACEBRIDGE_HOME):
+a release of the emotion model published with the real `fedagent.publish` and installed by the real installer
+while two client streams run is built and checked in the background and swapped in between two passes. Neither
+stream loses an image, the FaceFrames name the release in model_versions and show the new model's reading (this
+one sees surprise everywhere), the status and the log say so, and a server started afterwards serves the release
+from its first frame. A later release that passes the installer's one-item smoke test but cannot take the
+server's batches is refused with its reason; the release in use keeps serving."""
+from __future__ import annotations
+
+import threading
+
+import cv2
+import grpc
+import numpy as np
+import pytest
+
+from tests.helpers import serve_process, wait_until
+from tests.updates.kit import SURPRISE, Publisher, emotion_model
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+
+class Stream(threading.Thread):
+    """One client in lockstep: each image answered with a FaceFrame, kept as (seq, emotion version, emotion)."""
+
+    def __init__(self, address: str, jpeg: bytes, subject: str) -> None:
+        super().__init__(daemon=True)
+        from bridge.serving.client import TrackClient
+
+        self.client = TrackClient(address, subject=subject, deadline_ms=600_000)
+        self.jpeg, self.frames, self.stop, self.failure = jpeg, [], threading.Event(), None
+
+    def run(self) -> None:
+        seq = 0
+        while not self.stop.is_set():
+            self.client.send_encoded(self.jpeg, seq=seq)
+            item = self.client.results.get(timeout=240)
+            if item is None or item[0] is None or item[0].seq != seq:
+                self.failure = f"image {seq} was lost: {item} ({self.client.error})"
+                return
+            face = item[0]
+            self.frames.append((seq, face.model_versions.get("emotion", ""), np.array(face.emotion)))
+            seq += 1
+
+    def versions(self) -> list[str]:
+        return [v for _, v, _ in self.frames]
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(240)
+        self.client.close()
+
+
+def _status(address):
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        return pb_grpc.FaceServeServiceStub(channel).GetServeStatus(pb.GetServeStatusRequest(), timeout=30)
+
+
+def test_serve_swaps_in_a_newly_installed_release_without_dropping_streams_and_refuses_a_bad_one(tmp_path):
+    from bridge.engines.shipped import sample_frames
+    from bridge.serving.client import encode_jpeg
+    from bridge.updates.install import install
+
+    home = tmp_path / "home"
+    state = home / "updates"  # the user's update store under FACEBRIDGE_HOME: what `--updates auto` follows
+    publisher = Publisher(tmp_path / "publisher")
+    jpeg = encode_jpeg(cv2.cvtColor(sample_frames(1)[0], cv2.COLOR_RGB2BGR))
+    streams: list[Stream] = []
+    with serve_process("--grpc", "127.0.0.1:0", "--max-streams", "4", home=home) as (proc, addresses):
+        address = addresses[0]
+        shipped = _status(address).model_versions["emotion"]
+        try:
+            streams = [Stream(address, jpeg, f"Subject{i}") for i in range(2)]
+            for stream in streams:
+                stream.start()
+            assert wait_until(lambda: all(len(s.frames) >= 5 or s.failure for s in streams), 240, 0.05)
+
+            assert publisher.publish(emotion_model(tmp_path / "surprised.onnx"), model="emotion") == 1
+            install(str(publisher.repo), state, trust=publisher.trust, models=["emotion"])
+            assert wait_until(lambda: all(s.versions()[-5:] and all(v.startswith("r1-") for v in s.versions()[-5:])
+                                          or s.failure for s in streams), 300, 0.1)
+            assert not [s.failure for s in streams if s.failure]
+            status = _status(address)
+            assert status.model_versions["emotion"].startswith("r1-") and status.streams == 2
+            assert status.release.startswith("emotion r1-") and "serving since" in status.release
+
+            with serve_process("--grpc", "127.0.0.1:0", "--max-streams", "1", home=home) as (_, later):
+                first = Stream(later[0], jpeg, "Later")
+                first.start()
+                assert wait_until(lambda: first.frames or first.failure, 240, 0.05)
+                first.close()
+                assert first.versions()[0] == status.model_versions["emotion"]  # the release from the first frame
+
+            assert publisher.publish(emotion_model(tmp_path / "one.onnx", fixed_batch=True), model="emotion") == 2
+            install(str(publisher.repo), state, models=["emotion"])  # the installer's smoke test runs one item
+            assert wait_until(lambda: "refused" in _status(address).release, 300, 0.2)
+            counts = [len(s.frames) for s in streams]
+            assert wait_until(lambda: all(len(s.frames) >= n + 3 or s.failure for s, n in zip(streams, counts)),
+                              240, 0.05)
+        finally:
+            for stream in streams:
+                stream.close()
+        refused = _status(address)
+    assert not [s.failure for s in streams if s.failure]
+    assert refused.release.startswith("emotion r2-") and "batch of 4" in refused.release
+    assert refused.model_versions["emotion"] == status.model_versions["emotion"]  # release 1 keeps serving
+    for stream in streams:
+        seqs = [seq for seq, _, _ in stream.frames]
+        assert seqs == list(range(len(seqs)))  # every image answered, in order, through both installs
+        versions = stream.versions()
+        assert versions[0] == shipped and versions[-1] == status.model_versions["emotion"]
+        switch = versions.index(versions[-1])
+        assert set(versions[switch:]) == {versions[-1]}  # one switch, never back
+        before = np.mean([e[SURPRISE] for _, v, e in stream.frames if v == shipped])
+        after = np.mean([e[SURPRISE] for _, v, e in stream.frames[switch + 3:]])
+        assert after > before + 0.3, (before, after)  # the new model's reading reaches the frames
+    log = "\n".join(proc.lines)
+    assert "swap: emotion now runs r1-" in log and "swap: refused emotion r2-" in log and "Traceback" not in log
