@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 JPEG, RAW_RGB, RAW_BGR = 1, 2, 3  # facebridge.v1.ImageFrame.Encoding
 MAX_PIXELS = 3840 * 2160
 MIN_SIDE = 32  # the batched service's smallest frame (a face needs pixels)
+MAX_SEGMENTS = 64  # JPEG segments read looking for the start of frame
 
 
 class BadImage(ValueError):
@@ -26,15 +27,18 @@ class BadImage(ValueError):
 
 
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) from a JPEG's start-of-frame marker, without decoding; None if there is none."""
+    """(width, height) from a JPEG's start-of-frame marker, without decoding; None if there is none among its first
+    MAX_SEGMENTS segments (a camera's JPEG has a handful before it: a crafted one costs no more than that)."""
     i, n = 2, len(data)
     if data[:2] != b"\xff\xd8":
         return None
-    while i + 9 < n:
-        if data[i] != 0xFF:
+    for _ in range(MAX_SEGMENTS):
+        if i + 9 >= n or data[i] != 0xFF:
             return None
         marker = data[i + 1]
         length = int.from_bytes(data[i + 2:i + 4], "big")
+        if length < 2:
+            return None
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             return int.from_bytes(data[i + 7:i + 9], "big"), int.from_bytes(data[i + 5:i + 7], "big")
         i += 2 + length

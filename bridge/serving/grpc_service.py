@@ -104,13 +104,12 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
                     self._submit(stream, todo, state, context)
                 if done is not None:
                     yield from self._sending(state, self._respond(stream, done, state))
-                while state.refusals:  # refused images are answered at once, each with its reason
-                    seq, reason = state.refusals.popleft()
-                    yield from self._sending(state, [self._counters(stream, pb.TrackResponse(
-                        refused=pb.ImageRefused(seq=seq, reason=reason)))])
+                yield from self._sending(state, self._refusals(stream, state))  # at once, each with its reason
                 if stream.counters.late > state.reported_late:  # a late drop is reported at once
                     state.reported_late = stream.counters.late
                     yield from self._sending(state, [self._counters(stream, pb.TrackResponse())])
+            if context.is_active():  # the input ended: what was refused is still answered
+                yield from self._sending(state, self._refusals(stream, state))
             if state.fatal is not None:
                 server.count_invalid()
                 context.abort(*state.fatal)
@@ -122,6 +121,11 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
                 close()
             log.info("face stream %d ended%s: %s", stream.number,
                      f" ({state.evicted})" if state.evicted else "", stream.counters)
+
+    def _refusals(self, stream: LiveStream, state: _StreamState):
+        while state.refusals:
+            seq, reason = state.refusals.popleft()
+            yield self._counters(stream, pb.TrackResponse(refused=pb.ImageRefused(seq=seq, reason=reason)))
 
     @staticmethod
     def _sending(state: _StreamState, responses):

@@ -63,6 +63,7 @@ class LiveStream:
         self._in_flight: Served | None = None
         self._done: Served | None = None
         self._input_ended = False
+        self._refused = False  # an image was refused on arrival: its thread answers at once
         self.closed = False
 
     # --- the reader's side ---------------------------------------------------------------------------------
@@ -78,10 +79,13 @@ class LiveStream:
             self._cond.notify()
 
     def refuse(self) -> None:
-        """An image refused on arrival (bad before its turn): received and bad, never replacing the waiting one."""
+        """An image refused on arrival (bad before its turn): received and bad, never replacing the waiting one;
+        the stream's thread wakes to answer it."""
         with self._cond:
             self.counters.received += 1
             self.counters.bad += 1
+            self._refused = True
+            self._cond.notify()
         self.table._count("received")
         self.table._count("bad")
 
@@ -92,13 +96,14 @@ class LiveStream:
 
     # --- the stream thread's side ---------------------------------------------------------------------------
     def next_work(self, timeout: float) -> tuple[Pending | None, Served | None] | None:
-        """(image to submit now, finished result to send), either may be None; None when the stream is over
-        (input ended and nothing is left, or closed). Late images are dropped here and counted."""
+        """(image to submit now, finished result to send), either may be None (also when an image was refused on
+        arrival); None when the stream is over (input ended and nothing is left, or closed). Late images are
+        dropped here and counted."""
         with self._cond:
             end = time.perf_counter() + timeout
             while not self.closed:
                 ready = self._pending is not None and self._in_flight is None
-                if ready or self._done is not None:
+                if ready or self._done is not None or self._refused:
                     break
                 if self._input_ended and self._pending is None and self._in_flight is None:
                     return None
@@ -108,6 +113,7 @@ class LiveStream:
                 self._cond.wait(left)
             if self.closed:
                 return None
+            self._refused = False
             done, self._done = self._done, None
             todo = None
             if self._pending is not None and self._in_flight is None:

@@ -46,3 +46,24 @@ def test_what_is_not_an_image_is_refused_with_its_reason():
     with pytest.raises(BadImage, match="unknown image encoding 7"):
         decoder.decode(7, b"")
     assert decoder.name == "cpu (opencv)" and not decoder.gpu_jpeg
+
+
+def test_an_image_is_sized_from_its_header_and_refused_before_any_pixel_work():
+    from bridge.serving.client import encode_jpeg
+    from bridge.serving.decode import MAX_SEGMENTS
+
+    decoder = ImageDecoder("cpu")
+    data = encode_jpeg(_sample_bgr())
+    assert decoder.measure(JPEG, data) == (360, 480)
+    with pytest.raises(BadImage, match="truncated"):
+        decoder.measure(JPEG, data[:-100])
+    tiny = encode_jpeg(np.zeros((16, 16, 3), np.uint8))
+    with pytest.raises(BadImage, match="16x16 is outside 32x32"):
+        decoder.measure(JPEG, tiny)
+    # a start of frame hidden behind more segments than any camera writes: not searched for
+    crafted = b"\xff\xd8" + b"\xff\xe1\x00\x02" * (MAX_SEGMENTS + 1) + data[2:]
+    assert _jpeg_size(crafted) is None and _jpeg_size(b"\xff\xd8\xff\xe0\x00\x00" + data[2:]) is None
+    with pytest.raises(BadImage, match="only from a client on loopback"):
+        decoder.measure(RAW_RGB, b"\0" * 480 * 360 * 3, 480, 360, raw_ok=False)
+    with pytest.raises(BadImage, match="100000x100000 is outside"):
+        decoder.measure(RAW_RGB, b"", 100000, 100000)
