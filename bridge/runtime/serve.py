@@ -109,6 +109,7 @@ def build_server(config: ServeConfig):
     from bridge.serving.grpc_service import check_listen
 
     check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
+    state_dir = serve_state_dir(config.updates)
     try:
         import torch  # noqa: F401 - the batched tracker's
     except ImportError:
@@ -138,7 +139,6 @@ def build_server(config: ServeConfig):
             if getattr(service, "graphs", False):
                 service.tracker.capture_cuda_graphs(buckets)
 
-    state_dir = serve_state_dir(config.updates)
     releases = None
     if state_dir is None:
         from bridge.runtime.serve_releases import PassGate
