@@ -136,8 +136,15 @@ def build_server(config: ServeConfig):
 
     def recapture(roles) -> None:  # a captured pass holds the old runners' kernels: capture it again
         for service in table.services() if table is not None else ():
-            if getattr(service, "graphs", False):
+            if not getattr(service, "graphs", False):
+                continue
+            try:
                 service.tracker.capture_cuda_graphs(buckets)
+            except (RuntimeError, ValueError) as e:  # never replay the old models' graph: run eager passes
+                service.tracker.release_cuda_graphs()
+                service.graphs = False
+                log.warning("CUDA-graph capture after the swap of %s failed (%s); serving with eager passes",
+                            ", ".join(roles), str(e).splitlines()[0][:200])
 
     releases = None
     if state_dir is None:
