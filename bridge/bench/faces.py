@@ -30,6 +30,8 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", default="onnxruntime")
     p.add_argument("--mirror", action="store_true",
                    help="also score every item mirrored left-right (augmentation, counted apart)")
+    p.add_argument("--emotion-context", choices=("on", "off"), default="on",
+                   help="off: score the emotion classifier's own reading (bridge/stages/emotion_context.py skipped)")
 
 
 def load_labels(path: Path = LABELS) -> dict:
@@ -97,6 +99,7 @@ def collect(pipeline, labels: dict, data: Path, mirror: bool = False) -> list[di
                 if seg is not None and seg["category"] != "unsure":
                     rec = _record(out, seg, video["file"] + (" (mirrored)" if flip else ""), i)
                     rec["copy"] = bool(video.get("copy_of")) or flip
+                    rec["person"] = video.get("person") or video.get("copy_of") or video["file"]
                     rec["kind"] = "video"
                     records.append(rec)
     import cv2
@@ -120,6 +123,7 @@ def collect(pipeline, labels: dict, data: Path, mirror: bool = False) -> list[di
             rec = _record(out, still, still["file"] + (" (mirrored)" if flip else ""), k)
             rec["copy"] = flip
             rec["kind"] = "photo"
+            rec["person"] = still.get("person") or f"{still['file']} face {k}"
             records.append(rec)
     return records
 
@@ -145,6 +149,7 @@ def score(records: list[dict]) -> dict:
     for name in SETS + ("surprise", "other"):
         rs = [r for r in records if _in(r, name)]
         out["counts"][name] = {"items": len(rs), "of_which_copies": sum(r["copy"] for r in rs),
+                               "people": len({r.get("person", r["source"]) for r in rs}),
                                "sources": sorted({r["source"] for r in rs})}
     sm = np.array([smile(r) for r in found if _in(r, "smile")])
     ne = np.array([smile(r) for r in found if _in(r, "neutral")])
@@ -196,13 +201,26 @@ def confusion(records: list[dict]) -> dict:
     return {"table": table, "accuracy": acc}
 
 
+class RawEmotion:
+    """The classifier's reading as it comes: what `--emotion-context off` puts in the context's place."""
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, probs, weights, blinks, t):
+        return np.asarray(probs, np.float32)
+
+
 def run(args) -> dict:
     from bridge.pipeline import FacePipeline, PipelineOptions
 
     data = Path(args.data)
     pipeline = FacePipeline(PipelineOptions(backend=args.backend))
+    if getattr(args, "emotion_context", "on") == "off":
+        pipeline.describer.emotion_context = RawEmotion()
     records = collect(pipeline, load_labels(), data, mirror=args.mirror)
     result = {"labels": str(LABELS.name), "data": str(data), "threshold": SMILE_THRESHOLD,
               "all": score(records), "originals_only": score([r for r in records if not r["copy"]]),
-              "photos_only": score([r for r in records if r["kind"] == "photo" and not r["copy"]])}
+              "photos_only": score([r for r in records if r["kind"] == "photo" and not r["copy"]]),
+              "emotion_context": getattr(args, "emotion_context", "on")}
     return result

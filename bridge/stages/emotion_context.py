@@ -10,7 +10,11 @@ the rest of the pipeline can see (issue 19):
   raised, upper lids raised); with the jaw open and neither of those, the fear mass goes to `neutral`, in
   proportion to the missing evidence.
 - surprise: brows raised together with widened eyes is surprise's own signature; in proportion to it, part of the
-  fear and neutral mass moves to `surprise`.
+  fear and neutral mass moves to `surprise`. Raised and wide are read against this subject's own neutral, not
+  against zero: on real faces the regressor reads some brows and lids as raised all the time (a still, neutral face
+  read as surprise, issue 19), so the evidence is the rise over a baseline that follows the brows and lids down
+  at once and up only slowly (BASELINE_RISE a second), i.e. the lowest recent reading, which is where a face rests.
+  The first reading starts it; a face that starts surprised is read as surprised once it has been seen resting.
 The shapes are the expression regressor's raw weights (before the One-Euro filter), which under-read brows and
 eyes on real faces, hence the low ramps below. The output is renormalised to sum to one.
 """
@@ -27,6 +31,7 @@ FEAR_EVIDENCE = 0.25  # max(browInnerUp, mean eyeWide) at which fear is fully su
 SURPRISE_BROWS = (0.1, 0.35)  # ramp of max(browInnerUp, mean browOuterUp)
 SURPRISE_EYES = (0.05, 0.25)  # ramp of mean eyeWide
 SURPRISE_SHARE = 0.8  # at full surprise evidence, this share of fear + neutral moves to surprise
+BASELINE_RISE = 0.02  # per second: how fast the resting brows/lids baseline may climb (a surprise lasts ~1-3 s)
 _E = {name: i for i, name in enumerate(EMOTION_NAMES)}
 
 
@@ -48,6 +53,21 @@ class EmotionContext:
     def reset(self) -> None:
         self._open: np.ndarray | None = None  # last reading with open eyes
         self._closed_since: float | None = None
+        self._rest: np.ndarray | None = None  # this subject's resting (brows, eyeWide): lowest recent reading
+        self._t: float | None = None
+
+    def _raised(self, brows: float, eye_wide: float, t: float) -> tuple[float, float]:
+        """(brows, eyeWide) above this subject's resting reading, which follows them down at once and climbs
+        at most BASELINE_RISE a second."""
+        x = np.array([brows, eye_wide])
+        if self._rest is None:
+            self._rest = x
+        else:
+            dt = max(0.0, t - self._t) if self._t is not None else 0.0
+            self._rest = np.minimum(x, self._rest + BASELINE_RISE * dt)
+        self._t = t
+        up = np.maximum(x - self._rest, 0.0)
+        return float(up[0]), float(up[1])
 
     def __call__(self, probs: np.ndarray, weights: np.ndarray, blinks: np.ndarray, t: float) -> np.ndarray:
         """probs: (7,) classifier output; weights: (52,) raw ARKit weights; blinks: (2,) eyeBlink left/right;
@@ -61,8 +81,11 @@ class EmotionContext:
         else:
             self._closed_since = None
         eye_wide = _pair(w, "eyeWide")
-        brows = max(float(w[ARKIT_INDEX["browInnerUp"]]), _pair(w, "browOuterUp"))
-        surprise = _ramp(brows, SURPRISE_BROWS) * _ramp(eye_wide, SURPRISE_EYES)
+        surprise = 0.0  # shut eyes are not wide; nor do they tell where this face's lids rest
+        if self._closed_since is None:
+            brows_up, eyes_up = self._raised(max(float(w[ARKIT_INDEX["browInnerUp"]]), _pair(w, "browOuterUp")),
+                                             eye_wide, t)
+            surprise = _ramp(brows_up, SURPRISE_BROWS) * _ramp(eyes_up, SURPRISE_EYES)
         for source in ("fear", "neutral"):
             moved = SURPRISE_SHARE * surprise * p[_E[source]]
             p[_E[source]] -= moved

@@ -51,11 +51,38 @@ def test_fear_with_raised_inner_brows_stays_fear():
     assert p.argmax() == E["fear"]
 
 
-def test_raised_brows_and_wide_eyes_read_as_surprise():
-    w = weights(jawOpen=0.4, browInnerUp=0.5, browOuterUpLeft=0.5, browOuterUpRight=0.5, eyeWideLeft=0.4,
-                eyeWideRight=0.4)
-    p = EmotionContext()(probs(fear=0.5, neutral=0.3, surprise=0.2), w, OPEN, 0.0)
+SURPRISED = dict(jawOpen=0.4, browInnerUp=0.5, browOuterUpLeft=0.5, browOuterUpRight=0.5, eyeWideLeft=0.4,
+                 eyeWideRight=0.4)
+
+
+def test_raised_brows_and_wide_eyes_above_the_resting_face_read_as_surprise():
+    ctx = EmotionContext()
+    ctx(probs(neutral=1.0), weights(), OPEN, 0.0)  # seen resting first
+    p = ctx(probs(fear=0.5, neutral=0.3, surprise=0.2), weights(**SURPRISED), OPEN, 0.5)
     assert p.argmax() == E["surprise"]
+
+
+def test_brows_and_lids_that_always_read_raised_are_this_face_at_rest_not_surprise():
+    ctx = EmotionContext()
+    still = weights(browInnerUp=0.4, browOuterUpLeft=0.4, browOuterUpRight=0.4, eyeWideLeft=0.3, eyeWideRight=0.3)
+    readings = [ctx(probs(neutral=0.7, fear=0.2, surprise=0.1), still, OPEN, i / 10) for i in range(30)]
+    assert all(p.argmax() == E["neutral"] for p in readings)
+
+
+def test_the_resting_baseline_climbs_slowly_so_a_held_surprise_stays_surprise():
+    ctx = EmotionContext()
+    ctx(probs(neutral=1.0), weights(), OPEN, 0.0)
+    held = [ctx(probs(fear=0.5, neutral=0.3, surprise=0.2), weights(**SURPRISED), OPEN, 0.1 * i) for i in range(1, 21)]
+    assert all(p.argmax() == E["surprise"] for p in held)  # two seconds of it
+
+
+def test_a_long_closure_does_not_lower_where_the_lids_rest():
+    ctx = EmotionContext()
+    wide = weights(eyeWideLeft=0.3, eyeWideRight=0.3, browInnerUp=0.4)
+    ctx(probs(neutral=1.0), wide, OPEN, 0.0)
+    for i in range(1, 40):  # four seconds shut: past the hold, read as it comes
+        ctx(probs(neutral=1.0), weights(), SHUT, 0.1 * i)
+    assert ctx(probs(neutral=0.7, surprise=0.3), wide, OPEN, 4.0).argmax() == E["neutral"]
 
 
 def test_a_closed_mouth_neutral_face_is_left_alone():
