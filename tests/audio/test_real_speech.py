@@ -46,3 +46,41 @@ def test_a_recorded_prompt_aligns_to_its_transcript_in_time_order():
     assert events and events[0][0] == "p" and [t for _, t in events] == sorted(t for _, t in events)
     ex = label.example(pcm, events)
     assert len(ex["mel"]) == len(ex["visemes"]) == len(ex["mouth"]) and ex["mouth"][:, 0].max() > 0.3
+
+
+def test_every_ipa_phone_the_other_languages_use_has_an_english_neighbour():
+    other = tool_module("align_other_languages")
+    for ipa in ("a", "ɑ̃", "y", "ʁ", "ɲ", "tʃ", "dʒ", "ts", "ɨ", "tʲ", "ɕː", "ø", "ɛ̃", "ˈo", "r"):
+        arpa = other.arpabet(ipa)
+        assert arpa and all(p in tool_module("label_real_speech").ARPABET_IPA for p in arpa.split()), (ipa, arpa)
+    assert other.arpabet("ˈ") is None
+
+
+def test_whole_speakers_of_other_languages_go_to_one_side(tmp_path):
+    label = tool_module("label_real_speech")
+    folder = tmp_path / "asterisk-fr"
+    folder.mkdir()
+    (folder / "core-sounds-fr.txt").write_text("; French\n\nactivated: activé\nadded: ajouté\nmissing: manque\n",
+                                               encoding="utf-8")
+    for name in ("activated", "added"):
+        (folder / f"{name}.wav").write_bytes(b"")
+    rows = list(label.other_recordings(tmp_path, most=10))
+    assert sorted(r[2] for r in rows) == ["activated", "added"]  # a prompt without its recording is left out
+    assert {(r[0], r[1], r[5]) for r in rows} == {(*label.OTHER_SPLIT["fr"], "fr")}
+    assert len(list(label.other_recordings(tmp_path, most=1))) == 1
+    groups = {g: t for g, t in label.OTHER_SPLIT.values()}
+    assert "real_eval" in groups.values() and "real_train" in groups.values()
+
+
+@pytest.mark.skipif(not (REAL / "asterisk-it" / "activated.wav").exists(),
+                    reason="recorded speech in other languages not fetched (make real-data)")
+def test_a_prompt_in_another_language_aligns_in_time_order_with_espeaks_phonemes():
+    pytest.importorskip("pocketsphinx")
+    label = tool_module("label_real_speech")
+    other = tool_module("align_other_languages")
+    espeak = tool_module("gen_lipsync_data").Espeak()
+    foreign = other.ForeignAligner(espeak, label.Aligner().decoder)
+    pcm = label.load_pcm(REAL / "asterisk-it" / "activated.wav")
+    events = foreign.align(pcm, "Attivato.", "it")
+    phones = [p for p, _ in events if p != "_"]
+    assert phones[:3] == ["a", "t", "i"] and [t for _, t in events] == sorted(t for _, t in events)

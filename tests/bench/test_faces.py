@@ -35,6 +35,38 @@ def test_labels_use_known_categories_shapes_and_non_overlapping_frames():
         assert still["category"] in CATEGORIES and x1 > x0 and y1 > y0
 
 
+def labelled_originals(labels: dict) -> dict[str, int]:
+    """Frames or faces per Done-when set in the labels file, copies left out (what bench faces will score)."""
+    n = dict.fromkeys(("smile", "neutral", "closed_eyes"), 0)
+    for video in labels["videos"]:
+        if video.get("copy_of"):
+            continue
+        for seg in video["segments"]:
+            size = seg["frames"][1] - seg["frames"][0] + 1
+            for name in n:
+                if seg["category"] == name or (seg["category"] == "smile_closed_eyes" and name != "neutral"):
+                    n[name] += size
+    for still in labels["stills"]:
+        if still["category"] in n:
+            n[still["category"]] += 1
+    return n
+
+
+def test_the_labels_hold_at_least_50_original_frames_of_each_done_when_set_and_name_their_people():
+    assert min(labelled_originals(load_labels()).values()) >= 50
+    not_sad_closed = sum(s["frames"][1] - s["frames"][0] + 1 for v in load_labels()["videos"] if not v.get("copy_of")
+                         for s in v["segments"] if s["category"] in ("closed_eyes", "smile_closed_eyes")
+                         and s["emotion"] not in (None, "sad"))
+    assert not_sad_closed >= 50
+    assert all("person" in v or v["file"].startswith("pyfeat/") for v in load_labels()["videos"])
+
+
+def test_people_are_counted_once_per_set_however_many_frames_they_give():
+    recs = [dict(record("neutral", 0.0, 0.0, emotion="neutral"), person=p) for p in ("x", "x", "y")]
+    recs.append(record("neutral", 0.0, 0.0, emotion="neutral", source="z"))  # no person: its source stands in
+    assert score(recs)["counts"]["neutral"]["people"] == 3
+
+
 def record(category, smile_l, smile_r, blink=0.0, emotion="happy", predicted="happy", copy=False, source="a"):
     weights = dict.fromkeys(ARKIT_NAMES, 0.0)
     weights.update(mouthSmileLeft=smile_l, mouthSmileRight=smile_r, eyeBlinkLeft=blink, eyeBlinkRight=blink)
@@ -52,7 +84,7 @@ def test_smiles_are_detected_at_the_threshold_and_the_sides_compared():
     assert r["smile"]["detected_on_neutral"] == 0.0 and r["smile"]["auc_smile_vs_neutral"] == 1.0
     assert r["smile"]["right_larger_share"] == pytest.approx(2 / 3, abs=1e-3)
     assert r["closed_eyes"]["detected"] == 1.0 and r["closed_eyes"]["read_sad_when_not_sad"] == 0.5
-    assert r["counts"]["closed_eyes"] == {"items": 2, "of_which_copies": 1, "sources": ["a"]}
+    assert r["counts"]["closed_eyes"] == {"items": 2, "of_which_copies": 1, "people": 1, "sources": ["a"]}
     assert r["per_shape_mae"]["mouthSmileLeft"]["items"] == 5
     assert r["emotion_confusion"]["table"]["neutral"] == {"neutral": 1, "sad": 1}
 
