@@ -158,7 +158,7 @@ def _ensure_real(data: Path, real: Path) -> bool:
 
 
 def recorded_speech(model, data: Path) -> dict:
-    """Both real-speech sets, whole and per group (asterisk_eval, librivox, cards)."""
+    """Both real-speech sets, whole and per group (asterisk_eval, librivox, cards, june_fr)."""
     import json
 
     out = {}
