@@ -27,8 +27,8 @@ class EmotionClassifier:
                    angle=angle_between(points[33], points[263]))
 
     def preprocess(self, image: np.ndarray, points: np.ndarray) -> np.ndarray:
-        patch, _ = self.face_roi(points).crop(image, INPUT_SIZE)
-        gray = cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY).astype(np.float32)
+        patch, _ = self.face_roi(points).crop_rgba(image, INPUT_SIZE)
+        gray = cv2.cvtColor(patch, cv2.COLOR_RGBA2GRAY).astype(np.float32)
         return ((gray / 255.0 - 0.5) * 2.0)[None, None]
 
     def run(self, image: np.ndarray, points: np.ndarray) -> np.ndarray:
