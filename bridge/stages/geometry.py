@@ -27,9 +27,10 @@ class Roi:
         c, s = math.cos(self.angle), math.sin(self.angle)
         scale = out_size / self.size
         # crop = scale * R(-angle) @ (p - centre) + out_size / 2
-        m = np.array([[c, s], [-s, c]]) * scale
-        t = np.array([out_size / 2, out_size / 2]) - m @ np.array([self.cx, self.cy])
-        return np.hstack([m, t[:, None]]).astype(np.float32)
+        a, b = c * scale, s * scale
+        half = out_size / 2
+        return np.array([[a, b, half - (a * self.cx + b * self.cy)],
+                         [-b, a, half - (-b * self.cx + a * self.cy)]], np.float32)
 
     def crop(self, image: np.ndarray, out_size: int) -> tuple[np.ndarray, np.ndarray]:
         """The crop (out_size x out_size x 3) and the 2x3 matrix mapping crop pixels back to the image."""

@@ -63,13 +63,17 @@ def roi_from_landmarks(points: np.ndarray) -> Roi:
     """Next frame's ROI from this frame's landmarks: their extent in the eye-levelled frame, 1.5x."""
     angle = angle_between(points[33], points[263])
     c, s = math.cos(angle), math.sin(angle)
-    xy = points[:, :2]
-    centre = (xy.min(0) + xy.max(0)) / 2
-    rotated = (xy - centre) @ np.array([[c, -s], [s, c]])  # into the levelled frame
-    lo, hi = rotated.min(0), rotated.max(0)
-    mid = (lo + hi) / 2
-    centre = centre + mid @ np.array([[c, s], [-s, c]])
-    return Roi(cx=float(centre[0]), cy=float(centre[1]), size=float(max(hi - lo) * 1.5), angle=angle)
+    x, y = points[:, 0].astype(np.float64), points[:, 1].astype(np.float64)  # contiguous: one pass each
+    x_lo, x_hi = cv2.minMaxLoc(x)[:2]
+    y_lo, y_hi = cv2.minMaxLoc(y)[:2]
+    cx, cy = (x_lo + x_hi) / 2, (y_lo + y_hi) / 2
+    x -= cx
+    y -= cy
+    u_lo, u_hi = cv2.minMaxLoc(x * c + y * s)[:2]  # the extent in the eye-levelled frame
+    v_lo, v_hi = cv2.minMaxLoc(y * c - x * s)[:2]
+    mu, mv = (u_lo + u_hi) / 2, (v_lo + v_hi) / 2
+    return Roi(cx=cx + mu * c - mv * s, cy=cy + mu * s + mv * c, size=max(u_hi - u_lo, v_hi - v_lo) * 1.5,
+               angle=angle)
 
 
 class FaceLandmarker:
