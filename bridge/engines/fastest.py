@@ -33,8 +33,9 @@ CPU_BACKENDS = ("litert", "openvino", "onnxruntime")
 PARITY = {"f32": 1e-3, "bf16": 2e-2}
 ROUNDS, RUNS, WARMUP = 4, 4, 2  # 16 timed calls a backend, taking turns: about 1-2 s on a first start
 CHOSEN: dict = {}  # model file name -> the Choice made for it in this process (benchmarks report them)
-MEASURE_VERSION = 3  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite,
-#                     3: LiteRT runs a batch in one invoke, CPU time measured)
+MEASURE_VERSION = 4  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite,
+#                     3: LiteRT runs a batch in one invoke, CPU time measured; 4: choices stored under 3 by builds
+#                     that still timed wall time, which picked OpenVINO for the iris model at 20% more CPU)
 
 
 @dataclass
