@@ -132,6 +132,18 @@ def measure(sessions: dict, feed: dict, precision: str) -> Choice:
     return Choice(best, reason + "".join(f"; {r}" for r in refused), medians)
 
 
+def chosen_summary() -> str:
+    """One line for a run's banner: which CPU backend each model got in this process and why ('' when `auto` chose
+    none here, e.g. a GPU run or an explicit --backend)."""
+    by_backend: dict[str, list[str]] = {}
+    for name, choice in CHOSEN.items():
+        by_backend.setdefault(choice.backend, []).append(Path(name).stem)
+    if not by_backend:
+        return ""
+    return ("; ".join(f"{backend} for {', '.join(sorted(models))}" for backend, models in by_backend.items())
+            + " (each the least CPU time of the backends agreeing with ONNX Runtime; `facebridge -v` shows the times)")
+
+
 def _store(cache_dir) -> Path:
     from bridge.engines.cache import CPU_CHOICES, default_cache_dir
 
