@@ -97,7 +97,7 @@ class FacePipeline:
         self.iris = shared.iris if shared else IrisLandmarker(**engine)
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
                                               model_dir=options.expression_model,
-                                              cpu_precision=options.cpu_precision)
+                                              cpu_precision=options.cpu_precision, spread_identity=True)
         if shared is not None and self.expression.session is not None:
             self.expression.session = shared.expression.session
         self.emotion = shared.emotion if shared else EmotionClassifier(**engine)

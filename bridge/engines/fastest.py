@@ -33,8 +33,9 @@ CPU_BACKENDS = ("litert", "openvino", "onnxruntime")
 PARITY = {"f32": 1e-3, "bf16": 2e-2}
 ROUNDS, RUNS, WARMUP = 4, 4, 2  # 16 timed calls a backend, taking turns: about 1-2 s on a first start
 CHOSEN: dict = {}  # model file name -> the Choice made for it in this process (benchmarks report them)
-MEASURE_VERSION = 3  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite,
-#                     3: LiteRT runs a batch in one invoke, CPU time measured)
+MEASURE_VERSION = 4  # part of the stored key: bump when a backend's sessions change speed (2: ORT's PRelu rewrite,
+#                     3: LiteRT runs a batch in one invoke, CPU time measured; 4: choices stored under 3 by builds
+#                     that still timed wall time, which picked OpenVINO for the iris model at 20% more CPU)
 
 
 @dataclass
@@ -129,6 +130,18 @@ def measure(sessions: dict, feed: dict, precision: str) -> Choice:
     others = ", ".join(f"{n} {ms} ms" for n, ms in medians.items() if n != best)
     reason = f"fastest agreeing with ONNX Runtime: {medians[best]} ms CPU" + (f" (then {others})" if others else "")
     return Choice(best, reason + "".join(f"; {r}" for r in refused), medians)
+
+
+def chosen_summary() -> str:
+    """One line for a run's banner: which CPU backend each model got in this process and why ('' when `auto` chose
+    none here, e.g. a GPU run or an explicit --backend)."""
+    by_backend: dict[str, list[str]] = {}
+    for name, choice in CHOSEN.items():
+        by_backend.setdefault(choice.backend, []).append(Path(name).stem)
+    if not by_backend:
+        return ""
+    return ("; ".join(f"{backend} for {', '.join(sorted(models))}" for backend, models in by_backend.items())
+            + " (each the least CPU time of the backends agreeing with ONNX Runtime; `facebridge -v` shows the times)")
 
 
 def _store(cache_dir) -> Path:

@@ -10,6 +10,7 @@ z is not used: the landmark model's depth is its least reliable output.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +49,34 @@ def landmark_features(xy: np.ndarray, iris_xy: np.ndarray | None, image_size: tu
     """xy: (..., 468, 2) pixels; iris_xy: (..., 2, 2) pixels or None -> (..., 944) float32."""
     xy = np.asarray(xy, dtype=np.float64)
     f, centre = camera_for(image_size, focal)
+    if xy.ndim == 2:
+        return _one_face(xy, iris_xy, f, centre)
     lead = xy.shape[:-2]
     present = np.full(lead, iris_xy is not None)
     iris = np.zeros(lead + (2, 2)) if iris_xy is None else np.asarray(iris_xy, dtype=np.float64)
     return features_batch(xy, iris, present, np.full(lead, f), np.broadcast_to(np.asarray(centre), lead + (2,)))
+
+
+_CONTOUR_MEAN = np.zeros((2, 468))  # averages each eye's lid contour: the iris centre's stand-in
+for _eye, _idx in enumerate(EYE_CONTOURS):
+    _CONTOUR_MEAN[_eye, list(_idx)] = 1.0 / len(_idx)
+
+
+def _one_face(xy: np.ndarray, iris_xy: np.ndarray | None, f: float, centre: tuple[float, float]) -> np.ndarray:
+    """features_batch for one face, (468, 2) float64: the same values (to rounding), from a few whole-array
+    operations (reductions along the 468 points of an (N, 2) array are slow in numpy; products are not)."""
+    x, y = xy[:, 0], xy[:, 1]
+    mx, my = float(x.sum()) / len(xy), float(y.sum()) / len(xy)
+    out = np.empty(NUM_FEATURES, np.float64)
+    centred = out[:936].reshape(468, 2)
+    np.subtract(xy, (mx, my), out=centred)
+    s = math.sqrt(float(np.dot(out[:936], out[:936])) / len(xy))
+    eyes = _CONTOUR_MEAN @ xy if iris_xy is None else np.asarray(iris_xy, np.float64)
+    out[936:940] = (eyes - (mx, my)).reshape(-1)
+    out[:940] /= s
+    out[940] = 0.0 if iris_xy is None else 1.0
+    out[941], out[942], out[943] = (mx - centre[0]) / f, (my - centre[1]) / f, s / f
+    return out.astype(np.float32)
 
 
 def features_batch(xy: np.ndarray, iris: np.ndarray, iris_present: np.ndarray, focal: np.ndarray,

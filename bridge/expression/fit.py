@@ -186,11 +186,32 @@ class ExpressionFit:
         return rot, t, weights, identity, r_new
 
 
+IDENTITY_STEPS = 3  # next() calls identity_update_steps takes
+
+
 def identity_update(model: MorphableModel, identity: np.ndarray, weights: np.ndarray, rot: np.ndarray,
                     t: np.ndarray, xy: np.ndarray, focal: float, centre: tuple[float, float],
                     prior_mean: np.ndarray, prior_precision: np.ndarray) -> np.ndarray:
     """One frame's identity estimate with pose and expression held: a Gauss-Newton step of the landmark
     reprojection (468 points) under a Gaussian prior. Used by the regressor stage, which has no identity output."""
+    return run_steps(identity_update_steps(model, identity, weights, rot, t, xy, focal, centre, prior_mean,
+                                           prior_precision))
+
+
+def run_steps(steps):
+    """The value a generator of steps returns, all its steps run now."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value
+
+
+def identity_update_steps(model: MorphableModel, identity: np.ndarray, weights: np.ndarray, rot: np.ndarray,
+                          t: np.ndarray, xy: np.ndarray, focal: float, centre: tuple[float, float],
+                          prior_mean: np.ndarray, prior_precision: np.ndarray):
+    """identity_update as a generator of IDENTITY_STEPS steps of about a third of its CPU each (each next() runs
+    one; the last returns the estimate through StopIteration), so a caller can spread it over frames."""
     sigma = NOISE_FRACTION * (np.ptp(xy[:, 0]) + 1e-6)
     shape = model.shape(identity, weights)[:468]
     m = FLIP @ rot
@@ -204,7 +225,9 @@ def identity_update(model: MorphableModel, identity: np.ndarray, weights: np.nda
     scale = (focal / sigma) * inv_z
     d_uv = np.stack([scale * (m[0] - m[2] * (cam[:, 0:1] * inv_z)), scale * (m[1] - m[2] * (cam[:, 1:2] * inv_z))], 1)
     jac = np.matmul(d_uv, model.identity_by_point).reshape(2 * len(shape), -1)
+    yield
     hess = jac.T @ jac
+    yield
     hess[np.diag_indices_from(hess)] += prior_precision
     grad = jac.T @ (r + jac @ identity) + prior_precision * prior_mean
     return np.linalg.solve(hess, grad)

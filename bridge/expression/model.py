@@ -11,6 +11,7 @@ right eye.
 """
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -31,22 +32,23 @@ GAZE_SHAPES = [ARKIT_INDEX[f"eyeLook{d}{s}"] for s in ("Left", "Right") for d in
 
 def head_matrix(yaw: float, pitch: float, roll: float) -> np.ndarray:
     """Rotation (model space) for FaceFrame angles in degrees: R = Ry(yaw) Rx(-pitch) Rz(-roll)."""
-    y, p, r = np.radians([yaw, pitch, roll])
-    ry = np.array([[np.cos(y), 0, np.sin(y)], [0, 1, 0], [-np.sin(y), 0, np.cos(y)]])
-    rx = np.array([[1, 0, 0], [0, np.cos(-p), -np.sin(-p)], [0, np.sin(-p), np.cos(-p)]])
-    rz = np.array([[np.cos(-r), -np.sin(-r), 0], [np.sin(-r), np.cos(-r), 0], [0, 0, 1]])
-    return ry @ rx @ rz
+    y, p, r = math.radians(float(yaw)), math.radians(float(pitch)), math.radians(float(roll))
+    cy, sy, cp, sp, cr, sr = math.cos(y), math.sin(y), math.cos(p), math.sin(p), math.cos(r), math.sin(r)
+    # Ry(y) @ Rx(-p) @ Rz(-r), multiplied out (one small array instead of three and two products)
+    return np.array([[cy * cr + sy * sp * sr, cy * sr - sy * sp * cr, sy * cp],
+                     [-cp * sr, cp * cr, sp],
+                     [cy * sp * sr - sy * cr, -sy * sr - cy * sp * cr, cy * cp]])
 
 
 def head_angles(matrix: np.ndarray) -> np.ndarray:
     """Inverse of head_matrix: (yaw, pitch, roll) degrees."""
-    m = np.asarray(matrix, dtype=np.float64)
+    (_, _, m02), (m10, m11, m12), (_, _, m22) = np.asarray(matrix, dtype=np.float64).tolist()
     # R = Ry(a) Rx(b) Rz(c): m[1,2] = -sin(b), m[0,2] = cos(b) sin(a), m[2,2] = cos(b) cos(a),
     # m[1,0] = cos(b) sin(c), m[1,1] = cos(b) cos(c)
-    b = np.arcsin(np.clip(-m[1, 2], -1.0, 1.0))
-    a = np.arctan2(m[0, 2], m[2, 2])
-    c = np.arctan2(m[1, 0], m[1, 1])
-    return np.degrees(np.array([a, -b, -c]))
+    b = math.asin(min(max(-m12, -1.0), 1.0))
+    a = math.atan2(m02, m22)
+    c = math.atan2(m10, m11)
+    return np.array([math.degrees(a), -math.degrees(b), -math.degrees(c)])
 
 
 def batch_head_matrices(angles: np.ndarray) -> np.ndarray:
@@ -98,6 +100,7 @@ class MorphableModel:
         self.eye_pivot_identity = b["eye_pivot_identity"].astype(np.float64)  # (100, 2, 3)
         self.eye_yaw_pitch_deg = b["eye_yaw_pitch_deg"].astype(np.float64)  # (52, 2, 2)
         self.jaw_rotvec = b["jaw_rotvec"].astype(np.float64)  # (52, 3)
+        self._eye_angles_flat = self.eye_yaw_pitch_deg.reshape(52, 4)
         self.region_names = [str(n) for n in b["region_names"]]
         self.region_points = b["region_points"]  # (regions, 468) bool
         self.canonical = b["canonical_rigid"].astype(np.float64)  # (468, 3): MediaPipe's own mean face, aligned
@@ -181,10 +184,11 @@ class MorphableModel:
 
     def eye_rotations(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Axis-angle (radians, head space) of the left and right eyeball for the eyeLook weights."""
-        out = []
-        for yaw, pitch in self.eye_angles(np.asarray(weights, np.float64)):
-            out.append(rotvec_from_matrix(head_matrix(yaw, pitch, 0.0)).astype(np.float32))
-        return out[0], out[1]
+        import cv2
+
+        angles = (np.asarray(weights, np.float64) @ self._eye_angles_flat).tolist()  # eye_angles: (yaw, pitch) x 2
+        left, right = (cv2.Rodrigues(head_matrix(angles[2 * e], angles[2 * e + 1], 0.0))[0].reshape(3) for e in (0, 1))
+        return left.astype(np.float32), right.astype(np.float32)
 
 
 @lru_cache(maxsize=4)
@@ -197,11 +201,13 @@ def solve_translation(points_model_rotated: np.ndarray, xy: np.ndarray, focal: f
     """Camera translation t that best projects the (already rotated, camera-axis) points onto xy pixels.
 
     From u = f (X + tx) / (Z + tz) + cx: f tx - (u - cx) tz = (u - cx) Z - f X, linear in t (same for v)."""
-    p = points_model_rotated
-    du, dv = xy[:, 0] - centre[0], xy[:, 1] - centre[1]
-    n = len(p)
-    a = np.zeros((2 * n, 3))
-    a[:n, 0], a[:n, 2] = focal, -du
-    a[n:, 1], a[n:, 2] = focal, -dv
-    b = np.concatenate([du * p[:, 2] - focal * p[:, 0], dv * p[:, 2] - focal * p[:, 1]])
-    return np.linalg.solve(a.T @ a, a.T @ b)  # normal equations: 3 unknowns, well conditioned
+    p = np.asarray(points_model_rotated, np.float64)
+    n, f = len(p), float(focal)
+    d = np.asarray(xy, np.float64) - centre  # (du, dv) per point
+    b = d * p[:, 2:3] - f * p[:, :2]  # (du Z - f X, dv Z - f Y)
+    ones = np.ones(n)
+    (su, sv), (sbu, sbv) = (ones @ d).tolist(), (ones @ b).tolist()
+    # the normal equations A^T A t = A^T b of the rows (f, 0, -du) and (0, f, -dv), summed in closed form:
+    # 3 unknowns, well conditioned
+    ata = np.array([[n * f * f, 0.0, -f * su], [0.0, n * f * f, -f * sv], [-f * su, -f * sv, float(np.vdot(d, d))]])
+    return np.linalg.solve(ata, np.array([f * sbu, f * sbv, -float(np.vdot(d, b))]))

@@ -21,14 +21,20 @@ import numpy as np
 from bridge.errors import FaceBridgeError
 from bridge.expression.contract import ModelContract, check_session, face_crop, load_contract
 from bridge.expression.features import camera_for, landmark_features
-from bridge.expression.fit import IDENTITY_FRAMES, NOISE_FRACTION, ExpressionFit, identity_prior, identity_update
+from bridge.expression.fit import (
+    IDENTITY_FRAMES,
+    NOISE_FRACTION,
+    ExpressionFit,
+    identity_prior,
+    identity_update_steps,
+    run_steps,
+)
 from bridge.expression.model import (
     FLIP,
     MODEL_ID,
     head_angles,
     head_matrix,
     load_model,
-    project,
     rotvec_from_matrix,
     solve_translation,
 )
@@ -57,10 +63,13 @@ class ExpressionResult:
 
 class ExpressionEstimator:
     def __init__(self, method: str = "regressor", backend: str = "onnxruntime", model_dir: str | None = None,
-                 cpu_precision: str = "f32", session: bool = True, refresher=None):
+                 cpu_precision: str = "f32", session: bool = True, refresher=None, spread_identity: bool = False):
         """session=False: no inference session of its own; the model's outputs come measured elsewhere (the
         batched tracker of `facebridge serve`) through `estimate_outputs`. refresher: a shared IdentityRefresher
-        (bridge/expression/refresh.py) that folds this subject's identity refreshes in off the caller's thread."""
+        (bridge/expression/refresh.py) that folds this subject's identity refreshes in off the caller's thread.
+        spread_identity: an inline refresh after the first IDENTITY_UPDATES runs in IDENTITY_STEPS parts on as many
+        consecutive frames and folds in on the last (FacePipeline: no frame pays a whole refresh, about 1.2 ms, on
+        top of its own work; the same estimate, folded in two frames later)."""
         if method not in ("regressor", "fit"):
             raise FaceBridgeError(f"unknown expression method '{method}'", "use 'regressor' or 'fit'")
         self.method = method
@@ -77,6 +86,7 @@ class ExpressionEstimator:
                 check_session(self.contract, self.session)
         self._fit = ExpressionFit(self.model) if method == "fit" else None
         self.refresher = refresher if method == "regressor" else None
+        self.spread_identity = bool(spread_identity)
         self._identity_lock = threading.Lock()  # the refresher's fold against reset / set_identity
         self._generation = 0  # bumped by reset / set_identity: a refresh measured before them is dropped
         self._points_base: tuple[bytes, np.ndarray] | None = None  # (identity key, model.identity_points of it)
@@ -100,6 +110,7 @@ class ExpressionEstimator:
             self._frames = 0
             self._updates = 0
         self._last_points: np.ndarray | None = None
+        self._pending = None  # a spread identity refresh under way (a generator: one step a frame)
         if self._fit is not None:
             self._fit.reset()
 
@@ -118,6 +129,7 @@ class ExpressionEstimator:
             self.identity = v
             self._frames = IDENTITY_FRAMES
             self._updates = IDENTITY_UPDATES
+            self._pending = None
         if self._fit is not None:
             self._fit.set_identity(v)
 
@@ -156,8 +168,8 @@ class ExpressionEstimator:
         if w <= 0 or h <= 0:
             raise ExpressionInputError(f"image_size {image_size!r} is not positive", "pass the frame's size")
         xy = lm[:, :2].copy()
-        bad = ~np.isfinite(xy).all(1)
-        if bad.any():
+        bad = None if np.isfinite(xy).all() else ~np.isfinite(xy).all(1)
+        if bad is not None:
             # a few lost points: take them from the last frame's model reprojection
             if self._last_points is None or bad.mean() > 0.25:
                 raise ExpressionInputError(f"{int(bad.sum())} of 468 landmarks are not finite",
@@ -199,11 +211,16 @@ class ExpressionEstimator:
         rot = self._rotation(c, out, xy, focal, centre, weights)
         own = c.model_id == MODEL_ID
         self._frames += 1
+        if self._pending is not None:
+            self._step_identity()
         if own and (self._updates < IDENTITY_UPDATES or self._frames % IDENTITY_EVERY == 0):
-            if self.refresher is None:
-                self._update_identity(weights, rot, xy, focal, centre)
-            else:  # latest wins: while one waits, a newer frame replaces it
+            if self.refresher is not None:  # latest wins: while one waits, a newer frame replaces it
                 self.refresher.offer(self, (self._generation, self.identity, weights, rot, xy, focal, centre))
+            elif self.spread_identity and self._updates >= IDENTITY_UPDATES and self._pending is None:
+                self._pending = self._identity_steps(self.identity, weights, rot, xy, focal, centre)
+                self._step_identity()
+            else:
+                self._update_identity(weights, rot, xy, focal, centre)
         result = self._result(weights, rot, None, xy, focal, centre, with_confidence=own or "blendshapes" in c.outputs)
         if not own:
             # a user model: its parameter block is streamed unchanged
@@ -236,11 +253,23 @@ class ExpressionEstimator:
 
     def _identity_estimate(self, identity, weights, rot, xy, focal, centre) -> np.ndarray:
         """One frame's least-squares identity, pose and expression held (about 1 ms of CPU, one BLAS thread)."""
+        return run_steps(self._identity_steps(identity, weights, rot, xy, focal, centre))
+
+    def _identity_steps(self, identity, weights, rot, xy, focal, centre):
+        """_identity_estimate as IDENTITY_STEPS steps (fit.identity_update_steps)."""
         shape = self._face_points(identity, weights)
         t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
         mean, precision = identity_prior(self.model)
-        return identity_update(self.model, identity.astype(np.float64), weights, rot, t, xy, focal, centre, mean,
-                               precision)
+        return (yield from identity_update_steps(self.model, identity.astype(np.float64), weights, rot, t, xy, focal,
+                                                 centre, mean, precision))
+
+    def _step_identity(self) -> None:
+        """One step of the spread refresh under way; its last folds the estimate in."""
+        try:
+            next(self._pending)
+        except StopIteration as done:
+            self._pending = None
+            self._fold_identity(done.value)
 
     def _fold_identity(self, frame: np.ndarray) -> None:
         self._updates += 1
@@ -271,14 +300,16 @@ class ExpressionEstimator:
     def _result(self, weights, rot, t, xy, focal, centre, point_error=None, with_confidence=True) -> ExpressionResult:
         weights = np.clip(np.asarray(weights, np.float32), 0.0, 1.0)
         identity = self.identity  # read once: a refresher may replace it meanwhile
-        shape = self._face_points(identity, weights)
+        rotated = self._face_points(identity, weights) @ (FLIP @ rot).T  # camera axes, before translation
         if t is None:
-            t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
-        proj = project(self.model.to_camera(shape, rot, t), focal, centre)[:, :2]
+            t = solve_translation(rotated, xy, focal, centre)
+        cam = rotated + t  # model.to_camera
+        proj = focal * cam[:, :2] / cam[:, 2:3] + np.asarray(centre, np.float64)  # project()[:, :2]
         self._last_points = proj
         if point_error is None:
             sigma = NOISE_FRACTION * (np.ptp(xy[:, 0]) + 1e-6)
-            point_error = np.linalg.norm(proj - xy, axis=1) / sigma
+            d = proj - xy
+            point_error = np.sqrt(np.einsum("ij,ij->i", d, d)) / sigma
         rms = np.sqrt(self.model.region_average @ point_error ** 2)  # per region, in noise units
         conf = 1.0 / (1.0 + (rms / 4.0) ** 2) if with_confidence else np.zeros(len(rms))
         confidence = {name: round(float(v), 4) for name, v in zip(self.model.region_names, conf)}

@@ -318,6 +318,11 @@ class BridgeSession:
         if session is None:
             return ""
         precision = getattr(session, "precision", None)
+        from bridge.engines.fastest import chosen_summary  # --backend auto on a CPU: each model's choice and why
+
+        chosen = chosen_summary()
+        if chosen:  # f32 unless --cpu-precision bf16 took (each model's own precision: `facebridge -v`)
+            return f"{chosen}{'' if precision in (None, 'f32') else f'; face mesh in {precision}'}; "
         return f"{session.backend_name}{' ' + precision if precision else ''}; "
 
     def _lossless(self) -> bool:

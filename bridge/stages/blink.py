@@ -22,12 +22,13 @@ REFRESH = 15  # frames between recomputing the open reference (a percentile over
 
 def eye_openings(points: np.ndarray) -> np.ndarray:
     """(2,) lid opening / eye width for the subject's left and right eye."""
-    out = np.zeros(2, np.float32)
-    for eye in range(2):
-        width = np.linalg.norm(points[EYE_CORNERS[eye][0], :2] - points[EYE_CORNERS[eye][1], :2])
-        gaps = [np.linalg.norm(points[u, :2] - points[d, :2]) for u, d in EYE_LID_PAIRS[eye]]
-        out[eye] = float(np.mean(gaps)) / max(width, 1e-6)
-    return out
+    d = points[_FROM, :2] - points[_TO, :2]  # per eye: the corners, then the three lid pairs
+    length = np.hypot(d[:, 0], d[:, 1]).reshape(2, 4).astype(np.float64).tolist()
+    return np.array([(gap1 + gap2 + gap3) / 3 / max(width, 1e-6) for width, gap1, gap2, gap3 in length], np.float32)
+
+
+_FROM = np.array([[EYE_CORNERS[eye][0], *(u for u, _ in EYE_LID_PAIRS[eye])] for eye in range(2)]).reshape(-1)
+_TO = np.array([[EYE_CORNERS[eye][1], *(d for _, d in EYE_LID_PAIRS[eye])] for eye in range(2)]).reshape(-1)
 
 
 class BlinkEstimator:

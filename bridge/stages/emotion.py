@@ -20,15 +20,14 @@ class EmotionClassifier:
     @staticmethod
     def face_roi(points: np.ndarray) -> Roi:
         """Eye-levelled square over the landmarks, enlarged a little like fer's own crop."""
-        xy = points[:, :2]
-        lo, hi = xy.min(0), xy.max(0)
-        centre = (lo + hi) / 2
-        return Roi(cx=float(centre[0]), cy=float(centre[1]), size=float(max(hi - lo) * 1.1),
+        x_lo, x_hi = cv2.minMaxLoc(points[:, 0].astype(np.float64))[:2]
+        y_lo, y_hi = cv2.minMaxLoc(points[:, 1].astype(np.float64))[:2]
+        return Roi(cx=(x_lo + x_hi) / 2, cy=(y_lo + y_hi) / 2, size=max(x_hi - x_lo, y_hi - y_lo) * 1.1,
                    angle=angle_between(points[33], points[263]))
 
     def preprocess(self, image: np.ndarray, points: np.ndarray) -> np.ndarray:
-        patch, _ = self.face_roi(points).crop(image, INPUT_SIZE)
-        gray = cv2.cvtColor(patch, cv2.COLOR_BGR2GRAY).astype(np.float32)
+        patch, _ = self.face_roi(points).crop_rgba(image, INPUT_SIZE)
+        gray = cv2.cvtColor(patch, cv2.COLOR_RGBA2GRAY).astype(np.float32)
         return ((gray / 255.0 - 0.5) * 2.0)[None, None]
 
     def run(self, image: np.ndarray, points: np.ndarray) -> np.ndarray:

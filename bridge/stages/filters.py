@@ -32,9 +32,10 @@ class OneEuroFilter:
             self._x, self._dx, self._t = x.copy(), np.zeros_like(x), t
             return x.astype(np.float32)
         dt = t - self._t
-        dx = (x - self._x) / dt
-        self._dx = self._dx + _alpha(self.d_cutoff, dt) * (dx - self._dx)
+        step = x - self._x
+        self._dx = self._dx + _alpha(self.d_cutoff, dt) * (step / dt - self._dx)
+        # _alpha(cutoff, dt) = 1 / (1 + tau / dt), tau = 1 / (2 pi cutoff): 1 / (1 + 1 / (2 pi dt cutoff))
         cutoff = self.min_cutoff + self.beta * np.abs(self._dx)
-        self._x = self._x + _alpha(cutoff, dt) * (x - self._x)
+        self._x = self._x + step / (1.0 + 1.0 / ((2 * math.pi * dt) * cutoff))
         self._t = t
         return self._x.astype(np.float32)

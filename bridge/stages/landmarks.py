@@ -34,14 +34,22 @@ class IrisResult:
     def refine(self, points: np.ndarray) -> np.ndarray:
         """Face-mesh points with both eyes' lid contours (x, y) taken from the iris model."""
         refined = points.copy()
-        for eye, mesh_index in enumerate(EYE_CONTOURS):
-            refined[list(mesh_index), :2] = self.contour[eye, :len(mesh_index), :2]
+        refined[_CONTOUR_INDEX, :2] = self.contour[:, :_CONTOUR_LEN, :2].reshape(-1, 2)
         return refined
 
 
+_CONTOUR_LEN = len(EYE_CONTOURS[0])
+_CONTOUR_INDEX = np.array(EYE_CONTOURS).reshape(-1)  # both eyes' lid points, in the iris model's contour order
+_UNIT = np.float32(1.0 / 255.0)
+
+
 def _to_tensor(patches: list[np.ndarray]) -> np.ndarray:
-    rgb = np.stack([cv2.cvtColor(p, cv2.COLOR_BGR2RGB) for p in patches]).astype(np.float32)
-    return (rgb * (1.0 / 255.0)).transpose(0, 3, 1, 2)
+    """RGBA crops (Roi.crop_rgba) -> (N, 3, S, S) float32 RGB in [0, 1], a view of NHWC memory (what LiteRT
+    takes as is). Contiguous conversions only: a strided uint8-to-float cast costs ten times as much."""
+    rgb = [cv2.cvtColor(p, cv2.COLOR_RGBA2RGB) for p in patches]
+    x = (rgb[0][None] if len(rgb) == 1 else np.stack(rgb)).astype(np.float32)
+    x *= _UNIT
+    return x.transpose(0, 3, 1, 2)
 
 
 def roi_from_detection(det: Detection) -> Roi:
@@ -55,13 +63,17 @@ def roi_from_landmarks(points: np.ndarray) -> Roi:
     """Next frame's ROI from this frame's landmarks: their extent in the eye-levelled frame, 1.5x."""
     angle = angle_between(points[33], points[263])
     c, s = math.cos(angle), math.sin(angle)
-    xy = points[:, :2]
-    centre = (xy.min(0) + xy.max(0)) / 2
-    rotated = (xy - centre) @ np.array([[c, -s], [s, c]])  # into the levelled frame
-    lo, hi = rotated.min(0), rotated.max(0)
-    mid = (lo + hi) / 2
-    centre = centre + mid @ np.array([[c, s], [-s, c]])
-    return Roi(cx=float(centre[0]), cy=float(centre[1]), size=float(max(hi - lo) * 1.5), angle=angle)
+    x, y = points[:, 0].astype(np.float64), points[:, 1].astype(np.float64)  # contiguous: one pass each
+    x_lo, x_hi = cv2.minMaxLoc(x)[:2]
+    y_lo, y_hi = cv2.minMaxLoc(y)[:2]
+    cx, cy = (x_lo + x_hi) / 2, (y_lo + y_hi) / 2
+    x -= cx
+    y -= cy
+    u_lo, u_hi = cv2.minMaxLoc(x * c + y * s)[:2]  # the extent in the eye-levelled frame
+    v_lo, v_hi = cv2.minMaxLoc(y * c - x * s)[:2]
+    mu, mv = (u_lo + u_hi) / 2, (v_lo + v_hi) / 2
+    return Roi(cx=cx + mu * c - mv * s, cy=cy + mu * s + mv * c, size=max(u_hi - u_lo, v_hi - v_lo) * 1.5,
+               angle=angle)
 
 
 class FaceLandmarker:
@@ -71,7 +83,7 @@ class FaceLandmarker:
         self.input_name = self.session.inputs[0].name
 
     def run(self, image: np.ndarray, roi: Roi) -> LandmarkResult:
-        patch, back = roi.crop(image, LANDMARK_SIZE)
+        patch, back = roi.crop_rgba(image, LANDMARK_SIZE)
         out = list(self.session.run({self.input_name: _to_tensor([patch])}).values())
         raw = next(o for o in out if o.size == 1404).reshape(468, 3)
         logit = float(next(o for o in out if o.size == 1).reshape(()))
@@ -90,30 +102,27 @@ class IrisLandmarker:
 
     @staticmethod
     def eye_roi(points: np.ndarray, corners: tuple[int, int]) -> Roi:
-        a, b = points[corners[0], :2], points[corners[1], :2]
-        centre = (a + b) / 2
-        return Roi(cx=float(centre[0]), cy=float(centre[1]), size=float(np.linalg.norm(b - a) * 2.3),
-                   angle=angle_between(a, b) if a[0] <= b[0] else angle_between(b, a))
+        ax, ay = float(points[corners[0], 0]), float(points[corners[0], 1])
+        bx, by = float(points[corners[1], 0]), float(points[corners[1], 1])
+        angle = math.atan2(by - ay, bx - ax) if ax <= bx else math.atan2(ay - by, ax - bx)
+        return Roi(cx=(ax + bx) / 2, cy=(ay + by) / 2, size=math.hypot(bx - ax, by - ay) * 2.3, angle=angle)
 
     def run(self, image: np.ndarray, points: np.ndarray) -> IrisResult:
         rois = [self.eye_roi(points, corners) for corners in EYE_CORNERS]
         patches, backs = [], []
         for i, roi in enumerate(rois):
-            patch, back = roi.crop(image, IRIS_SIZE)
+            patch, back = roi.crop_rgba(image, IRIS_SIZE)
             if i == 0:  # subject's left eye = image right: mirrored so it looks like the model's eye side
-                patch = patch[:, ::-1]
-            patches.append(np.ascontiguousarray(patch))
+                patch = cv2.flip(patch, 1)
+            patches.append(patch)
             backs.append(back)
         out = self.session.run({self.input_name: _to_tensor(patches)})
-        contour = next(v for v in out.values() if v.shape[-1] == 213).reshape(2, 71, 3).copy()
-        iris = next(v for v in out.values() if v.shape[-1] == 15).reshape(2, 5, 3).copy()
-        for i, back in enumerate(backs):
-            if i == 0:
-                contour[i, :, 0] = IRIS_SIZE - contour[i, :, 0]
-                iris[i, :, 0] = IRIS_SIZE - iris[i, :, 0]
-            scale = rois[i].size / IRIS_SIZE
-            contour[i] = apply_affine(contour[i], back)
-            iris[i] = apply_affine(iris[i], back)
-            contour[i, :, 2] *= scale
-            iris[i, :, 2] *= scale
-        return IrisResult(iris=iris, contour=contour)
+        contour = next(v for v in out.values() if v.shape[-1] == 213).reshape(2, 71, 3)
+        iris = next(v for v in out.values() if v.shape[-1] == 15).reshape(2, 5, 3)
+        pts = np.concatenate([contour, iris], axis=1)  # (2, 76, 3) crop pixels, a copy
+        pts[0, :, 0] = IRIS_SIZE - pts[0, :, 0]  # the mirrored eye back
+        back = np.stack(backs)  # (2, 2, 3) crop -> image
+        xy = pts[:, :, :2].copy()
+        pts[:, :, :2] = xy @ back[:, :, :2].transpose(0, 2, 1) + back[:, None, :, 2]
+        pts[:, :, 2] *= np.array([[roi.size / IRIS_SIZE] for roi in rois], np.float32)
+        return IrisResult(iris=pts[:, 71:], contour=pts[:, :71])
