@@ -154,8 +154,9 @@ def test_installing_an_adapter_release_swaps_the_lipsync_model_of_a_running_brid
     first_new = versions.index(new)
     assert set(versions[first_new:]) == {new}, "the new adapter serves from one frame on, and stays"
     # Nothing is lost at a sink: every frame the bridge sent reached the take and, from the frame it joined at (a
-    # loaded machine may have streamed a few before its connection came up), the subscriber; the only gaps are frames the runner's latest-wins policy dropped on a busy machine, and it counts
-    # them. On an idle machine that is none, and the sequence is contiguous through the swap.
+    # loaded machine may have streamed a few before its connection came up), the subscriber; the only gaps are
+    # frames the runner's latest-wins policy dropped on a busy machine, and it counts them. On an idle machine that
+    # is none, and the sequence is contiguous through the swap.
     lines = [json.loads(line) for line in (take / "frames.jsonl").read_text().splitlines()]
     take_seqs = [f["seq"] for f in lines]
     seqs = [s for _, s, _, _ in frames]
