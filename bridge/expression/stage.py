@@ -210,17 +210,7 @@ class ExpressionEstimator:
         weights = np.zeros(52, np.float32) if weights is None else np.clip(np.nan_to_num(weights), 0.0, 1.0)
         rot = self._rotation(c, out, xy, focal, centre, weights)
         own = c.model_id == MODEL_ID
-        self._frames += 1
-        if self._pending is not None:
-            self._step_identity()
-        if own and (self._updates < IDENTITY_UPDATES or self._frames % IDENTITY_EVERY == 0):
-            if self.refresher is not None:  # latest wins: while one waits, a newer frame replaces it
-                self.refresher.offer(self, (self._generation, self.identity, weights, rot, xy, focal, centre))
-            elif self.spread_identity and self._updates >= IDENTITY_UPDATES and self._pending is None:
-                self._pending = self._identity_steps(self.identity, weights, rot, xy, focal, centre)
-                self._step_identity()
-            else:
-                self._update_identity(weights, rot, xy, focal, centre)
+        self.observe(weights, rot, xy, focal, centre, own)
         result = self._result(weights, rot, None, xy, focal, centre, with_confidence=own or "blendshapes" in c.outputs)
         if not own:
             # a user model: its parameter block is streamed unchanged
@@ -237,6 +227,22 @@ class ExpressionEstimator:
             m.head_translation = result.head_translation.copy()
             result.morph = m
         return result
+
+    def observe(self, weights, rot, xy, focal, centre, own: bool = True) -> None:
+        """One frame of this subject seen (weights, head rotation, landmarks): a spread refresh under way takes its
+        next step; on the frames that refresh the identity (own model only), it is refreshed inline (spread over
+        frames after the first second, when asked), or handed to the shared refresher."""
+        self._frames += 1
+        if self._pending is not None:
+            self._step_identity()
+        if own and (self._updates < IDENTITY_UPDATES or self._frames % IDENTITY_EVERY == 0):
+            if self.refresher is not None:  # latest wins: while one waits, a newer frame replaces it
+                self.refresher.offer(self, (self._generation, self.identity, weights, rot, xy, focal, centre))
+            elif self.spread_identity and self._updates >= IDENTITY_UPDATES and self._pending is None:
+                self._pending = self._identity_steps(self.identity, weights, rot, xy, focal, centre)
+                self._step_identity()
+            else:
+                self._update_identity(weights, rot, xy, focal, centre)
 
     def _update_identity(self, weights, rot, xy, focal, centre) -> None:
         """The per-subject identity: this frame's least-squares estimate folded into the running mean."""

@@ -59,3 +59,44 @@ class BlinkEstimator:
         open_ref = self._open
         closure = (open_ref - opening) / np.maximum(open_ref * (1 - CLOSED_FRACTION), 1e-6)
         return np.clip((closure - DEAD_ZONE) / (1 - DEAD_ZONE), 0.0, 1.0).astype(np.float32)
+
+
+def eye_openings_rows(points: np.ndarray) -> np.ndarray:
+    """eye_openings over many faces: (n, 468, >=2) -> (n, 2) float32."""
+    p = np.asarray(points, np.float64)[..., :2]
+    corners, pairs = np.asarray(EYE_CORNERS), np.asarray(EYE_LID_PAIRS)  # (2, 2), (2, pairs, 2)
+    width = np.linalg.norm(p[:, corners[:, 0]] - p[:, corners[:, 1]], axis=-1)
+    gaps = np.linalg.norm(p[:, pairs[..., 0]] - p[:, pairs[..., 1]], axis=-1).mean(-1)
+    return (gaps / np.maximum(width, 1e-6)).astype(np.float32)
+
+
+class BlinkRows:
+    """BlinkEstimator for many streams at once, one row per stream (its history a ring of HISTORY openings)."""
+
+    def __init__(self, rows: int) -> None:
+        self._history = np.zeros((rows, HISTORY, 2), np.float32)
+        self._count = np.zeros(rows, np.int64)  # openings seen since the reset (the ring holds the last HISTORY)
+        self._open = np.full((rows, 2), DEFAULT_OPEN, np.float32)
+        self._since = np.zeros(rows, np.int64)
+
+    def reset(self, rows) -> None:
+        self._count[rows] = 0
+        self._open[rows] = DEFAULT_OPEN
+        self._since[rows] = 0
+
+    def __call__(self, rows: np.ndarray, points: np.ndarray) -> np.ndarray:
+        """rows (n,) distinct, points (n, 468, >=2) -> (n, 2) blink weights in [0, 1]."""
+        opening = eye_openings_rows(points)
+        self._history[rows, self._count[rows] % HISTORY] = opening
+        self._count[rows] += 1
+        self._since[rows] += 1
+        due = rows[(np.minimum(self._count[rows], HISTORY) >= REFRESH) & (self._since[rows] >= REFRESH)]
+        full = due[self._count[due] >= HISTORY]
+        if len(full):
+            self._open[full] = np.percentile(self._history[full], 90, axis=1)
+        for row in due[self._count[due] < HISTORY]:
+            self._open[row] = np.percentile(self._history[row, :self._count[row]], 90, axis=0)
+        self._since[due] = 0
+        open_ref = self._open[rows]
+        closure = (open_ref - opening) / np.maximum(open_ref * (1 - CLOSED_FRACTION), 1e-6)
+        return np.clip((closure - DEAD_ZONE) / (1 - DEAD_ZONE), 0.0, 1.0).astype(np.float32)

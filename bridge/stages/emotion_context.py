@@ -100,3 +100,54 @@ class EmotionContext:
         if float(np.mean(blinks)) < CLOSED:
             self._open = p.copy()
         return p
+
+
+def _ramps(x: np.ndarray, lo_hi: tuple[float, float]) -> np.ndarray:
+    lo, hi = lo_hi
+    return np.clip((x - lo) / (hi - lo), 0.0, 1.0)
+
+
+class EmotionContextRows:
+    """EmotionContext for many streams at once, one row per stream."""
+
+    def __init__(self, rows: int) -> None:
+        self._open = np.zeros((rows, len(EMOTION_NAMES)), np.float32)
+        self._has_open = np.zeros(rows, bool)
+        self._closed_since = np.full(rows, np.nan)
+
+    def reset(self, rows) -> None:
+        self._has_open[rows] = False
+        self._closed_since[rows] = np.nan
+
+    def __call__(self, rows: np.ndarray, probs: np.ndarray, weights: np.ndarray, blinks: np.ndarray,
+                 t: np.ndarray) -> np.ndarray:
+        """rows (n,) distinct; probs (n, 7); weights (n, 52) raw ARKit weights; blinks (n, 2); t (n,) media
+        seconds -> (n, 7) probabilities."""
+        p = np.asarray(probs, np.float64).copy()
+        w = np.asarray(weights, np.float64)
+        col = lambda name: w[:, ARKIT_INDEX[name]]  # noqa: E731
+        pair = lambda name: 0.5 * (col(f"{name}Left") + col(f"{name}Right"))  # noqa: E731
+        closed = np.asarray(blinks, np.float32).mean(1) >= CLOSED
+        since = self._closed_since[rows]
+        since = np.where(closed, np.where(np.isnan(since), t, since), np.nan)
+        self._closed_since[rows] = since
+        hold = closed & self._has_open[rows] & (t - since <= HOLD_S)
+        eye_wide = pair("eyeWide")
+        brows = np.maximum(col("browInnerUp"), pair("browOuterUp"))
+        surprise = _ramps(brows, SURPRISE_BROWS) * _ramps(eye_wide, SURPRISE_EYES)
+        for source in ("fear", "neutral"):
+            moved = SURPRISE_SHARE * surprise * p[:, _E[source]]
+            p[:, _E[source]] -= moved
+            p[:, _E["surprise"]] += moved
+        mouth = _ramps(col("jawOpen"), MOUTH_OPEN)
+        support = np.minimum(1.0, np.maximum(col("browInnerUp"), eye_wide) / FEAR_EVIDENCE)
+        moved = mouth * (1.0 - support) * p[:, _E["fear"]]
+        p[:, _E["fear"]] -= moved
+        p[:, _E["neutral"]] += moved
+        p = np.clip(p, 0.0, None)
+        p = (p / np.maximum(p.sum(1, keepdims=True), 1e-9)).astype(np.float32)
+        p = np.where(hold[:, None], self._open[rows], p)
+        seen_open = rows[~closed]
+        self._open[seen_open] = p[~closed]
+        self._has_open[seen_open] = True
+        return p

@@ -43,6 +43,26 @@ def eye_angles(points: np.ndarray, iris_centres: np.ndarray) -> np.ndarray:
     return out
 
 
+def eye_angles_rows(points: np.ndarray, iris_centres: np.ndarray) -> np.ndarray:
+    """eye_angles over many faces: points (n, 468, >=2), iris_centres (n, 2, >=2) -> (n, 2, 2) float32."""
+    corners = np.asarray(EYE_CORNERS)
+    p = np.asarray(points, np.float64)[..., :2]
+    a, b = p[:, corners[:, 0]], p[:, corners[:, 1]]  # (n, 2 eyes, 2)
+    axis = b - a
+    width = np.linalg.norm(axis, axis=-1)
+    ok = width >= 1e-3
+    axis = axis / np.where(ok, width, 1.0)[..., None]
+    normal = np.stack([-axis[..., 1], axis[..., 0]], -1)
+    lids = np.asarray(EYE_LIDS)
+    mid_lid = (p[:, lids[:, 0]] + p[:, lids[:, 1]]) / 2
+    iris = np.asarray(iris_centres, np.float64)[..., :2]
+    half = np.where(ok, width, 1.0) / 2
+    h = ((iris - (a + b) / 2) * axis).sum(-1) / half
+    v = ((iris - mid_lid) * normal).sum(-1) / half
+    out = np.stack([np.clip(h, -1, 1) * MAX_YAW_DEG, -np.clip(v * 2.0, -1, 1) * MAX_PITCH_DEG], -1)
+    return np.where(ok[..., None], out, 0.0).astype(np.float32)
+
+
 def eye_look_shapes(blendshapes: np.ndarray, eyes: np.ndarray) -> None:
     """Write eyeLook{In,Out,Up,Down}{Left,Right} from eye angles (in place)."""
     angles = np.asarray(eyes, np.float64).tolist()
@@ -63,3 +83,17 @@ _LOOK = tuple(tuple(ARKIT_INDEX[f"eyeLook{d}{side}"] for d in ("Out", "In", "Up"
 
 def _clip01(v: float) -> float:
     return 0.0 if v < 0.0 else (1.0 if v > 1.0 else v)
+
+
+def eye_look_shapes_rows(blendshapes: np.ndarray, eyes: np.ndarray) -> None:
+    """eye_look_shapes over many faces: blendshapes (n, 52), eyes (n, 2, 2), in place."""
+    for eye, side in ((0, "Left"), (1, "Right")):
+        yaw, pitch = eyes[..., eye, 0], eyes[..., eye, 1]
+        toward_left = np.clip(yaw / LOOK_RANGE_YAW, 0, 1)
+        toward_right = np.clip(-yaw / LOOK_RANGE_YAW, 0, 1)
+        # the left eye looks "out" toward the subject's left; the right eye "in"
+        out_w, in_w = (toward_left, toward_right) if side == "Left" else (toward_right, toward_left)
+        blendshapes[..., ARKIT_INDEX[f"eyeLookOut{side}"]] = out_w
+        blendshapes[..., ARKIT_INDEX[f"eyeLookIn{side}"]] = in_w
+        blendshapes[..., ARKIT_INDEX[f"eyeLookUp{side}"]] = np.clip(pitch / LOOK_RANGE_PITCH, 0, 1)
+        blendshapes[..., ARKIT_INDEX[f"eyeLookDown{side}"]] = np.clip(-pitch / LOOK_RANGE_PITCH, 0, 1)

@@ -1,0 +1,141 @@
+"""ExpressionRows: the regressor's measured outputs of many faces finished at once, one row per stream, as each
+stream's ExpressionEstimator.estimate_outputs finishes its own (weights, head rotation, morphable-model parameters,
+region confidence), the per-face arithmetic done as arrays over the rows.
+
+Each row keeps its subject's own ExpressionEstimator: its identity (read once a frame, its neutral points cached
+here per row until it changes) and its identity refreshes (`observe`: inline, or on the shared refresher). Only the
+shipped model's contract with a head-rotation output is taken here (what the batched tracker runs); any other
+model goes through the estimator one face at a time.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bridge.expression.fit import NOISE_FRACTION
+from bridge.expression.model import FLIP, MODEL_ID, batch_head_matrices, load_model, rotvecs_from_matrices
+
+MAX_LOST_POINTS = 0.25  # as ExpressionEstimator._check: more non-finite landmarks than this and the face is unusable
+
+
+@dataclass
+class ExpressionBatch:
+    """What estimate_outputs gives for each of n faces, as arrays (ExpressionResult's fields, MorphParams' blocks)."""
+
+    usable: np.ndarray  # (n,) bool: False where too many landmarks were not finite (describe it as lost)
+    blendshapes: np.ndarray  # (n, 52) float32 in [0, 1]
+    identity: np.ndarray  # (n, 100) float32
+    expression: np.ndarray  # (n, 53) float32
+    jaw_rotation: np.ndarray  # (n, 3) float32
+    head_rotation: np.ndarray  # (n, 3) float32 axis-angle
+    head_translation: np.ndarray  # (n, 3) float32 cm
+    eye_rotation_left: np.ndarray  # (n, 3) float32
+    eye_rotation_right: np.ndarray  # (n, 3) float32
+    region_confidence: np.ndarray  # (n, len(region_names)) rounded to 4 decimals
+    region_names: tuple[str, ...]  # the columns of region_confidence ("tongue" last, always 0)
+
+
+def takes(contract) -> bool:
+    """Whether ExpressionRows finishes this contract's outputs (the shipped model, head rotation given)."""
+    return contract is not None and contract.model_id == MODEL_ID and "head_rotation" in contract.outputs \
+        and "blendshapes" in contract.outputs
+
+
+class ExpressionRows:
+    def __init__(self, rows: int) -> None:
+        self.model = load_model()
+        self._base = np.zeros((rows, 1404))  # each row's identity_points
+        self._identity: list = [None] * rows  # the identity array each base was made from
+        self._last_points = np.zeros((rows, 468, 2))  # the last reprojection (fills a few lost landmarks)
+        self._has_last = np.zeros(rows, bool)
+        self.region_names = (*self.model.region_names, "tongue")
+
+    def reset(self, rows) -> None:
+        self._has_last[rows] = False
+        for row in np.atleast_1d(rows):
+            self._identity[int(row)] = None
+
+    def finish(self, rows: np.ndarray, engines: list, landmarks: np.ndarray, outputs: dict[str, np.ndarray],
+               sizes: np.ndarray) -> ExpressionBatch:
+        """rows (n,) distinct; engines: each row's ExpressionEstimator; landmarks (n, 468, >=2) frame pixels;
+        outputs: the model's outputs by name, (n, ...); sizes (n, 2) width, height."""
+        model, contract = self.model, engines[0].contract
+        n = len(rows)
+        xy = np.array(landmarks[..., :2], dtype=np.float64)
+        usable = self._fill_lost(rows, xy)
+        weights = np.clip(np.nan_to_num(_pick(contract, "blendshapes", outputs, n)), 0.0, 1.0)
+        rot = batch_head_matrices(_pick(contract, "head_rotation", outputs, n)[:, :3])
+        focal = sizes[:, 0].astype(np.float64)
+        centre = sizes.astype(np.float64) / 2.0
+        for k in range(n):  # the frame's identity refresh (inline) comes before its identity is read, as there
+            if usable[k]:
+                engines[k].observe(weights[k], rot[k], xy[k], float(focal[k]), (float(centre[k, 0]),
+                                                                                float(centre[k, 1])))
+        identities = [engine.identity for engine in engines]  # read once: a refresher may replace them meanwhile
+        self._refresh_bases(rows, identities)
+        shape = (self._base[rows] + weights @ model._exp468).reshape(n, 468, 3)
+        cam = shape @ (FLIP @ rot).transpose(0, 2, 1)
+        t = _solve_translations(cam, xy, focal, centre)
+        cam += t[:, None, :]
+        proj = focal[:, None, None] * cam[..., :2] / cam[..., 2:3] + centre[:, None, :]
+        self._last_points[rows] = proj
+        self._has_last[rows] = True
+        sigma = NOISE_FRACTION * (np.ptp(xy[..., 0], axis=1) + 1e-6)
+        error = np.linalg.norm(proj - xy, axis=-1) / sigma[:, None]
+        rms = np.sqrt((error ** 2) @ model.region_average.T)
+        confidence = np.round(1.0 / (1.0 + (rms / 4.0) ** 2), 4)
+        w64 = weights.astype(np.float64)
+        eyes = np.einsum("nk,kes->nes", w64, model.eye_yaw_pitch_deg)  # (n, 2 eyes, yaw/pitch)
+        eye_rot = rotvecs_from_matrices(batch_head_matrices(
+            np.concatenate([eyes.reshape(2 * n, 2), np.zeros((2 * n, 1))], 1))).reshape(n, 2, 3)
+        f32 = np.float32
+        return ExpressionBatch(
+            usable=usable, blendshapes=weights.astype(f32),
+            identity=np.stack([v[:model.num_ict_identity] for v in identities]).astype(f32),
+            expression=(w64 @ model.ict_to_arkit).astype(f32), jaw_rotation=(w64 @ model.jaw_rotvec).astype(f32),
+            head_rotation=rotvecs_from_matrices(rot).astype(f32), head_translation=t.astype(f32),
+            eye_rotation_left=eye_rot[:, 0].astype(f32), eye_rotation_right=eye_rot[:, 1].astype(f32),
+            region_confidence=np.concatenate([confidence, np.zeros((n, 1))], 1), region_names=self.region_names)
+
+    def _fill_lost(self, rows, xy) -> np.ndarray:
+        """A few non-finite landmarks taken from the row's last reprojection; (n,) False where that cannot be."""
+        bad = ~np.isfinite(xy).all(-1)
+        usable = np.ones(len(rows), bool)
+        for k in np.flatnonzero(bad.any(1)):
+            if not self._has_last[rows[k]] or bad[k].mean() > MAX_LOST_POINTS:
+                usable[k] = False
+                xy[k] = self._last_points[rows[k]] if self._has_last[rows[k]] else 0.0
+            else:
+                xy[k, bad[k]] = self._last_points[rows[k], bad[k]]
+        return usable
+
+    def _refresh_bases(self, rows, identities) -> None:
+        stale = [k for k, row in enumerate(rows) if self._identity[row] is not identities[k]]
+        if stale:
+            ids = np.stack([identities[k] for k in stale]).astype(np.float64)
+            self._base[rows[stale]] = self.model._neutral468 + ids @ self.model._id468
+            for k in stale:
+                self._identity[rows[k]] = identities[k]
+
+
+def _pick(contract, role: str, outputs: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """ModelContract.pick over n rows: (n, width) float32."""
+    name, sl = contract.outputs[role]
+    v = np.asarray(outputs[name], dtype=np.float32).reshape(n, -1)
+    return v[:, sl[0]:sl[1]] if sl else v
+
+
+def _solve_translations(p: np.ndarray, xy: np.ndarray, focal: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """model.solve_translation over n faces: the normal equations of its 2P x 3 system, summed in closed form."""
+    du, dv = xy[..., 0] - centre[:, :1], xy[..., 1] - centre[:, 1:]
+    f = focal[:, None]
+    bu, bv = du * p[..., 2] - f * p[..., 0], dv * p[..., 2] - f * p[..., 1]
+    count = p.shape[1]
+    ata = np.zeros((len(p), 3, 3))
+    ata[:, 0, 0] = ata[:, 1, 1] = count * focal ** 2
+    ata[:, 0, 2] = ata[:, 2, 0] = -focal * du.sum(1)
+    ata[:, 1, 2] = ata[:, 2, 1] = -focal * dv.sum(1)
+    ata[:, 2, 2] = (du * du).sum(1) + (dv * dv).sum(1)
+    atb = np.stack([focal * bu.sum(1), focal * bv.sum(1), -(du * bu).sum(1) - (dv * bv).sum(1)], 1)
+    return np.linalg.solve(ata, atb[..., None])[..., 0]
