@@ -191,3 +191,54 @@ class FaceFrame:
             kw["image_size"] = tuple(kw["image_size"])
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in kw.items() if k in known})
+
+
+MORPH_BLOCKS = ("identity", "expression", "jaw_rotation", "head_rotation", "head_translation", "eye_rotation_left",
+                "eye_rotation_right")
+
+
+@dataclass
+class FaceFrames:
+    """FaceFrame's fields for n frames at once (one batched pass of n streams), as arrays with one row per frame:
+    what a many-stream describe gives and the wire encodes without a FaceFrame per frame; `frame(i)` is row i as
+    a FaceFrame. A row without a face has morph parameters of MorphParams() and no region confidence."""
+
+    seq: np.ndarray  # (n,) int64
+    t_capture: np.ndarray  # (n,) float64
+    t_capture_mono: np.ndarray  # (n,) float64
+    subject: list[str]
+    face_found: np.ndarray  # (n,) bool
+    image_size: np.ndarray  # (n, 2) width, height
+    blendshapes: np.ndarray  # (n, 52) float32
+    head_rotation: np.ndarray  # (n, 3)
+    head_translation: np.ndarray  # (n, 3)
+    eyes: np.ndarray  # (n, 2, 2): eye_left, eye_right
+    emotion: np.ndarray  # (n, 7)
+    confidence: np.ndarray  # (n,)
+    morph: dict[str, np.ndarray]  # MORPH_BLOCKS -> (n, size), the rows with a face
+    region_names: tuple[str, ...]
+    region_confidence: np.ndarray  # (n, len(region_names)), the rows with a face
+    frame_rate: np.ndarray  # (n,)
+    model_versions: dict[str, str] = field(default_factory=dict)
+    morph_model_id: str = "ict-face-light"
+    landmarks: np.ndarray | None = None  # (n, 468, 3)
+    latencies_ms: dict[str, float] = field(default_factory=dict)  # the same for every row (a pass's, per frame)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def frame(self, i: int) -> FaceFrame:
+        out = FaceFrame(seq=int(self.seq[i]), t_capture=float(self.t_capture[i]),
+                        t_capture_mono=float(self.t_capture_mono[i]), subject=self.subject[i],
+                        face_found=bool(self.face_found[i]), image_size=tuple(int(v) for v in self.image_size[i]),
+                        blendshapes=self.blendshapes[i].copy(), head_rotation=self.head_rotation[i].copy(),
+                        head_translation=self.head_translation[i].copy(), eye_left=self.eyes[i, 0].copy(),
+                        eye_right=self.eyes[i, 1].copy(), emotion=self.emotion[i].copy(),
+                        confidence=float(self.confidence[i]), model_versions=self.model_versions,
+                        frame_rate=float(self.frame_rate[i]), latencies_ms=dict(self.latencies_ms))
+        if out.face_found:
+            out.morph = MorphParams(model_id=self.morph_model_id,
+                                    **{name: self.morph[name][i].copy() for name in MORPH_BLOCKS})
+            out.region_confidence = dict(zip(self.region_names, self.region_confidence[i].tolist()))
+            out.landmarks = self.landmarks[i] if self.landmarks is not None else None
+        return out

@@ -45,11 +45,17 @@ def takes(contract) -> bool:
 class ExpressionRows:
     def __init__(self, rows: int) -> None:
         self.model = load_model()
-        self._base = np.zeros((rows, 1404))  # each row's identity_points
+        self._base = np.zeros((rows, 1404))  # each row's identity_points, planar (3 x 468)
         self._identity: list = [None] * rows  # the identity array each base was made from
         self._last_points = np.zeros((rows, 468, 2))  # the last reprojection (fills a few lost landmarks)
         self._has_last = np.zeros(rows, bool)
         self.region_names = (*self.model.region_names, "tongue")
+        planar = lambda flat: np.ascontiguousarray(  # noqa: E731 (k, 468 * 3) point-major -> (k, 3 * 468)
+            flat.reshape(-1, 468, 3).transpose(0, 2, 1).reshape(len(flat), -1))
+        m = self.model
+        self._neutral_planar = planar(m._neutral468[None])[0]
+        self._id_planar, self._exp_planar = planar(m._id468), planar(m._exp468)
+        self._eye_angles = m.eye_yaw_pitch_deg.reshape(len(m.eye_yaw_pitch_deg), 4)
 
     def reset(self, rows) -> None:
         self._has_last[rows] = False
@@ -74,19 +80,23 @@ class ExpressionRows:
                                                                                 float(centre[k, 1])))
         identities = [engine.identity for engine in engines]  # read once: a refresher may replace them meanwhile
         self._refresh_bases(rows, identities)
-        shape = (self._base[rows] + weights @ model._exp468).reshape(n, 468, 3)
-        cam = shape @ (FLIP @ rot).transpose(0, 2, 1)
-        t = _solve_translations(cam, xy, focal, centre)
-        cam += t[:, None, :]
-        proj = focal[:, None, None] * cam[..., :2] / cam[..., 2:3] + centre[:, None, :]
-        self._last_points[rows] = proj
+        # the points planar, (n, 3, 468): every coordinate a contiguous row
+        shape = (self._base[rows] + weights @ self._exp_planar).reshape(n, 3, 468)
+        cam = (FLIP @ rot) @ shape
+        u, v = xy[..., 0], xy[..., 1]
+        t = _solve_translations(cam, u, v, focal, centre)
+        cam += t[:, :, None]
+        inv_z = focal[:, None] / cam[:, 2]
+        du = cam[:, 0] * inv_z + centre[:, :1] - u
+        dv = cam[:, 1] * inv_z + centre[:, 1:] - v
+        self._last_points[rows] = np.stack([u + du, v + dv], -1)
         self._has_last[rows] = True
-        sigma = NOISE_FRACTION * (np.ptp(xy[..., 0], axis=1) + 1e-6)
-        error = np.linalg.norm(proj - xy, axis=-1) / sigma[:, None]
-        rms = np.sqrt((error ** 2) @ model.region_average.T)
+        sigma = NOISE_FRACTION * (u.max(1) - u.min(1) + 1e-6)
+        error2 = (du * du + dv * dv) / (sigma * sigma)[:, None]
+        rms = np.sqrt(error2 @ model.region_average.T)
         confidence = np.round(1.0 / (1.0 + (rms / 4.0) ** 2), 4)
         w64 = weights.astype(np.float64)
-        eyes = np.einsum("nk,kes->nes", w64, model.eye_yaw_pitch_deg)  # (n, 2 eyes, yaw/pitch)
+        eyes = (w64 @ self._eye_angles).reshape(n, 2, 2)  # (n, 2 eyes, yaw/pitch) degrees
         eye_rot = rotvecs_from_matrices(batch_head_matrices(
             np.concatenate([eyes.reshape(2 * n, 2), np.zeros((2 * n, 1))], 1))).reshape(n, 2, 3)
         f32 = np.float32
@@ -100,8 +110,10 @@ class ExpressionRows:
 
     def _fill_lost(self, rows, xy) -> np.ndarray:
         """A few non-finite landmarks taken from the row's last reprojection; (n,) False where that cannot be."""
-        bad = ~np.isfinite(xy).all(-1)
         usable = np.ones(len(rows), bool)
+        if np.isfinite(xy.sum()):
+            return usable
+        bad = ~np.isfinite(xy).all(-1)
         for k in np.flatnonzero(bad.any(1)):
             if not self._has_last[rows[k]] or bad[k].mean() > MAX_LOST_POINTS:
                 usable[k] = False
@@ -114,7 +126,7 @@ class ExpressionRows:
         stale = [k for k, row in enumerate(rows) if self._identity[row] is not identities[k]]
         if stale:
             ids = np.stack([identities[k] for k in stale]).astype(np.float64)
-            self._base[rows[stale]] = self.model._neutral468 + ids @ self.model._id468
+            self._base[rows[stale]] = self._neutral_planar + ids @ self._id_planar
             for k in stale:
                 self._identity[rows[k]] = identities[k]
 
@@ -126,12 +138,14 @@ def _pick(contract, role: str, outputs: dict[str, np.ndarray], n: int) -> np.nda
     return v[:, sl[0]:sl[1]] if sl else v
 
 
-def _solve_translations(p: np.ndarray, xy: np.ndarray, focal: np.ndarray, centre: np.ndarray) -> np.ndarray:
-    """model.solve_translation over n faces: the normal equations of its 2P x 3 system, summed in closed form."""
-    du, dv = xy[..., 0] - centre[:, :1], xy[..., 1] - centre[:, 1:]
+def _solve_translations(p: np.ndarray, u: np.ndarray, v: np.ndarray, focal: np.ndarray,
+                        centre: np.ndarray) -> np.ndarray:
+    """model.solve_translation over n faces, points planar (n, 3, P) and pixels u, v (n, P): the normal equations
+    of its 2P x 3 system, summed in closed form."""
+    du, dv = u - centre[:, :1], v - centre[:, 1:]
     f = focal[:, None]
-    bu, bv = du * p[..., 2] - f * p[..., 0], dv * p[..., 2] - f * p[..., 1]
-    count = p.shape[1]
+    bu, bv = du * p[:, 2] - f * p[:, 0], dv * p[:, 2] - f * p[:, 1]
+    count = p.shape[2]
     ata = np.zeros((len(p), 3, 3))
     ata[:, 0, 0] = ata[:, 1, 1] = count * focal ** 2
     ata[:, 0, 2] = ata[:, 2, 0] = -focal * du.sum(1)
