@@ -28,8 +28,6 @@ def add_parser(sub) -> None:
     p.add_argument("--identity-workers", type=int, default=1, metavar="N",
                    help="threads that refresh every stream's identity, off the streams' own (default 1): a new "
                         "stream's identity converges as fast as they allow")
-    p.add_argument("--describe-workers", type=int, default=0, metavar="N",
-                   help="streams describing at once (default 0: one per CPU core); the others wait their turn")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
     p.add_argument("--updates", default="auto", metavar="auto|DIR|off",
@@ -74,9 +72,8 @@ def serve_config(args):
     from bridge.errors import FaceBridgeError
     from bridge.runtime.serve import ServeConfig
 
-    if args.identity_workers < 1 or args.describe_workers < 0:
-        raise FaceBridgeError("--identity-workers must be at least 1 and --describe-workers at least 0",
-                              "pass e.g. --identity-workers 1 --describe-workers 0 (the defaults)")
+    if args.identity_workers < 1:
+        raise FaceBridgeError("--identity-workers must be at least 1", "pass e.g. --identity-workers 1 (the default)")
     if not args.write_deadline > 0:
         raise FaceBridgeError(f"--write-deadline {args.write_deadline} is not a positive number of seconds",
                               "pass e.g. --write-deadline 10 (the default)")
@@ -86,7 +83,7 @@ def serve_config(args):
                        tls_key=args.grpc_tls_key, threads=args.threads, smoothing=not args.no_smoothing,
                        calibration=not args.no_calibration, fp16=not args.fp32,
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
-                       describe_workers=args.describe_workers, write_deadline_s=args.write_deadline,
+                       write_deadline_s=args.write_deadline,
                        updates=None if args.updates == "off" else args.updates)
 
 

@@ -5,9 +5,9 @@ replica, which calls `build_server`).
 Signed releases are followed as `facebridge run` follows them (runtime/serve_releases.py): a newly installed release
 of a batched model is built into a runner in the background and swapped in between two passes.
 
-The describer is the single-face pipeline's own describe step (bridge/stages/describe.py) over what the batched
-tracker measured, so a remote stream gets the FaceFrame that `facebridge run` gives for the same frames. It is
-injected into serving/, which never imports the stages.
+Each batched service describes its passes whole (bridge/stages/describe_rows.py: the single-face pipeline's
+describe step, one row per stream, held to it by the tests), so a remote stream gets the FaceFrame that
+`facebridge run` gives for the same frames. It is injected into serving/, which never imports the stages.
 """
 from __future__ import annotations
 
@@ -48,46 +48,56 @@ class ServeConfig:
     graphs: bool = True  # torch-cuda: capture whole passes as CUDA graphs
     prewarm: tuple[tuple[int, int], ...] = ()  # (height, width) frame sizes whose batched service is built at start
     identity_workers: int = 1  # threads that fold every stream's identity refreshes in (bridge/expression/refresh.py)
-    describe_workers: int = 0  # streams describing at once (0: one per CPU core); the others wait their turn
     write_deadline_s: float = 10.0  # a stream whose client took no response for this long is ended
     updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
 
 
-class StreamDescriber:
-    """One stream's describe state over the batched tracker's StreamFace (the `make_describer` product)."""
+class PassDescriber:
+    """Every stream of one batched service described a pass at a time (the `make_describer` product): one row of
+    DescribeRows per stream, over the batched tracker's StreamFaces."""
 
-    def __init__(self, subject: str, smoothing: bool, calibration: bool, model_versions: dict[str, str],
+    def __init__(self, rows: int, smoothing: bool, calibration: bool, model_versions: dict[str, str],
                  refresher=None) -> None:
+        from bridge.expression.rows import takes
+        from bridge.expression.stage import ExpressionEstimator
+        from bridge.stages.describe_rows import DescribeRows
+
+        self._calibration, self._refresher = calibration, refresher
+        outputs = ExpressionEstimator(session=False).contract
+        if not takes(outputs):
+            raise FaceBridgeError(f"facebridge serve takes the shipped expression model's outputs, not "
+                                  f"{outputs.model_id}", "serve with the shipped regressor")
+        self._blendshapes, self._head = outputs.outputs["blendshapes"][0], outputs.outputs["head_rotation"][0]
+        self.rows = DescribeRows(rows, smoothing=smoothing, model_versions=model_versions)
+
+    def open(self, subject: str) -> _Row:
+        """A new stream's row; its identity refreshes go to the server's shared refresher."""
         from bridge.calibration import CalibrationProfile
         from bridge.expression.stage import ExpressionEstimator
-        from bridge.stages.describe import FaceDescriber
 
-        # the regressor ran batched on the device; the identity refreshes go to the server's shared refresher
-        expression = ExpressionEstimator(session=False, refresher=refresher)
-        self._expression = expression
-        outputs = expression.contract.outputs
-        self._blendshapes = outputs["blendshapes"][0]
-        self._head = outputs["head_rotation"][0] if "head_rotation" in outputs else None
-        profile = CalibrationProfile.load(subject) if calibration else None
-        self.describer = FaceDescriber(expression, subject=subject, smoothing=smoothing, profile=profile,
-                                       model_versions=model_versions)
+        expression = ExpressionEstimator(session=False, refresher=self._refresher)  # the regressor ran batched
+        profile = CalibrationProfile.load(subject) if self._calibration else None
+        return _Row(self, self.rows.open(subject, expression, profile), expression)
 
-    def describe(self, frame, face, image_size: tuple[int, int]):
-        from bridge.stages.describe import MeasuredFace
+    def describe(self, handles: list[_Row], frames, faces, sizes):
+        from bridge.stages.describe_rows import MeasuredFaces
 
-        if not face.tracked:
-            return self.describer.describe(frame, None, image_size=image_size)
-        outputs = {self._blendshapes: face.blendshapes[None]}
-        if self._head is not None:
-            outputs[self._head] = face.expression_head[None]
-        measured = MeasuredFace(points=face.landmarks, presence=face.presence, iris=face.irises,
-                                emotion=face.emotion, expression_outputs=outputs)
-        return self.describer.describe(frame, measured, image_size=image_size)
+        measured = MeasuredFaces(found=faces.tracked, points=faces.landmarks, presence=faces.presence,
+                                 iris=faces.irises, emotion=faces.emotion,
+                                 expression_outputs={self._blendshapes: faces.blendshapes,
+                                                     self._head: faces.expression_head})
+        return self.rows.describe([h.row for h in handles], frames, measured, sizes)
+
+
+class _Row:
+    def __init__(self, describer: PassDescriber, row: int, expression) -> None:
+        self.describer, self.row, self.expression = describer, row, expression
 
     def close(self) -> None:
-        """The stream ended: its identity refresh still waiting is dropped."""
-        if self._expression.refresher is not None:
-            self._expression.refresher.discard(self._expression)
+        """The stream ended: its row is freed, its identity refresh still waiting dropped."""
+        if self.expression.refresher is not None:
+            self.expression.refresher.discard(self.expression)
+        self.describer.rows.close(self.row)
 
 
 def model_versions() -> dict[str, str]:
@@ -118,6 +128,7 @@ def build_server(config: ServeConfig):
     from bridge.expression.refresh import IdentityRefresher
     from bridge.runtime.native_pools import pin_native_pools
     from bridge.serving.grpc_service import FaceServeServer
+    from bridge.serving.replies import PassReplies
     from bridge.serving.runners import make_runner, make_runners, role_models
     from bridge.serving.service import MultiStreamFaceService
     from bridge.serving.streams import StreamTable
@@ -161,23 +172,24 @@ def build_server(config: ServeConfig):
                                  on_swap=recapture if whole_pass else None)
         gate = releases.gate
 
+    refresher = IdentityRefresher(max(1, config.identity_workers))
+    replies = PassReplies(lambda rows: PassDescriber(rows, config.smoothing, config.calibration,
+                                                     lambda: gate.versions, refresher=refresher))
+
     def make_service(frame_hw, num_streams):
         log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
         return MultiStreamFaceService(num_streams, frame_hw, runners, device=device,
-                                      graph_buckets=buckets if whole_pass else None, pass_lock=gate)
+                                      graph_buckets=buckets if whole_pass else None, pass_lock=gate,
+                                      finish_pass=replies.for_service(num_streams))
 
-    table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
-    if releases is not None:
-        releases.start()  # releases installed before now serve from the first frame
-    for frame_hw in config.prewarm:
-        table.prepare(frame_hw)
-    refresher = IdentityRefresher(max(1, config.identity_workers))
-    make_describer = lambda subject: StreamDescriber(subject, config.smoothing, config.calibration,
-                                                     lambda: gate.versions, refresher=refresher)
     try:
-        server = FaceServeServer(table, make_describer, config.grpc, device=device, token=config.token,
-                                 tls_cert=config.tls_cert, tls_key=config.tls_key, replica=config.replica,
-                                 runners=config.runners, describe_workers=config.describe_workers,
+        table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
+        if releases is not None:
+            releases.start()  # releases installed before now serve from the first frame
+        for frame_hw in config.prewarm:
+            table.prepare(frame_hw)
+        server = FaceServeServer(table, config.grpc, device=device, token=config.token, tls_cert=config.tls_cert,
+                                 tls_key=config.tls_key, replica=config.replica, runners=config.runners,
                                  write_deadline_s=config.write_deadline_s)
     except BaseException:
         refresher.close()

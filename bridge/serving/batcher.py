@@ -4,7 +4,9 @@
 `max_batch`) and runs it as one batch, so a lone stream is never held back waiting for company; under load the
 frames that arrive while a batch runs form the next one, which is how batches grow with the number of streams.
 `max_wait_s` optionally waits a little for a fuller batch, but never past the oldest frame's deadline.
-Results come back through futures, and per stream in submission order (batches run in FIFO order).
+Results come back through futures, and per stream in submission order (batches run in FIFO order). With
+`finish`, each batch's results go through `finish` on a second thread, as one unit, while the next batch runs (the
+device is never idle while the host describes a pass).
 """
 from __future__ import annotations
 
@@ -26,10 +28,15 @@ class _Pending:
 
 
 class DeadlineBatcher:
-    def __init__(self, run_batch: Callable[[list[Any], list[Any]], list[Any]], max_batch: int = 256,
-                 max_wait_s: float = 0.0, name: str = "batcher"):
-        """`run_batch(streams, items) -> results` (same length and order as items)."""
+    def __init__(self, run_batch: Callable[[list[Any], list[Any]], Any], max_batch: int = 256,
+                 max_wait_s: float = 0.0, name: str = "batcher",
+                 finish: Callable[[list[Any], list[Any], Any], list[Any]] | None = None):
+        """`run_batch(streams, items) -> results` (same length and order as items); with `finish`, run_batch may
+        return anything and `finish(streams, items, that) -> results` makes the results, on its own thread."""
         self._run_batch = run_batch
+        self._finish = finish
+        self._finishing: deque = deque()
+        self._finish_cond = threading.Condition()
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self._queue: deque[_Pending] = deque()
@@ -39,6 +46,10 @@ class DeadlineBatcher:
         self.batch_sizes: deque[int] = deque(maxlen=100_000)
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
+        self._finisher = None
+        if finish is not None:
+            self._finisher = threading.Thread(target=self._finish_work, name=f"{name}-finish", daemon=True)
+            self._finisher.start()
 
     def submit(self, stream, item) -> Future:
         pending = _Pending(stream, item, time.perf_counter())
@@ -54,6 +65,11 @@ class DeadlineBatcher:
             self._closed = True
             self._cond.notify()
         self._thread.join()
+        if self._finisher is not None:
+            with self._finish_cond:
+                self._finishing.append(None)
+                self._finish_cond.notify()
+            self._finisher.join()
 
     def __enter__(self):
         return self
@@ -80,11 +96,41 @@ class DeadlineBatcher:
             self.batch_sizes.append(len(batch))
             try:
                 results = self._run_batch([p.stream for p in batch], [p.item for p in batch])
-                if len(results) != len(batch):
-                    raise RuntimeError(f"run_batch returned {len(results)} results for {len(batch)} items")
             except Exception as e:  # one bad batch fails its own frames, never the worker
-                for p in batch:
-                    p.future.set_exception(e)
+                _fail(batch, e)
                 continue
-            for p, result in zip(batch, results):
-                p.future.set_result(result)
+            if self._finish is None:
+                _resolve(batch, results)
+            else:
+                with self._finish_cond:
+                    self._finishing.append((batch, results))
+                    self._finish_cond.notify()
+
+    def _finish_work(self) -> None:
+        while True:
+            with self._finish_cond:
+                while not self._finishing:
+                    self._finish_cond.wait()
+                job = self._finishing.popleft()
+            if job is None:
+                return
+            batch, results = job
+            try:
+                results = self._finish([p.stream for p in batch], [p.item for p in batch], results)
+            except Exception as e:  # noqa: BLE001 - one bad batch fails its own frames, never the finisher
+                _fail(batch, e)
+                continue
+            _resolve(batch, results)
+
+
+def _resolve(batch: list[_Pending], results) -> None:
+    if len(results) != len(batch):
+        _fail(batch, RuntimeError(f"the batch gave {len(results)} results for {len(batch)} items"))
+        return
+    for p, result in zip(batch, results):
+        p.future.set_result(result)
+
+
+def _fail(batch: list[_Pending], error: Exception) -> None:
+    for p in batch:
+        p.future.set_exception(error)

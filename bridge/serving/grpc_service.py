@@ -3,20 +3,19 @@ one batched service.
 
 One long-lived bidirectional Track stream per face stream: a reader thread takes the client's images into the
 stream's latest-wins slot (bridge/serving/streams.py), and the stream's own server thread decodes the image whose
-turn it is, hands it to the batched service, describes each result with that stream's own describer (head pose,
-gaze, blink, filters, calibration: injected, so serving/ never imports the stages) and writes the FaceFrame back,
-with the stream's drop counters. A stream lives on the replica that accepted it until it ends; a client that
-cancels, vanishes (keepalive 10 s) or is killed frees its slot at once. Beyond `max_streams` a stream is refused
-with RESOURCE_EXHAUSTED. Requests are checked as the gRPC sink checks its own (bridge/serving/requests.py): a
-malformed first message refuses the stream with INVALID_ARGUMENT and one line, a bad image costs that image only
-(counted, and answered at once with an ImageRefused naming the fix), never a traceback. A client that stops reading
-is ended after `write_deadline_s` (its responses wait in gRPC's flow control, bounded; its slot frees). Binding
-beyond loopback needs a bearer token, and raw (unencoded) images are accepted only from loopback clients.
+turn it is, hands it to the batched service, and writes back the reply made for it when its pass was described,
+all of the pass's streams at once (bridge/serving/replies.py), with the stream's drop counters. A stream lives on
+the replica that accepted it until it ends; a client that cancels, vanishes (keepalive 10 s) or is killed frees
+its slot at once. Beyond `max_streams` a stream is refused with RESOURCE_EXHAUSTED. Requests are checked as the
+gRPC sink checks its own (bridge/serving/requests.py): a malformed first message refuses the stream with
+INVALID_ARGUMENT and one line, a bad image costs that image only (counted, and answered at once with an
+ImageRefused naming the fix), never a traceback. A client that stops reading is ended after `write_deadline_s`
+(its responses wait in gRPC's flow control, bounded; its slot frees). Binding beyond loopback needs a bearer token,
+and raw (unencoded) images are accepted only from loopback clients.
 """
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -27,9 +26,7 @@ from grpc_health.v1 import health_pb2
 
 from bridge import __version__
 from bridge.errors import FaceBridgeError
-from bridge.frame import Frame
 from bridge.grpc import access
-from bridge.grpc.convert import build_frame, build_header, layout_key
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from bridge.serving.decode import BadImage, ImageDecoder
@@ -47,7 +44,8 @@ REFUSALS_KEPT = 16  # refusals waiting to be answered; beyond, the oldest are on
 
 
 class _StreamState:
-    """What one Track call knows besides its LiveStream: subject, describer, the header the client has."""
+    """What one Track call knows besides its LiveStream: subject, its describe handle, the header the client has
+    (the last two kept by PassReplies, on its service's describing thread)."""
 
     def __init__(self, default_subject: str) -> None:
         self.subject = default_subject
@@ -192,47 +190,22 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
                 raise BadImage(f"the image size changed from {state.frame_hw[1]}x{state.frame_hw[0]} to "
                                f"{hw[1]}x{hw[0]}; open a new stream for another camera mode")
             decode_ms = (time.perf_counter() - t0) * 1000.0
-            stream.submit(todo, frame, {"decode_ms": decode_ms, "hw": hw})
+            stream.submit(todo, frame, {"decode_ms": decode_ms, "hw": hw, "state": state})
             state.refused_in_a_row = 0
         except (BadImage, ValueError) as e:
             stream.count_bad()
             self._refused(stream, state, image.seq, f"image {image.seq}: {e}")
 
     def _respond(self, stream: LiveStream, done, state: _StreamState) -> list[pb.TrackResponse]:
-        """The responses for one served image: a header first when the layout changed, then its Frame."""
+        """The responses made for one served image (a header first when the layout changed, then its Frame)."""
         try:
-            face = done.future.result()
+            responses = done.future.result()
         except Exception as e:  # noqa: BLE001 - a failed pass fails its own frames only
             stream.count_bad()
             log.warning("face stream %d: the batched pass failed (%s)", stream.number, e)
             return []
-        t_tracked = time.perf_counter()
-        image = done.request
-        h, w = done.extra["hw"]
-        frame = Frame(image=None, seq=int(image.seq), t_capture=image.capture_time or time.time(),
-                      t_capture_mono=image.source_time, t_media=image.media_time or image.capture_time,
-                      fps=image.frame_rate or 30.0)
-        with self.server.describe_slots:  # a few streams describe at once, the others sleep (no GIL convoy)
-            if state.describer is None:
-                state.describer = self.server.make_describer(state.subject)
-            cpu0 = time.thread_time()
-            face_frame = state.describer.describe(frame, face, (w, h))
-            now = time.perf_counter()
-            face_frame.latencies_ms = {**face_frame.latencies_ms, "decode": done.extra["decode_ms"],
-                                       "wait": (done.submitted - done.received) * 1000.0,
-                                       "track": (t_tracked - done.submitted) * 1000.0,
-                                       "describe": (now - t_tracked) * 1000.0,
-                                       "describe_cpu": (time.thread_time() - cpu0) * 1000.0,
-                                       "server": (now - done.received) * 1000.0}
-            responses = []
-            key = layout_key(face_frame)
-            if key != state.layout:
-                state.layout = key
-                state.header = build_header(face_frame, self.server.next_layout_id())
-                responses.append(self._counters(stream, pb.TrackResponse(header=state.header)))
-            response = pb.TrackResponse(frame=build_frame(face_frame, state.header.layout_id))
         stream.count_served((time.perf_counter() - done.received) * 1000.0)
-        return responses + [self._counters(stream, response)]
+        return [self._counters(stream, response) for response in responses]
 
     def _counters(self, stream: LiveStream, response: pb.TrackResponse) -> pb.TrackResponse:
         c = stream.counters
@@ -276,30 +249,22 @@ def check_listen(address: str, token: str | None, tls_cert: str | None, tls_key:
 
 
 class FaceServeServer:
-    """The Track service on `address`. make_describer(subject) -> an object whose
-    `describe(frame, stream_face, (width, height)) -> FaceFrame` keeps that stream's describe state (and whose
-    `close()`, if it has one, is called when the stream ends). describe_workers: streams describing at once
-    (0: one per CPU core); a stream whose result is ready waits for a turn, asleep."""
+    """The Track service on `address`, over the table's batched services (which finish their passes with a
+    PassReplies: the replies the stream threads send)."""
 
-    def __init__(self, table: StreamTable, make_describer, address: str = "127.0.0.1:50061", *,
+    def __init__(self, table: StreamTable, address: str = "127.0.0.1:50061", *,
                  device: str = "cpu", token: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
-                 default_subject: str = "FaceBridge", describe_workers: int = 0,
-                 write_deadline_s: float = WRITE_DEADLINE_S) -> None:
+                 default_subject: str = "FaceBridge", write_deadline_s: float = WRITE_DEADLINE_S) -> None:
         host = check_listen(address, token, tls_cert, tls_key)
         loopback = access.is_loopback(host)
         if token and not tls_cert and not loopback:
             log.warning("the serve token on %s travels unencrypted; add --grpc-tls-cert/--grpc-tls-key", address)
         self.table = table
-        self.make_describer = make_describer
         self.decoder = ImageDecoder(device, allow_raw=loopback)
         self.runners = runners
         self.default_subject = default_subject
-        self._layout_lock = threading.Lock()
-        self._next_layout_id = 1
         self._closed = False
-        self.describe_workers = describe_workers if describe_workers > 0 else (os.cpu_count() or 1)
-        self.describe_slots = threading.BoundedSemaphore(self.describe_workers)
         self._on_close: list = []
         self.status_extra = lambda: {}  # more for stats(): {"model_versions": {...}, "release": "..."} (serve)
         self.leases = WriteDeadline(write_deadline_s)  # a stream whose client stopped reading is ended
@@ -346,11 +311,6 @@ class FaceServeServer:
     def on_close(self, fn) -> None:
         """Call fn() when the server closes (after its streams ended)."""
         self._on_close.append(fn)
-
-    def next_layout_id(self) -> int:
-        with self._layout_lock:
-            self._next_layout_id += 1
-            return self._next_layout_id - 1
 
     def stats(self) -> dict:
         """Live streams, totals, recent latency: what GetServeStatus answers and the metrics read."""

@@ -9,6 +9,10 @@ the host) or torch uint8 tensors already on the device (decoded by NVDEC: no hos
 Host frames start their upload in `submit`, in the caller's thread, on an upload stream: the worker would
 otherwise copy every frame of a pass one after another (at 1,000 streams, 30,000 copies a second in one thread),
 and the uploads now overlap the pass that is running. A pass then gathers its frames with one device-side stack.
+
+With `finish_pass`, the futures give what it makes of a whole pass at once instead (`facebridge serve`: the pass
+described and its replies built, on the batcher's second thread while the next pass runs): it gets the streams,
+the tags submitted with the frames and the pass's `StreamFaces` (every result as one array per field).
 """
 from __future__ import annotations
 
@@ -38,13 +42,38 @@ class StreamFace:
     expression_head: np.ndarray  # (3,) the expression model's head rotation (yaw, pitch, roll deg), if it has one
 
 
+@dataclass(frozen=True)
+class StreamFaces:
+    """The results of n frames of one batch (StreamFace's fields, one row per frame), views of one array."""
+    streams: np.ndarray  # (n,)
+    tracked: np.ndarray  # (n,) bool
+    presence: np.ndarray  # (n,)
+    landmarks: np.ndarray  # (n, 468, 3)
+    irises: np.ndarray  # (n, 2, 5, 3)
+    emotion: np.ndarray  # (n, 7)
+    blendshapes: np.ndarray  # (n, 52)
+    expression_head: np.ndarray  # (n, 3)
+
+    @classmethod
+    def of(cls, streams, rows: np.ndarray) -> StreamFaces:
+        values, start = {}, 0
+        n = len(rows)
+        for name, shape in RESULT_FIELDS:
+            size = int(np.prod(shape))
+            values[name] = rows[:, start:start + size].reshape(n, *shape)
+            start += size
+        values["tracked"] = values["tracked"] > 0.5
+        return cls(streams=np.asarray(streams), **values)
+
+
 class MultiStreamFaceService:
     def __init__(self, num_streams: int, frame_hw: tuple[int, int], runners: dict, device: str = "cuda",
                  max_batch: int | None = None, graph_buckets: list[int] | None = None, max_wait_s: float = 0.0,
-                 pass_lock=None):
+                 pass_lock=None, finish_pass=None):
         """runners: `face_runners.make_runners(...)`. graph_buckets: capture the pass as CUDA graphs for these
         batch sizes (torch-cuda runners only). pass_lock: shared by services that share runners (one per frame
-        size in `facebridge serve`), so their passes never overlap on the same models."""
+        size in `facebridge serve`), so their passes never overlap on the same models. finish_pass(streams, tags,
+        faces: StreamFaces) -> one result per frame: what the futures give (see the module's docstring)."""
         import torch
 
         if int(num_streams) < 1:
@@ -84,19 +113,21 @@ class MultiStreamFaceService:
         self.passes = 0
         self.frames = 0  # frames served, over all passes
         self._pass_lock = pass_lock
+        self._finish_pass = finish_pass
         self._batcher = DeadlineBatcher(self._run, max_batch=self._max_batch, max_wait_s=max_wait_s,
-                                        name="face-service")
+                                        name="face-service", finish=self._finish if finish_pass else None)
 
     # --- the caller's side ----------------------------------------------------------------------------------
-    def submit(self, stream: int, frame) -> Future:
-        """Queue one frame of `stream`; the future gives its `StreamFace`. Bad input raises here, at once."""
+    def submit(self, stream: int, frame, tag=None) -> Future:
+        """Queue one frame of `stream`; the future gives its `StreamFace` (or, with finish_pass, what that made of
+        it; `tag` goes with the frame to finish_pass). Bad input raises here, at once."""
         if not 0 <= int(stream) < self.num_streams:
             raise ValueError(f"stream {stream} is out of range: this service has streams 0..{self.num_streams - 1}")
         shape, dtype = tuple(frame.shape), str(frame.dtype).replace("torch.", "")
         if shape != (*self.frame_hw, 3) or dtype != "uint8":
             raise ValueError(f"stream {stream}: a frame must be uint8 RGB of shape {(*self.frame_hw, 3)} (got "
                              f"{dtype} {shape}); resize or convert it before submitting")
-        return self._batcher.submit(int(stream), self._to_device(frame))
+        return self._batcher.submit(int(stream), (self._to_device(frame), tag))
 
     def _to_device(self, frame):
         """The frame as a tensor on the service's device; from host memory through pinned memory, asynchronously
@@ -127,26 +158,34 @@ class MultiStreamFaceService:
         self.close()
 
     # --- the worker's side -----------------------------------------------------------------------------------
-    def _run(self, streams: list[int], frames: list) -> list[StreamFace]:
+    def _run(self, streams: list[int], items: list):
+        frames = [frame for frame, _ in items]
         if self._pass_lock is None:
-            return self._run_passes(streams, frames)
-        with self._pass_lock:
-            return self._run_passes(streams, frames)
+            rows = self._run_passes(streams, frames)
+        else:
+            with self._pass_lock:
+                rows = self._run_passes(streams, frames)
+        if self._finish_pass is not None:
+            return rows
+        return [_unpack(stream, row) for stream, row in zip(streams, rows)]
 
-    def _run_passes(self, streams: list[int], frames: list) -> list[StreamFace]:
-        results: list[StreamFace | None] = [None] * len(frames)
+    def _finish(self, streams: list[int], items: list, rows: np.ndarray) -> list:
+        return self._finish_pass(streams, [tag for _, tag in items], StreamFaces.of(streams, rows))
+
+    def _run_passes(self, streams: list[int], frames: list) -> np.ndarray:
+        """The result rows of every frame, in their order: (n, RESULT_WIDTH)."""
+        results = np.empty((len(frames), RESULT_WIDTH), np.float32)
         remaining = list(range(len(frames)))
         while remaining:  # one frame per stream per pass; a stream's later frames wait for the next pass
             seen, now, later = set(), [], []
             for i in remaining:
                 (later if streams[i] in seen else now).append(i)
                 seen.add(streams[i])
-            for i, face in zip(now, self._pass([streams[i] for i in now], [frames[i] for i in now])):
-                results[i] = face
+            results[now] = self._pass([streams[i] for i in now], [frames[i] for i in now])
             remaining = later
         return results
 
-    def _pass(self, streams: list[int], frames: list) -> list[StreamFace]:
+    def _pass(self, streams: list[int], frames: list) -> np.ndarray:
         torch = self._torch
         n = len(streams)
         batch = self.tracker.frame_buffer(n)  # a captured pass's own input buffer saves a copy
@@ -160,7 +199,7 @@ class MultiStreamFaceService:
         out.copy_(self.tracker.packed_results(index))  # one copy back per pass (waits for the pass)
         self.passes += 1
         self.frames += n
-        return [_unpack(stream, row) for stream, row in zip(streams, out.numpy().copy())]
+        return out.numpy().copy()
 
 
 def _unpack(stream: int, row: np.ndarray) -> StreamFace:

@@ -36,8 +36,8 @@ class Served:
     request: Any
     received: float
     submitted: float
-    future: Future
-    extra: dict = field(default_factory=dict)  # what the front end decoded with it (frame metadata)
+    future: Future | None
+    extra: dict = field(default_factory=dict)  # what the front end decoded with it (frame metadata, its stream)
 
 
 @dataclass
@@ -131,12 +131,11 @@ class LiveStream:
     def submit(self, pending: Pending, frame, extra: dict | None = None) -> None:
         """Hand a decoded frame (uint8 RGB HxWx3, host or device) to the service; its result comes back through
         `next_work`. Raises ValueError for a frame the service refuses (the caller counts it as bad)."""
-        submitted = time.perf_counter()
-        future = self.service.submit(self.slot, frame)
-        served = Served(pending.request, pending.received, submitted, future, extra or {})
+        served = Served(pending.request, pending.received, time.perf_counter(), None, extra or {})
+        served.future = self.service.submit(self.slot, frame, tag=served)  # the tag goes to a finish_pass
         with self._cond:
             self._in_flight = served
-        future.add_done_callback(lambda _f: self._finished(served))
+        served.future.add_done_callback(lambda _f: self._finished(served))
 
     def _finished(self, served: Served) -> None:
         with self._cond:

@@ -53,7 +53,7 @@ def test_face_service_gives_a_stream_one_frame_per_pass_and_refuses_bad_frames()
 
     clip = sample_frames(3, step=1)
     with _service(torch, streams=2) as service:
-        queued = [torch.from_numpy(frame) for frame in clip + [clip[2]]]  # as `submit` hands them on
+        queued = [(torch.from_numpy(frame), None) for frame in clip + [clip[2]]]  # as `submit` hands them on
         faces = service._run([0, 0, 1, 0], queued)  # stream 0 queued three frames
         assert service.passes == 3 and [f.stream for f in faces] == [0, 0, 1, 0]
         assert all(f.tracked for f in faces)

@@ -1,0 +1,67 @@
+"""PassReplies: every stream's reply to one batched pass made at once: the pass described in one call, its Frames
+encoded together, a header first for a stream whose layout changed.
+
+Each batched service finishes its passes through `for_service(rows)` (on the batcher's second thread, while the
+next pass runs on the device), with its own pass describer from `make_describer(rows)`: an object whose
+`open(subject)` gives a stream's handle (with `close()`, called when the stream ends) and whose
+`describe(handles, frames, faces, sizes) -> FaceFrames` describes one pass (injected by bridge/runtime/serve.py,
+so serving/ never imports the stages). The stream threads only add their counters and send what is made here.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from bridge.frame import Frame
+from bridge.grpc.convert import build_frames, build_header, layout_keys
+from bridge.grpc.gen import facebridge_pb2 as pb
+
+
+class PassReplies:
+    def __init__(self, make_describer) -> None:
+        self._make_describer = make_describer
+        self._layout_lock = threading.Lock()
+        self._next_layout_id = 1
+
+    def next_layout_id(self) -> int:
+        with self._layout_lock:
+            self._next_layout_id += 1
+            return self._next_layout_id - 1
+
+    def for_service(self, rows: int):
+        """The finish_pass of one batched service of `rows` slots: (slots, served, faces) -> each frame's
+        responses. served: the streams' Served records, each with its stream's state in extra["state"]."""
+        describer = self._make_describer(rows)
+        return lambda slots, served, faces: self._finish(describer, served, faces)
+
+    def _finish(self, describer, served: list, faces) -> list[list[pb.TrackResponse]]:
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        states = [s.extra["state"] for s in served]
+        for state in states:
+            if state.describer is None:  # the stream's first frame
+                state.describer = describer.open(state.subject)
+        wall = time.time()
+        frames = [Frame(image=None, seq=int(im.seq), t_capture=im.capture_time or wall, t_capture_mono=im.source_time,
+                        t_media=im.media_time or im.capture_time, fps=im.frame_rate or 30.0)
+                  for im in (s.request for s in served)]
+        sizes = np.array([(s.extra["hw"][1], s.extra["hw"][0]) for s in served])
+        described = describer.describe([state.describer for state in states], frames, faces, sizes)
+        now = time.perf_counter()
+        cpu = (time.thread_time() - cpu0) * 1000.0 / len(served)  # this pass's describe CPU, per frame
+        shared = described.latencies_ms
+        latencies = [{**shared, "decode": s.extra["decode_ms"], "wait": (s.submitted - s.received) * 1000.0,
+                      "track": (t0 - s.submitted) * 1000.0, "describe": (now - t0) * 1000.0, "describe_cpu": cpu,
+                      "server": (now - s.received) * 1000.0} for s in served]
+        replies: list[list[pb.TrackResponse]] = [[] for _ in served]
+        layout_ids = []
+        for i, (state, key) in enumerate(zip(states, layout_keys(described))):
+            if key != state.layout:
+                state.layout = key
+                state.header = build_header(described.frame(i), self.next_layout_id())
+                replies[i].append(pb.TrackResponse(header=state.header))
+            layout_ids.append(state.header.layout_id)
+        for reply, frame in zip(replies, build_frames(described, layout_ids, latencies)):
+            reply.append(pb.TrackResponse(frame=frame))
+        return replies
