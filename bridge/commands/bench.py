@@ -23,6 +23,7 @@ BENCHES = {
     "swap": ("bridge.bench.swap", "live model swap: release active to first new frame, drops and gaps at a sink"),
     "grpc": ("bridge.bench.grpc_stream", "gRPC stream: send cost and capture-to-client latency, slow subscribers"),
     "soak": ("bridge.bench.soak", "a long run with every output on: memory, threads and open files over time"),
+    "describe": ("bridge.bench.describe", "serve's host CPU a frame beside inference: passes described, replies built"),
     "serve": ("bridge.bench.serve", "facebridge serve end to end over gRPC: streams within p99 20 ms, drops, CPU"),
 }
 

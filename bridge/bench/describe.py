@@ -1,0 +1,174 @@
+"""`facebridge bench describe`: the host CPU of `facebridge serve` per served frame, beside the model inference:
+one pass of N streams described and its replies built (what each batched service's describing thread does), and
+the same frames the one-stream way (a FaceDescriber per stream and build_frame per frame), at each stream count.
+
+The streams are the sample as the batched tracker measures it on the CPU (measured once), each stream at its own
+offset in the clip, past its first second (its identity restored, so a refresh every IDENTITY_EVERY frames, on the
+shared refresher as in serve: its CPU is reported apart, per frame). CPU is the describing thread's own
+(time.thread_time), so other load on the machine barely moves it. Not measured here: gRPC's receive and send of
+each message, the protobuf parse of the request, JPEG decode (nvJPEG on a GPU server) and the inference.
+"""
+from __future__ import annotations
+
+import resource
+import time
+
+import numpy as np
+
+from bridge.bench.common import reporter
+
+say = reporter("describe")
+CLIP = 60
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--streams", default="1,64,256,1024", help="stream counts, comma-separated (default 1,64,256,1024)")
+    p.add_argument("--frames", type=int, default=3000, help="frames described per stream count (default 3000)")
+    p.add_argument("--single-streams", type=int, default=32,
+                   help="streams of the one-stream comparison (its cost per frame does not depend on it)")
+
+
+def _measured():
+    """The sample's frames as the batched tracker measures them on the CPU: the packed result rows, the size."""
+    from bridge.engines.shipped import sample_frames
+    from bridge.serving.runners import make_runners
+    from bridge.serving.service import MultiStreamFaceService
+
+    frames = sample_frames(CLIP, step=1)
+    hw = frames[0].shape[:2]
+    with MultiStreamFaceService(1, hw, make_runners("onnxruntime", 1), device="cpu") as service:
+        faces = [service.submit(0, f).result(timeout=300) for f in frames]
+    return faces, hw
+
+
+def _pass_faces(faces, n: int, k: int):
+    from bridge.serving.service import StreamFaces
+
+    picked = [faces[(k + 7 * i) % CLIP] for i in range(n)]
+    fields = ("tracked", "presence", "landmarks", "irises", "emotion", "blendshapes", "expression_head")
+    return StreamFaces(streams=np.arange(n), **{f: np.stack([np.asarray(getattr(p, f)) for p in picked])
+                                                for f in fields})
+
+
+def _served(n: int, k: int, hw, states):
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.serving.streams import Served
+
+    now = time.perf_counter()
+    return [Served(pb.ImageFrame(seq=k, capture_time=1000.0 + k / 30, source_time=k / 30, media_time=k / 30,
+                                 frame_rate=30.0), now, now, None, {"decode_ms": 0.0, "hw": hw, "state": states[i]})
+            for i in range(n)]
+
+
+def _rows_trial(faces, hw, n: int, frames: int) -> dict:
+    from bridge.expression.refresh import IdentityRefresher
+    from bridge.runtime.serve import PassDescriber, model_versions
+    from bridge.serving.grpc_service import _StreamState
+    from bridge.serving.replies import PassReplies
+
+    refresher = IdentityRefresher(1)
+    replies = PassReplies(lambda rows: PassDescriber(rows, True, False, model_versions(), refresher=refresher))
+    finish = replies.for_service(n)
+    states = [_StreamState(f"bench{i}") for i in range(n)]
+    passes = max(3, frames // n)
+    inputs = [(_pass_faces(faces, n, k), _served(n, k, hw, states)) for k in range(min(passes, CLIP))]
+    for faces_k, served in inputs[:2]:  # first frames: open the rows, SQPNP, headers
+        finish(None, served, faces_k)
+    for state in states:  # past the first second: an identity refresh every IDENTITY_EVERY frames
+        state.describer.expression.set_identity(state.describer.expression.identity)
+    refresher.drain()
+    cpu0, proc0, t0 = time.thread_time(), _process_cpu(), time.perf_counter()
+    describe_ms = 0.0
+    for k in range(passes):
+        faces_k, served = inputs[k % len(inputs)]
+        for s in served:
+            s.request.seq = k + 2
+            s.request.media_time = s.request.capture_time = (k + 2) / 30
+        replies_k = finish(None, served, faces_k)
+        describe_ms += replies_k[0][-1].frame.latencies_ms["describe_cpu"] * n  # the pass's, up to its replies
+    cpu = time.thread_time() - cpu0
+    wall = time.perf_counter() - t0
+    refresher.drain()
+    refresh_cpu = max(0.0, _process_cpu() - proc0 - cpu)
+    refresher.close()
+    count = passes * n
+    return {"streams": n, "passes": passes, "frames": count,
+            "host_us_per_frame": round(cpu * 1e6 / count, 1),
+            "describe_us_per_frame": round(describe_ms * 1e3 / count, 1),
+            "replies_us_per_frame": round(max(0.0, cpu * 1e6 / count - describe_ms * 1e3 / count), 1),
+            "refresh_cpu_us_per_frame": round(refresh_cpu * 1e6 / count, 1),
+            "wall_us_per_frame": round(wall * 1e6 / count, 1),
+            "frames_per_s_per_core": round(count / cpu) if cpu else None}
+
+
+def _single_trial(faces, hw, n: int, frames: int) -> dict:
+    """The one-stream way: a FaceDescriber per stream (serve before batching), build_frame per frame."""
+    from bridge.expression.refresh import IdentityRefresher
+    from bridge.expression.stage import ExpressionEstimator
+    from bridge.frame import Frame
+    from bridge.grpc.convert import build_frame
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.stages.describe import FaceDescriber, MeasuredFace
+
+    refresher = IdentityRefresher(1)
+    contract = ExpressionEstimator(session=False).contract
+    blend, head = contract.outputs["blendshapes"][0], contract.outputs["head_rotation"][0]
+    describers = [FaceDescriber(ExpressionEstimator(session=False, refresher=refresher)) for _ in range(n)]
+    size = (hw[1], hw[0])
+
+    def one(k: int) -> None:
+        for i, d in enumerate(describers):
+            f = faces[(k + 7 * i) % CLIP]
+            measured = MeasuredFace(points=f.landmarks, presence=f.presence, iris=f.irises, emotion=f.emotion,
+                                    expression_outputs={blend: f.blendshapes[None], head: f.expression_head[None]})
+            out = d.describe(Frame(image=None, seq=k, t_capture=1000 + k / 30, t_capture_mono=k / 30,
+                                   t_media=k / 30), measured, image_size=size)
+            pb.TrackResponse(frame=build_frame(out, 1))
+
+    for k in range(2):
+        one(k)
+    for d in describers:
+        d.expression.set_identity(d.expression.identity)
+    refresher.drain()
+    passes = max(3, frames // n)
+    cpu0 = time.thread_time()
+    for k in range(passes):
+        one(k + 2)
+    cpu = time.thread_time() - cpu0
+    refresher.close()
+    return {"streams": n, "frames": passes * n, "host_us_per_frame": round(cpu * 1e6 / (passes * n), 1)}
+
+
+def _process_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def run(args) -> dict:
+    from bridge.runtime.native_pools import pin_native_pools
+
+    pinned = pin_native_pools()  # as serve does
+    counts = [int(x) for x in args.streams.split(",") if x.strip()]
+    say("measuring the sample on the CPU tracker ...")
+    faces, hw = _measured()
+    say(f"one stream at a time ({args.single_streams} streams) ...")
+    single = _single_trial(faces, hw, args.single_streams, min(args.frames, 1000))
+    trials = []
+    for n in counts:
+        say(f"{n} streams a pass ...")
+        trials.append(_rows_trial(faces, hw, n, args.frames))
+        say(f"{n} streams: {trials[-1]['host_us_per_frame']} us CPU a frame (describe "
+            f"{trials[-1]['describe_us_per_frame']}, replies {trials[-1]['replies_us_per_frame']})")
+    return {"native_pools": pinned, "frame_size": [hw[1], hw[0]], "single_stream": single, "trials": trials}
+
+
+def summary(results: dict) -> str:
+    single = results["single_stream"]["host_us_per_frame"]
+    lines = [f"one stream at a time: {single} us CPU a frame (FaceDescriber + build_frame)",
+             f"{'streams':>8} {'host us/frame':>14} {'describe':>9} {'replies':>8} {'refresh':>8} "
+             f"{'frames/s/core':>14}"]
+    for t in results["trials"]:
+        lines.append(f"{t['streams']:>8} {t['host_us_per_frame']:>14} {t['describe_us_per_frame']:>9} "
+                     f"{t['replies_us_per_frame']:>8} {t['refresh_cpu_us_per_frame']:>8} "
+                     f"{t['frames_per_s_per_core']:>14}")
+    return "\n".join(lines)
