@@ -25,3 +25,33 @@ def test_parse_frame_inverts_build_frame_for_every_field_the_header_names():
     assert got.model_versions == {"face_landmark": "abc"} and got.visemes is None
     assert abs(got.confidence - 0.9) < 1e-6 and abs(got.region_confidence["eyes"] - 0.8) < 1e-6
     assert got.latencies_ms == {"track": 3.5}
+
+
+def test_frames_encoded_together_are_the_messages_build_frame_makes():
+    from bridge.frame import FaceFrames
+    from bridge.grpc.convert import build_frames, layout_key, layout_keys
+
+    rng = np.random.default_rng(3)
+    n = 5
+    found = np.array([True, False, True, True, False])
+    morph = {"identity": rng.normal(size=(n, 100)), "expression": rng.uniform(size=(n, 53)),
+             **{name: rng.normal(size=(n, 3)) for name in ("jaw_rotation", "head_rotation", "head_translation",
+                                                             "eye_rotation_left", "eye_rotation_right")}}
+    frames = FaceFrames(
+        seq=np.arange(n) + 10, t_capture=1000.0 + np.arange(n) / 7, t_capture_mono=np.arange(n) / 3.0,
+        subject=[f"S{i}" for i in range(n)], face_found=found, image_size=np.tile([640, 480], (n, 1)),
+        blendshapes=rng.uniform(size=(n, 52)).astype(np.float32), head_rotation=rng.normal(size=(n, 3)),
+        head_translation=rng.normal(size=(n, 3)), eyes=rng.normal(size=(n, 2, 2)), emotion=rng.uniform(size=(n, 7)),
+        confidence=rng.uniform(size=n), morph={k: v.astype(np.float32) for k, v in morph.items()},
+        region_names=("eyes", "mouth", "tongue"), region_confidence=rng.uniform(size=(n, 3)),
+        frame_rate=np.array([30.0, 29.97, 60.0, 30.0, 25.0]), model_versions={"m": "1"},
+        latencies_ms={"describe": 1.5})
+    frames.blendshapes[2, 4] = np.nan  # NaN and inf become 0 on both paths
+    frames.head_rotation[3, 0] = np.inf
+    rows = build_frames(frames, [7] * n)
+    assert layout_keys(frames) == [layout_key(frames.frame(i)) for i in range(n)]
+    for i in range(n):
+        want = build_frame(frames.frame(i), 7)
+        assert rows[i] == want and rows[i].SerializeToString() == want.SerializeToString()
+    per_row = build_frames(frames, [3] * n, [{"server": float(i)} for i in range(n)])
+    assert [dict(m.latencies_ms) for m in per_row] == [{"server": float(i)} for i in range(n)]

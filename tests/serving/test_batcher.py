@@ -63,3 +63,23 @@ def test_max_wait_gathers_a_fuller_batch_but_respects_the_deadline():
         started = time.perf_counter()
         assert batcher.submit(0, 0).result(timeout=60) == 0  # the 7 others never come: the deadline ends the wait
         assert time.perf_counter() - started >= 0.05 and list(batcher.batch_sizes) == [1]  # it did wait
+
+
+def test_a_finish_stage_makes_each_batch_s_results_as_one_unit_on_its_own_thread():
+    seen = []
+
+    def finish(streams, items, raw):
+        seen.append((threading.current_thread().name, list(streams), raw))
+        return [f"{x}!" for x in raw]
+
+    with DeadlineBatcher(lambda streams, items: [i * 2 for i in items], name="b", finish=finish) as batcher:
+        futures = [batcher.submit(s, i) for s, i in ((0, 1), (1, 2))]
+        assert [f.result(timeout=10) for f in futures] == ["2!", "4!"]
+    assert all(name == "b-finish" for name, _, _ in seen) and sum(len(s) for _, s, _ in seen) == 2
+
+    def broken(streams, items, raw):
+        raise RuntimeError("finish failed")
+
+    with DeadlineBatcher(lambda streams, items: items, finish=broken) as batcher:
+        with pytest.raises(RuntimeError, match="finish failed"):
+            batcher.submit(0, 1).result(timeout=10)

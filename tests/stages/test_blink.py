@@ -37,3 +37,18 @@ def test_reset_forgets_the_subject():
         est(eye_points(0.6))
     est.reset()
     assert est.open_reference()[0] < 0.6
+
+
+def test_rows_blink_each_stream_as_its_own_estimator_would():
+    from bridge.stages.blink import BlinkRows
+
+    rng = np.random.default_rng(1)
+    singles, rows = [BlinkEstimator() for _ in range(4)], BlinkRows(4)
+    for step in range(400):  # past the history's length, with partial and full histories side by side
+        sel = np.sort(rng.choice(4, size=rng.integers(1, 5), replace=False))
+        points = np.stack([eye_points(rng.uniform(0.02, 0.4)) for _ in sel])
+        if step == 200:
+            rows.reset(sel[:1])
+            singles[sel[0]].reset()
+        want = np.stack([singles[i](points[k]) for k, i in enumerate(sel)])
+        assert np.abs(rows(sel, points) - want).max() < 1e-6

@@ -88,3 +88,21 @@ def test_a_long_closure_does_not_lower_where_the_lids_rest():
 def test_a_closed_mouth_neutral_face_is_left_alone():
     p0 = probs(neutral=0.6, happy=0.3, sad=0.1)
     np.testing.assert_allclose(EmotionContext()(p0, weights(), OPEN, 0.0), p0, atol=1e-6)
+
+
+def test_rows_read_each_stream_as_its_own_context_would():
+    from bridge.stages.emotion_context import EmotionContextRows
+
+    rng = np.random.default_rng(2)
+    singles, rows, t = [EmotionContext() for _ in range(4)], EmotionContextRows(4), np.zeros(4)
+    for step in range(600):  # blinks held and released, long closures, open mouths, surprise
+        sel = np.sort(rng.choice(4, size=rng.integers(1, 5), replace=False))
+        p = rng.dirichlet(np.ones(7), len(sel))
+        w = rng.uniform(0, 0.6, (len(sel), 52))
+        blinks = rng.uniform(0, 1, (len(sel), 2)) ** 0.5
+        t[sel] += rng.choice([1 / 30, 1.0], size=len(sel), p=[0.9, 0.1])
+        if step == 300:
+            rows.reset(sel[:1])
+            singles[sel[0]].reset()
+        want = np.stack([singles[i](p[k], w[k], blinks[k], t[i]) for k, i in enumerate(sel)])
+        assert np.array_equal(rows(sel, p, w, blinks, t[sel]), want)
