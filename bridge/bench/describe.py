@@ -15,16 +15,17 @@ import time
 
 import numpy as np
 
-from bridge.bench.common import reporter
+from bridge.bench.common import positive_int, reporter
 
 say = reporter("describe")
 CLIP = 60
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--streams", default="1,64,256,1024", help="stream counts, comma-separated (default 1,64,256,1024)")
-    p.add_argument("--frames", type=int, default=3000, help="frames described per stream count (default 3000)")
-    p.add_argument("--single-streams", type=int, default=32,
+    p.add_argument("--streams", default="1,64,256,1024", type=lambda text: [positive_int(x) for x in text.split(",")],
+                   help="stream counts, comma-separated (default 1,64,256,1024)")
+    p.add_argument("--frames", type=positive_int, default=3000, help="frames described per stream count (3000)")
+    p.add_argument("--single-streams", type=positive_int, default=32,
                    help="streams of the one-stream comparison (its cost per frame does not depend on it)")
 
 
@@ -148,7 +149,7 @@ def run(args) -> dict:
     from bridge.runtime.native_pools import pin_native_pools
 
     pinned = pin_native_pools()  # as serve does
-    counts = [int(x) for x in args.streams.split(",") if x.strip()]
+    counts = args.streams
     say("measuring the sample on the CPU tracker ...")
     faces, hw = _measured()
     say(f"one stream at a time ({args.single_streams} streams) ...")

@@ -119,11 +119,13 @@ def _convert(model, input_shape):
             raise _cannot(f"needs {name} to be a constant in the graph")
         return numpy_consts[name]
 
-    used_as_tensor: set[str] = set()
+    # in the order of first use (a set's order changes with every process's string hashing: the buffers, the
+    # compiled graph's arguments with them, and so Inductor's and AOTAutograd's caches missed in every process)
+    used_as_tensor: dict[str, None] = {}
     probe = {m.input_name: torch.zeros(input_shape)}  # run once on CPU to learn every shape
 
     def add(fn, inputs, outputs):
-        used_as_tensor.update(inputs)
+        used_as_tensor.update(dict.fromkeys(inputs))
         m.steps.append(_Step(fn, list(inputs), list(outputs)))
         args = [probe[i] if i in probe else torch.from_numpy(np.array(numpy_consts[i])) for i in inputs]
         out = fn(*args)

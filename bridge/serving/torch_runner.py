@@ -13,7 +13,11 @@ took 60 % of the landmark model's time; compiled, they fuse into one kernel afte
 dimension stays dynamic, so one compile serves every bucket (1.7x for the landmark model, 2.2x for the iris model
 at batch 256; a fixed batch would give 2.1x and 2.3x but compile once per bucket). Compiling takes 22-27 s per
 model on the H200 at every start: Inductor keeps its kernels on disk, but a start with that cache warm still took
-16-27 s per model.
+16-27 s per model. Part of that was ours: the converted modules registered their constants in a set's order, which
+changes with each process's string hashing, so the compiled graph's arguments changed too and Inductor's and
+AOTAutograd's on-disk caches missed in every process (onnx_torch.py keeps first-use order now; on the CPU the second
+process's compile of the emotion model went from 28.9 s to 14.6 s, both caches hitting). What is left is dynamo's
+tracing of the converted graph in each process; saving compiled artifacts (AOTInductor) would skip that too.
 """
 from __future__ import annotations
 

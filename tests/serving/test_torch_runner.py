@@ -106,3 +106,19 @@ def test_gpu_runners_where_they_cannot_run_say_why_and_what_works_instead():
         with pytest.raises(EngineUnavailable, match=f"the {kind} runners cannot run on this machine") as info:
             make_runners(kind, 4)
         assert "onnxruntime" in str(info.value) and "facebridge engines list" in str(info.value)
+
+
+def test_a_converted_model_lays_out_its_buffers_the_same_in_every_process():
+    """Inductor's and AOTAutograd's on-disk caches key on the graph's argument order: it must not change with a
+    process's string hashing, or every `facebridge serve` process compiles every model from scratch."""
+    import subprocess
+    import sys
+
+    from tests.helpers import subprocess_env
+
+    code = ("from bridge.engines.shipped import find_model; from bridge.serving.onnx_torch import load_torch_module; "
+            "m = load_torch_module(find_model('emotion').verified_path(), (1, 1, 64, 64)); "
+            "print([(tuple(b.shape), round(float(b.double().sum()), 3)) for b in m.buffers()])")
+    layouts = {subprocess.run([sys.executable, "-c", code], env={**subprocess_env(), "PYTHONHASHSEED": seed},
+                              capture_output=True, text=True, timeout=120, check=True).stdout for seed in ("1", "2")}
+    assert len(layouts) == 1
