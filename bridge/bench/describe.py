@@ -4,7 +4,8 @@ the same frames the one-stream way (a FaceDescriber per stream and build_frame p
 
 The streams are the sample as the batched tracker measures it on the CPU (measured once), each stream at its own
 offset in the clip, past its first second (its identity restored, so a refresh every IDENTITY_EVERY frames, on the
-shared refresher as in serve: its CPU is reported apart, per frame). CPU is the describing thread's own
+shared refresher as in serve: its CPU is reported apart, per frame, over at least IDENTITY_EVERY + 1 passes so
+that every stream refreshes once). CPU is the describing thread's own
 (time.thread_time), so other load on the machine barely moves it. Not measured here: gRPC's receive and send of
 each message, the protobuf parse of the request, JPEG decode (nvJPEG on a GPU server) and the inference.
 """
@@ -16,9 +17,11 @@ import time
 import numpy as np
 
 from bridge.bench.common import positive_int, reporter
+from bridge.expression.stage import IDENTITY_EVERY
 
 say = reporter("describe")
 CLIP = 60
+INPUTS = 8  # distinct passes, taken in turn (each stream moves on by a frame a pass, back every INPUTS passes)
 
 
 def add_arguments(p) -> None:
@@ -71,8 +74,8 @@ def _rows_trial(faces, hw, n: int, frames: int) -> dict:
     replies = PassReplies(lambda rows: PassDescriber(rows, True, False, model_versions(), refresher=refresher))
     finish = replies.for_service(n)
     states = [_StreamState(f"bench{i}") for i in range(n)]
-    passes = max(3, frames // n)
-    inputs = [(_pass_faces(faces, n, k), _served(n, k, hw, states)) for k in range(min(passes, CLIP))]
+    passes = max(IDENTITY_EVERY + 1, frames // n)  # every stream reaches a frame that refreshes its identity
+    inputs = [(_pass_faces(faces, n, k), _served(n, k, hw, states)) for k in range(INPUTS)]
     for faces_k, served in inputs[:2]:  # first frames: open the rows, SQPNP, headers
         finish(None, served, faces_k)
     for state in states:  # past the first second: an identity refresh every IDENTITY_EVERY frames

@@ -90,11 +90,14 @@ def rotvec_matrices(omega: np.ndarray) -> np.ndarray:
     return np.eye(3) + s * skew + c * (skew @ skew)
 
 
+CV2_ROWS = 4  # passes refining at most this many rows use cv2's refine row by row (HeadPoseEstimator's own)
+
+
 class HeadPoseRows:
     """HeadPoseEstimator for many streams at once, one row per stream: a stream's first frame (or one after a
     reset) is solved by SQPNP as there, and every other frame refined from its last pose by Gauss-Newton on the
-    reprojection error over all rows together, the least squares cv2's iterative solver minimises (same minimum,
-    to its FLT_EPSILON stop)."""
+    reprojection error over all rows together, the least squares cv2's iterative solver minimises (the same
+    minimum, to STOP; a pass of at most CV2_ROWS rows refines with cv2 itself)."""
 
     ITERATIONS = 20  # cv2's own count; a frame's refine from the last pose takes 4-8
     STOP = 1e-6  # rad, cm: a step this small ends the row (0.00006 degrees)
@@ -118,9 +121,16 @@ class HeadPoseRows:
         focal = sizes[:, 0].astype(np.float64)
         centre = sizes.astype(np.float64) / 2.0
         rot, t, has = self._rot[rows], self._t[rows], self._has[rows]
-        if has.any():
+        if has.sum() > CV2_ROWS:
             r, tt = self._refine(img_t[has], focal[has], centre[has], rot[has], t[has])
             rot[has], t[has] = r, tt
+        else:  # a few rows: cv2's own refine, row by row, is cheaper than numpy's per-call overhead
+            for i in np.flatnonzero(has):
+                k = camera_matrix(int(sizes[i, 0]), int(sizes[i, 1]))
+                ok, rvec, tvec = cv2.solvePnP(self._rigid, img[i], k, None, cv2.Rodrigues(rot[i])[0],
+                                              t[i].reshape(3, 1).copy(), useExtrinsicGuess=True,
+                                              flags=cv2.SOLVEPNP_ITERATIVE)
+                rot[i], t[i] = (cv2.Rodrigues(rvec)[0], tvec.reshape(3)) if ok else (np.nan, np.nan)
         redo = ~has | ~np.isfinite(t).all(1) | ~(t[:, 2] > 0) | ~np.isfinite(rot).all((1, 2))
         for i in np.flatnonzero(redo):
             k = camera_matrix(int(sizes[i, 0]), int(sizes[i, 1]))
