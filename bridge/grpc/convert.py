@@ -103,8 +103,8 @@ def build_frame(frame: FaceFrame, layout_id: int) -> pb.Frame:
 def build_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dict] | None = None) -> list[pb.Frame]:
     """build_frame of every row of `frames` (row i under layout_ids[i], with latencies[i] if given, else the
     shared frames.latencies_ms), the same messages: the float arrays of all rows are laid out in protobuf's wire
-    format at once (packed floats, the head and eye messages) and each message takes its own bytes in one parse,
-    instead of one Python float at a time."""
+    format at once (packed floats, the head and eye messages, the maps) and each message takes its own bytes in
+    one parse, instead of one Python float at a time."""
     n = len(frames)
     finite = lambda a: np.where(np.isfinite(a), a, 0.0).astype("<f4")  # noqa: E731 NaN/inf -> 0, as build_frame
     head = np.concatenate([finite(frames.head_rotation[:, :3]), finite(frames.head_translation[:, :3])], 1)
@@ -113,22 +113,26 @@ def build_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dict
              _message(9, [(1, head[:, 0]), (2, head[:, 1]), (3, head[:, 2])],
                       (4, [(1, head[:, 3]), (2, head[:, 4]), (3, head[:, 5])])),
              _message(10, [(1, eyes[:, 0]), (2, eyes[:, 1])]), _message(11, [(1, eyes[:, 2]), (2, eyes[:, 3])])]
-    wire = np.concatenate(fixed, 1)
     found = frames.face_found
-    parameters = {}
+    if latencies is None:
+        latencies = [frames.latencies_ms] * n
+    keys = [str(k) for k in latencies[0]] if n else []
+    same_keys = all(len(row) == len(keys) and all(str(k) == key for k, key in zip(row, keys)) for row in latencies)
+    if keys and same_keys:  # the latencies map in the wire bytes too (every row has the same stages)
+        fixed.append(_float_map(17, keys, finite(np.array([list(row.values()) for row in latencies], np.float64))))
+    wire = np.concatenate(fixed, 1)
+    tails = {}  # the rows with a face: their parameters and region confidence
     if found.any():
-        blocks = np.concatenate([frames.morph[name].reshape(n, -1) for name, _ in PARAMETER_BLOCKS], 1)
         rows = np.flatnonzero(found)
-        parameters.update(zip(rows.tolist(), _packed(14, finite(blocks[rows]))))
+        blocks = np.concatenate([frames.morph[name][rows].reshape(len(rows), -1) for name, _ in PARAMETER_BLOCKS], 1)
+        names = [str(name) for name in frames.region_names]
+        tail = np.concatenate([_packed(14, finite(blocks)), _float_map(16, names,
+                                                                       finite(frames.region_confidence[rows]))], 1)
+        tails = dict(zip(rows.tolist(), tail))
     lost = _packed(14, np.zeros((1, 15), "<f4"))[0].tobytes()  # MorphParams(): jaw, head and eyes, zeros
     seconds = frames.t_capture % 86400.0
     rates = {r: rate_fraction(r) for r in set(frames.frame_rate.tolist())}
     confidence = np.where(np.isfinite(frames.confidence), frames.confidence, 0.0).tolist()
-    shared = {str(k): _finite(v) for k, v in frames.latencies_ms.items()}
-    if latencies is not None:
-        latencies = [{str(k): _finite(v) for k, v in row.items()} for row in latencies]
-    names = [str(name) for name in frames.region_names]
-    regions = np.where(np.isfinite(frames.region_confidence), frames.region_confidence, 0.0).tolist()
     out = []
     for i in range(n):
         num, den = rates[float(frames.frame_rate[i])]
@@ -138,11 +142,10 @@ def build_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dict
                        capture_time=float(frames.t_capture[i]), source_time=float(frames.t_capture_mono[i]),
                        timecode=pb.Timecode(frame=whole, subframe=tc - whole, rate_numerator=num,
                                             rate_denominator=den),
-                       face_found=bool(found[i]), confidence=confidence[i],
-                       latencies_ms=shared if latencies is None else latencies[i])
-        msg.MergeFromString(wire[i].tobytes() + (parameters[i].tobytes() if found[i] else lost))
-        if found[i]:
-            msg.region_confidence.update(zip(names, regions[i]))
+                       face_found=bool(found[i]), confidence=confidence[i])
+        msg.MergeFromString(wire[i].tobytes() + (tails[i].tobytes() if found[i] else lost))
+        if not same_keys:
+            msg.latencies_ms.update({str(k): _finite(v) for k, v in latencies[i].items()})
         out.append(msg)
     return out
 
@@ -171,6 +174,16 @@ def _packed(field: int, values: np.ndarray) -> np.ndarray:
     """A packed repeated float field of each row: tag, length, the little-endian floats."""
     n, k = values.shape
     return _columns([_varint(field << 3 | 2) + _varint(4 * k), values], n)
+
+
+def _float_map(field: int, keys: list[str], values: np.ndarray) -> np.ndarray:
+    """A map<string, float> field of each row, every row with the same keys: one entry message per key."""
+    parts = []
+    for j, key in enumerate(keys):
+        name = key.encode()
+        entry = b"\x0a" + _varint(len(name)) + name + b"\x15"
+        parts += [_varint(field << 3 | 2) + _varint(len(entry) + 4) + entry, values[:, j]]
+    return _columns(parts, len(values))
 
 
 def _message(field: int, floats: list, child: tuple | None = None) -> np.ndarray:

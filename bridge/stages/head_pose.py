@@ -100,7 +100,7 @@ class HeadPoseRows:
     minimum, to STOP; a pass of at most CV2_ROWS rows refines with cv2 itself)."""
 
     ITERATIONS = 20  # cv2's own count; a frame's refine from the last pose takes 4-8
-    STOP = 1e-6  # rad, cm: a step this small ends the row (0.00006 degrees)
+    STOP = 1e-5  # rad, cm: a step this small ends the row (0.0006 degrees; the error left is a tenth of it)
 
     def __init__(self, rows: int) -> None:
         self.model = np.load(CANONICAL_PATH).astype(np.float64)

@@ -55,3 +55,5 @@ def test_frames_encoded_together_are_the_messages_build_frame_makes():
         assert rows[i] == want and rows[i].SerializeToString() == want.SerializeToString()
     per_row = build_frames(frames, [3] * n, [{"server": float(i)} for i in range(n)])
     assert [dict(m.latencies_ms) for m in per_row] == [{"server": float(i)} for i in range(n)]
+    mixed = [{"server": 1.0, "wait": 2.0}] + [{"wait": 3.0}] * (n - 1)  # rows with other stages: row by row
+    assert [dict(m.latencies_ms) for m in build_frames(frames, [3] * n, mixed)] == mixed
