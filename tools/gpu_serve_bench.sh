@@ -15,6 +15,9 @@
 # RUNNERS (torch-cuda; cpu for a dry run anywhere), WHEELS (.gpuwheels; empty: use what is installed),
 # T_TESTS (180), T_ONE (120), T_MANY (200) seconds: with the kill graces and start-up, at most about 9.5 minutes.
 #
+# The host path alone (issue 17), one short call: `describe` runs `facebridge bench describe` on this machine's CPU
+# (a pass of DESCRIBE_STREAMS streams described and its replies built, against one stream at a time; T_DESCRIBE 300).
+#
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
 #   bash tools/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
 #   or `two-gpu .gpuserve/part-ab` on nvidia-h200-x2.
@@ -76,6 +79,11 @@ case "$MODE" in
     P=${PROCS:-6}
     bench "serve-${P}proc" "${T_MANY:-200}" --streams "${STREAMS_N:-256,1024}" --server-processes "$P" \
       --client-processes "${CLIENTS:-8}" ;;
+  describe)
+    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    preflight
+    timeout -k 10 "${T_DESCRIBE:-300}" "$PY" -m bridge.cli bench describe --streams "${DESCRIBE_STREAMS:-1,64,256,1024}" \
+      --json "$OUT/describe-host.json" 2>&1 | grep -v " INFO " | tail -20 | tee "$OUT/describe-host.log" ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
   ray)
@@ -93,5 +101,5 @@ case "$MODE" in
       bench "serve-h200x2-$3" 200 --ray-replicas "$1" --ray-gpus-per-replica 1 --streams "$2" \
         --client-processes "${CLIENTS:-8}" "${extra[@]}"
     done ;;
-  *) echo "unknown mode $MODE: all | stage DIR | ray [DIR] | two-gpu [DIR]"; exit 2 ;;
+  *) echo "unknown mode $MODE: all | describe | stage DIR | ray [DIR] | two-gpu [DIR]"; exit 2 ;;
 esac
