@@ -114,10 +114,15 @@ class EmotionContextRows:
         self._open = np.zeros((rows, len(EMOTION_NAMES)), np.float32)
         self._has_open = np.zeros(rows, bool)
         self._closed_since = np.full(rows, np.nan)
+        self._rest = np.zeros((rows, 2))  # resting (brows, eyeWide)
+        self._has_rest = np.zeros(rows, bool)
+        self._t = np.full(rows, np.nan)  # media time of the last reading with open eyes
 
     def reset(self, rows) -> None:
         self._has_open[rows] = False
         self._closed_since[rows] = np.nan
+        self._has_rest[rows] = False
+        self._t[rows] = np.nan
 
     def __call__(self, rows: np.ndarray, probs: np.ndarray, weights: np.ndarray, blinks: np.ndarray,
                  t: np.ndarray) -> np.ndarray:
@@ -133,8 +138,16 @@ class EmotionContextRows:
         self._closed_since[rows] = since
         hold = closed & self._has_open[rows] & (t - since <= HOLD_S)
         eye_wide = pair("eyeWide")
-        brows = np.maximum(col("browInnerUp"), pair("browOuterUp"))
-        surprise = _ramps(brows, SURPRISE_BROWS) * _ramps(eye_wide, SURPRISE_EYES)
+        x = np.stack([np.maximum(col("browInnerUp"), pair("browOuterUp")), eye_wide], 1)
+        seen = rows[~closed]  # EmotionContext._raised: open eyes only
+        last_t = self._t[seen]
+        dt = np.where(np.isnan(last_t), 0.0, np.maximum(0.0, t[~closed] - last_t))
+        rest = np.where(self._has_rest[seen][:, None], np.minimum(x[~closed], self._rest[seen] + BASELINE_RISE *
+                                                                  dt[:, None]), x[~closed])
+        self._rest[seen], self._has_rest[seen], self._t[seen] = rest, True, t[~closed]
+        up = np.zeros_like(x)
+        up[~closed] = np.maximum(x[~closed] - rest, 0.0)
+        surprise = np.where(closed, 0.0, _ramps(up[:, 0], SURPRISE_BROWS) * _ramps(up[:, 1], SURPRISE_EYES))
         for source in ("fear", "neutral"):
             moved = SURPRISE_SHARE * surprise * p[:, _E[source]]
             p[:, _E[source]] -= moved

@@ -64,9 +64,10 @@ class OneEuroRows:
         restart = ~self._started[rows] | (t <= last_t)
         dt = np.where(restart, 1.0, t - last_t)[:, None]
         xs, dxs = self._x[rows], self._dx[rows]
-        dxs = dxs + _alpha(self.d_cutoff, dt) * ((x - xs) / dt - dxs)
+        step = x - xs
+        dxs = dxs + _alpha(self.d_cutoff, dt) * (step / dt - dxs)
         cutoff = self.min_cutoff + self.beta * np.abs(dxs)
-        xs = xs + _alpha(cutoff, dt) * (x - xs)
+        xs = xs + step / (1.0 + 1.0 / ((2 * math.pi * dt) * cutoff))  # OneEuroFilter's own arithmetic
         xs = np.where(restart[:, None], x, xs)
         self._x[rows] = xs
         self._dx[rows] = np.where(restart[:, None], 0.0, dxs)
