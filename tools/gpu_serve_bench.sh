@@ -12,7 +12,8 @@
 # Each step has its own time limit, so the call ends inside 10 minutes with what it measured; bench serve writes
 # every stream count to its JSON's `.partial` as the count ends, so a cut-short step keeps its counts.
 # Knobs (environment): STREAMS_1 (32), PROCS (6), STREAMS_N (256,1024), SECS (30 per count), CLIENTS (8),
-# RUNNERS (torch-cuda; cpu for a dry run anywhere), WHEELS (.gpuwheels; empty: use what is installed),
+# IN_FLIGHT (0: clients send every frame; 1: as `run --remote`), RUNNERS (torch-cuda; cpu for a dry run
+# anywhere), WHEELS (.gpuwheels; empty: use what is installed),
 # T_TESTS (180), T_ONE (120), T_MANY (200) seconds: with the kill graces and start-up, at most about 9.5 minutes.
 #
 # The host path alone (issue 17), one short call: `describe` runs `facebridge bench describe` on this machine's CPU
@@ -51,7 +52,7 @@ print('python', __import__('sys').version.split()[0], 'grpc', grpc.__version__, 
 bench() {  # NAME LIMIT_S ARGS...: one `facebridge bench serve`; the .partial stands in for a cut-short run
   local name=$1 limit=$2; shift 2
   timeout -k 20 "$limit" "$PY" -m bridge.cli bench serve --runners "$RUNNERS" --seconds "$SECONDS_PER_COUNT" \
-    --json "$OUT/$name.json" "$@" 2>&1 | grep -v " INFO " | tail -60 > "$OUT/$name.log"
+    --in-flight "${IN_FLIGHT:-0}" --json "$OUT/$name.json" "$@" 2>&1 | grep -v " INFO " | tail -60 > "$OUT/$name.log"
   echo "$name: exit ${PIPESTATUS[0]}" >> "$OUT/$name.log"
   if [ -f "$OUT/$name.json" ]; then rm -f "$OUT/$name.json.partial"; elif [ -f "$OUT/$name.json.partial" ]; then
     mv "$OUT/$name.json.partial" "$OUT/$name.json"; echo "$name: cut short, the counts that ended" | tee -a "$OUT/$name.log"; fi

@@ -55,6 +55,10 @@ def add_arguments(p) -> None:
                         "streams reconnect to the others; counted in reconnects)")
     p.add_argument("--quality", type=int, default=80, help="JPEG quality (default 80)")
     p.add_argument("--deadline-ms", type=float, default=100.0, help="the server's per-frame deadline")
+    p.add_argument("--in-flight", type=int, default=0, metavar="K",
+                   help="frames each stream keeps unanswered at most: 0 (default) sends every frame at --fps, as a "
+                        "camera streaming blindly; K holds a frame back while K are unanswered (latest wins at the "
+                        "sender, as `run --remote` does with 1), counted in dropped_at_client")
 
 
 def _cpu_seconds(pids: list[int]) -> dict[int, float]:
@@ -70,13 +74,16 @@ def _cpu_seconds(pids: list[int]) -> dict[int, float]:
     return out
 
 
-async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, measure_from, deadline_ms):
+async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, measure_from, deadline_ms,
+                      in_flight=0):
     """One face stream for the whole trial; when its call breaks (a replica killed) it reconnects to the next
-    address and goes on. `moved` counts replica changes inside one call: it must stay 0."""
+    address and goes on. `moved` counts replica changes inside one call: it must stay 0. With `in_flight` K, a
+    frame due while K of this call's frames are unanswered (served, or reported dropped) is not sent: `held`."""
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
-    out = {"sent": 0, "served": 0, "sent_measured": 0, "latency_ms": [], "replica": "", "stale": 0, "late": 0, "bad": 0,
+    out = {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [], "replica": "",
+           "stale": 0, "late": 0, "bad": 0,
            "stages": {"decode": [], "wait": [], "track": [], "describe": [], "describe_cpu": [],
                       "server": []}, "error": None,
            "reconnects": 0, "moved": 0, "replicas": []}
@@ -86,16 +93,23 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     while loop.time() < end:
         call = pb_grpc.FaceServeServiceStub(channels[which]).Track()
         replica = None
+        this_call = {"sent": 0, "answered": 0, "dropped": 0}  # the server's counters are per call
 
         async def writer():
             nonlocal k
             while (t := start + k / fps) < end:
                 await asyncio.sleep(max(0.0, t - loop.time()))
+                if in_flight and this_call["sent"] - this_call["answered"] - this_call["dropped"] >= in_flight:
+                    out["held"] += 1
+                    out["held_measured"] += time.perf_counter() >= measure_from
+                    k += 1
+                    continue
                 image = pb.ImageFrame(encoding=pb.ImageFrame.JPEG, data=jpegs[(stream_id + k) % len(jpegs)], seq=k,
                                       capture_time=time.time(), source_time=time.perf_counter(),
                                       media_time=k / fps, frame_rate=fps)
                 await call.write(pb.TrackRequest(subject=f"bench{stream_id}", image=image, deadline_ms=deadline_ms))
                 out["sent"] += 1
+                this_call["sent"] += 1
                 out["sent_measured"] += image.source_time >= measure_from
                 k += 1
             await call.done_writing()
@@ -112,9 +126,11 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
                 out["stale"] = totals["stale"] + response.stale_dropped
                 out["late"] = totals["late"] + response.late_dropped
                 out["bad"] = totals["bad"] + response.bad_frames
+                this_call["dropped"] = response.stale_dropped + response.late_dropped + response.bad_frames
                 if response.WhichOneof("part") != "frame":
                     continue
                 out["served"] += 1
+                this_call["answered"] += 1
                 frame = response.frame
                 if frame.source_time >= measure_from:
                     out["latency_ms"].append((time.perf_counter() - frame.source_time) * 1000.0)
@@ -135,7 +151,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     return out
 
 
-def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results):
+def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results, in_flight=0):
     import grpc
 
     async def main():
@@ -145,7 +161,8 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
         end = start + seconds
         measure_from = t0 + warmup
         ordered = [channels[a] for a in addresses]
-        tasks = [_one_stream(ordered, s, jpegs, fps, start, end, measure_from, deadline_ms) for s in stream_ids]
+        tasks = [_one_stream(ordered, s, jpegs, fps, start, end, measure_from, deadline_ms, in_flight)
+                 for s in stream_ids]
         streams = await asyncio.gather(*tasks)
         for c in channels.values():
             await c.close()
@@ -163,7 +180,8 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     groups = [list(range(i, n, args.client_processes)) for i in range(min(args.client_processes, n))]
     t0 = time.perf_counter() + 3.0  # time for the processes to start
     procs = [ctx.Process(target=_client_process, args=(addresses, ids, jpegs, args.fps, args.seconds, args.warmup,
-                                                       int(args.deadline_ms), t0, results)) for ids in groups]
+                                                       int(args.deadline_ms), t0, results, args.in_flight))
+             for ids in groups]
     for p in procs:
         p.start()
     time.sleep(max(0.0, t0 + args.warmup - time.perf_counter()))
@@ -188,7 +206,9 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         p.join(30)
     streams = [s for c in collected for s in c["streams"]]
     p99s = [percentiles(s["latency_ms"], (99,))[0] for s in streams]
-    shares = [len(s["latency_ms"]) / s["sent_measured"] if s["sent_measured"] else 0.0 for s in streams]
+    # the share of the frames the camera made: one held back at the sender is as lost as one the server dropped
+    made = [s["sent_measured"] + s["held_measured"] for s in streams]
+    shares = [len(s["latency_ms"]) / m if m else 0.0 for s, m in zip(streams, made)]
     served_measured = sum(len(s["latency_ms"]) for s in streams)
     all_latency = [v for s in streams for v in s["latency_ms"]]
     stages = {k: percentiles([v for s in streams for v in s["stages"][k]], (50,))[0] for k in streams[0]["stages"]}
@@ -198,7 +218,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     stale, late, bad = (sum(s[k] for s in streams) for k in ("stale", "late", "bad"))
     measured_s = args.seconds - args.warmup
     return {
-        "streams": n, "fps_per_stream": args.fps, "seconds": args.seconds,
+        "streams": n, "fps_per_stream": args.fps, "seconds": args.seconds, "in_flight": args.in_flight,
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
         "streams_p99_within_limit_any_share": sum(1 for p in p99s if p is not None and p <= P99_LIMIT_MS),
@@ -207,6 +227,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         "worst_stream_p99_ms": max((p for p in p99s if p is not None), default=None),
         "frames_sent": sent, "frames_served": served, "dropped_stale": stale, "dropped_late": late,
         "bad_frames": bad, "unanswered": sent - served - stale - late - bad,
+        "dropped_at_client": sum(s["held"] for s in streams),
         "served_per_s": round(served_measured / measured_s, 1) if measured_s > 0 else None,
         "server_cpu_ms_per_frame": round(server_cpu_s * 1000.0 / served_measured, 3)
         if served_measured and pids else None,
@@ -271,6 +292,11 @@ def run(args) -> dict:
     from bridge.serving.client import encode_jpeg
 
     counts = [int(x) for x in args.streams.split(",") if x.strip()]
+    if args.in_flight < 0:
+        from bridge.errors import FaceBridgeError
+
+        raise FaceBridgeError(f"--in-flight {args.in_flight} is negative",
+                              "give 0 to send every frame, or K >= 1 frames unanswered at most")
     clip = [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in sample_frames(60, step=1)]
     t = time.perf_counter()
     jpegs = [encode_jpeg(f, args.quality) for f in clip]
@@ -298,10 +324,11 @@ def run(args) -> dict:
         for n in counts:
             say(f"{n} streams x {args.fps:g} fps for {args.seconds:g} s ...")
             trial = _trial(n, addresses, pids, jpegs, args)
+            held = f", {trial['dropped_at_client']} held back at the clients" if args.in_flight else ""
             say(f"{n} streams: p99 {trial['latency_ms']['p99']} ms, {trial['streams_within_p99_limit']} within "
                 f"{P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
                 f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
-                f"late, server {trial['server_cpu_ms_per_frame']} ms CPU a frame")
+                f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame")
             trials.append(trial)
             if args.json:  # every count on disk as it ends: a run cut short keeps what it measured
                 atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})

@@ -28,3 +28,26 @@ def test_bench_serve_writes_each_count_and_its_counters_add_up(tmp_path):
     assert trial["replica_moves_within_a_stream"] == 0 and trial["reconnects"] == 0
     assert 0 <= trial["served_share"]["min"] <= trial["served_share"]["p50"] <= 1
     assert trial["streams_within_p99_limit"] <= trial["streams_p99_within_limit_any_share"] <= 2
+
+
+def test_bench_serve_in_flight_holds_frames_back_at_the_sender(tmp_path):
+    # --in-flight 1: a stream sends its next frame only once the last is answered (as `run --remote` does), so the
+    # server never holds two frames of one stream and drops none as stale; what the clients held back is counted,
+    # and with the frames sent it makes every frame the cameras made (seconds x fps per stream)
+    out = tmp_path / "serve.json"
+    run = subprocess.run(facebridge_cmd("bench", "serve", "--streams", "2", "--seconds", "6", "--warmup", "2",
+                                        "--fps", "30", "--in-flight", "1", "--deadline-ms", "60000",
+                                        "--json", str(out)),
+                         capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    (trial,) = json.loads(out.read_text())["results"]["trials"]
+    assert trial["in_flight"] == 1 and trial["errors"] == [] and trial["reconnects"] == 0
+    assert trial["dropped_stale"] == 0 and trial["dropped_late"] == 0 and trial["unanswered"] <= 2
+    assert trial["frames_sent"] + trial["dropped_at_client"] == 2 * 6 * 30
+    assert trial["frames_served"] > 0 and 0 <= trial["served_share"]["min"] <= 1
+
+
+def test_bench_serve_refuses_a_negative_in_flight(tmp_path):
+    run = subprocess.run(facebridge_cmd("bench", "serve", "--in-flight", "-1"), capture_output=True, text=True,
+                         env=subprocess_env(tmp_path / "home"), timeout=120)
+    assert run.returncode != 0 and "--in-flight -1 is negative" in run.stderr and "Traceback" not in run.stderr

@@ -85,7 +85,11 @@ def test_a_starting_bridge_says_so_then_serves_and_thirty_calibrations_do_not_ra
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     states = []
     try:
-        channel = grpc.insecure_channel(address)
+        # reconnect every 50 ms: gRPC's own backoff grows past a second while the bridge is not yet listening,
+        # which on a loaded machine could skip the whole 'starting' window
+        channel = grpc.insecure_channel(address, [("grpc.initial_reconnect_backoff_ms", 50),
+                                                  ("grpc.min_reconnect_backoff_ms", 50),
+                                                  ("grpc.max_reconnect_backoff_ms", 100)])
         stub = pb_grpc.FaceBridgeServiceStub(channel)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and (not states or states[-1] != "running"):
