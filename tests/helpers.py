@@ -304,3 +304,37 @@ def serve_process(*args: str, home: Path | None = None, ready_timeout: float = 2
                 proc.kill()
                 proc.wait(10)
         reader_done.wait(5)
+
+
+class LockstepStream(threading.Thread):
+    """One Track client of a real `facebridge serve` in lockstep: each image sent once the last was answered with
+    a FaceFrame (kept in `faces`); the first image lost ends it, saying which in `failure`."""
+
+    def __init__(self, address: str, jpeg: bytes, subject: str) -> None:
+        super().__init__(daemon=True)
+        from bridge.serving.client import TrackClient
+
+        self.client = TrackClient(address, subject=subject, deadline_ms=600_000)
+        self.jpeg, self.faces, self.stop, self.failure = jpeg, [], threading.Event(), None
+
+    def run(self) -> None:
+        seq = 0
+        while not self.stop.is_set():
+            self.client.send_encoded(self.jpeg, seq=seq)
+            item = self.client.results.get(timeout=240)
+            if item is None or item[0] is None or item[0].seq != seq:
+                self.failure = f"{self.client.subject} lost image {seq}: {item} ({self.client.error})"
+                return
+            self.faces.append(item[0])
+            seq += 1
+
+    def keeps_serving(self, more: int = 3) -> bool:
+        """Whether `more` further images are answered (within 240 s, the loaded CI box's worst)."""
+        start = len(self.faces)
+        return wait_until(lambda: len(self.faces) >= start + more or self.failure is not None, 240, 0.05) and \
+            self.failure is None
+
+    def close(self) -> None:
+        self.stop.set()
+        self.join(240)
+        self.client.close()

@@ -7,49 +7,27 @@ from its first frame. A later release that passes the installer's one-item smoke
 server's batches is refused with its reason; the release in use keeps serving."""
 from __future__ import annotations
 
-import threading
-
 import cv2
 import grpc
 import numpy as np
 import pytest
 
-from tests.helpers import serve_process, wait_until
+from tests.helpers import LockstepStream, serve_process, wait_until
 from tests.updates.kit import SURPRISE, Publisher, emotion_model
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 
-class Stream(threading.Thread):
-    """One client in lockstep: each image answered with a FaceFrame, kept as (seq, emotion version, emotion)."""
+class Stream(LockstepStream):
+    """One client in lockstep, its FaceFrames read as (seq, emotion version, emotion)."""
 
-    def __init__(self, address: str, jpeg: bytes, subject: str) -> None:
-        super().__init__(daemon=True)
-        from bridge.serving.client import TrackClient
-
-        self.client = TrackClient(address, subject=subject, deadline_ms=600_000)
-        self.jpeg, self.frames, self.stop, self.failure = jpeg, [], threading.Event(), None
-
-    def run(self) -> None:
-        seq = 0
-        while not self.stop.is_set():
-            self.client.send_encoded(self.jpeg, seq=seq)
-            item = self.client.results.get(timeout=240)
-            if item is None or item[0] is None or item[0].seq != seq:
-                self.failure = f"image {seq} was lost: {item} ({self.client.error})"
-                return
-            face = item[0]
-            self.frames.append((seq, face.model_versions.get("emotion", ""), np.array(face.emotion)))
-            seq += 1
+    @property
+    def frames(self) -> list[tuple]:
+        return [(f.seq, f.model_versions.get("emotion", ""), np.array(f.emotion)) for f in list(self.faces)]
 
     def versions(self) -> list[str]:
         return [v for _, v, _ in self.frames]
-
-    def close(self) -> None:
-        self.stop.set()
-        self.join(240)
-        self.client.close()
 
 
 def _status(address):

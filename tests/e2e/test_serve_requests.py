@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 import pytest
 
-from tests.helpers import serve_process, wait_until
+from tests.helpers import LockstepStream, serve_process, wait_until
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -40,41 +40,9 @@ def server(tmp_path_factory):
     assert not [line for line in proc.lines if "Traceback" in line], "\n".join(proc.lines[-40:])
 
 
-class GoodStream(threading.Thread):
-    """A well-behaved client alongside every case: one image at a time, each answered with a FaceFrame."""
-
-    def __init__(self, address: str, jpeg: bytes) -> None:
-        super().__init__(daemon=True)
-        from bridge.serving.client import TrackClient
-
-        self.client = TrackClient(address, subject="Good", deadline_ms=600_000)
-        self.jpeg, self.faces, self.stop, self.failure = jpeg, 0, threading.Event(), None
-
-    def run(self) -> None:
-        seq = 0
-        while not self.stop.is_set():
-            self.client.send_encoded(self.jpeg, seq=seq)
-            item = self.client.results.get(timeout=240)
-            if item is None or item[0] is None or item[0].seq != seq:
-                self.failure = f"the good stream lost image {seq}: {item} ({self.client.error})"
-                return
-            self.faces += 1
-            seq += 1
-
-    def keeps_serving(self, more: int = 3) -> bool:
-        start = self.faces
-        return wait_until(lambda: self.faces >= start + more or self.failure is not None, 240, 0.05) and \
-            self.failure is None
-
-    def close(self) -> None:
-        self.stop.set()
-        self.join(240)
-        self.client.close()
-
-
 @pytest.fixture
 def good(server, jpeg):
-    stream = GoodStream(server[1], jpeg)
+    stream = LockstepStream(server[1], jpeg, "Good")  # a well-behaved client alongside every case
     stream.start()
     assert stream.keeps_serving(1), stream.failure
     yield stream
