@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
                         "stream's identity converges as fast as they allow")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
+    p.add_argument("--idle-timeout", type=float, default=30.0, metavar="S",
+                   help="end a stream whose client sent no image for this long, freeing its slot (0: never; "
+                        "default 30)")
     p.add_argument("--updates", default="auto", metavar="auto|DIR|off",
                    help="follow signed releases installed into this update store (default auto: the user's, "
                         "$FACEBRIDGE_HOME/updates): a newer release's runners are built and checked in the "
@@ -77,13 +80,16 @@ def serve_config(args):
     if not args.write_deadline > 0:
         raise FaceBridgeError(f"--write-deadline {args.write_deadline} is not a positive number of seconds",
                               "pass e.g. --write-deadline 10 (the default)")
+    if not args.idle_timeout >= 0:
+        raise FaceBridgeError(f"--idle-timeout {args.idle_timeout} is not 0 or a positive number of seconds",
+                              "pass e.g. --idle-timeout 30 (the default), or 0 to keep idle streams")
 
     return ServeConfig(grpc=args.grpc, runners=args.runners, max_streams=args.max_streams,
                        deadline_ms=args.deadline_ms, token=args.grpc_token, tls_cert=args.grpc_tls_cert,
                        tls_key=args.grpc_tls_key, threads=args.threads, smoothing=not args.no_smoothing,
                        calibration=not args.no_calibration, fp16=not args.fp32,
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
-                       write_deadline_s=args.write_deadline,
+                       write_deadline_s=args.write_deadline, idle_timeout_s=args.idle_timeout,
                        updates=None if args.updates == "off" else args.updates)
 
 

@@ -49,6 +49,7 @@ class ServeConfig:
     prewarm: tuple[tuple[int, int], ...] = ()  # (height, width) frame sizes whose batched service is built at start
     identity_workers: int = 1  # threads that fold every stream's identity refreshes in (bridge/expression/refresh.py)
     write_deadline_s: float = 10.0  # a stream whose client took no response for this long is ended
+    idle_timeout_s: float = 30.0  # a stream whose client sent no image for this long is ended (0: never)
     updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
 
 
@@ -190,7 +191,8 @@ def build_server(config: ServeConfig):
             table.prepare(frame_hw)
         server = FaceServeServer(table, config.grpc, device=device, token=config.token, tls_cert=config.tls_cert,
                                  tls_key=config.tls_key, replica=config.replica, runners=config.runners,
-                                 write_deadline_s=config.write_deadline_s)
+                                 write_deadline_s=config.write_deadline_s,
+                                 idle_timeout_s=config.idle_timeout_s)
     except BaseException:
         refresher.close()
         if releases is not None:

@@ -30,7 +30,7 @@ from bridge.grpc import access
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from bridge.serving.decode import BadImage, ImageDecoder
-from bridge.serving.leases import WRITE_DEADLINE_S, WriteDeadline
+from bridge.serving.leases import IDLE_TIMEOUT_S, WRITE_DEADLINE_S, WriteDeadline
 from bridge.serving.requests import StreamRefused, first_subject, image_size
 from bridge.serving.streams import LiveStream, StreamTable
 
@@ -61,6 +61,8 @@ class _StreamState:
         self.refused_in_a_row = 0
         self.fatal: tuple[grpc.StatusCode, str] | None = None  # why the stream must end, set by its reader
         self.writing_since: float | None = None  # monotonic time a response was handed to gRPC, until taken
+        self.last_activity = time.monotonic()  # the last request received or response handed on (idle check)
+        self.stream: LiveStream | None = None
         self.evicted: str | None = None
 
 
@@ -87,6 +89,7 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
                           "connect to another replica or try again later")
         state = _StreamState(server.default_subject)
         state.raw_ok = access.is_loopback(access.peer_host(context.peer()))
+        state.stream = stream
         context.add_callback(stream.end_of_input)  # cancelled, vanished or killed: wake the loop below at once
         server.leases.watch(state, context, stream.number)
         reader = threading.Thread(target=self._read, args=(request_iterator, stream, state),
@@ -109,7 +112,8 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
             if context.is_active():  # the input ended: what was refused is still answered
                 yield from self._sending(state, self._refusals(stream, state))
             if state.fatal is not None:
-                server.count_invalid()
+                if state.evicted is None:  # an idle stream was not invalid
+                    server.count_invalid()
                 context.abort(*state.fatal)
         finally:
             server.leases.forget(state)
@@ -130,13 +134,14 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
         """Yield each response with the mark the write deadline reads (gRPC holds the yield while flow control
         stops the stream)."""
         for response in responses:
-            state.writing_since = time.monotonic()
+            state.writing_since = state.last_activity = time.monotonic()
             yield response
             state.writing_since = None
 
     def _read(self, request_iterator, stream: LiveStream, state: _StreamState) -> None:
         try:
             for request in request_iterator:
+                state.last_activity = time.monotonic()
                 if stream.closed:
                     break
                 if not state.started.is_set():
@@ -255,7 +260,8 @@ class FaceServeServer:
     def __init__(self, table: StreamTable, address: str = "127.0.0.1:50061", *,
                  device: str = "cpu", token: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
-                 default_subject: str = "FaceBridge", write_deadline_s: float = WRITE_DEADLINE_S) -> None:
+                 default_subject: str = "FaceBridge", write_deadline_s: float = WRITE_DEADLINE_S,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
         host = check_listen(address, token, tls_cert, tls_key)
         loopback = access.is_loopback(host)
         if token and not tls_cert and not loopback:
@@ -267,7 +273,8 @@ class FaceServeServer:
         self._closed = False
         self._on_close: list = []
         self.status_extra = lambda: {}  # more for stats(): {"model_versions": {...}, "release": "..."} (serve)
-        self.leases = WriteDeadline(write_deadline_s)  # a stream whose client stopped reading is ended
+        # a stream whose client stopped reading, or sends nothing, is ended
+        self.leases = WriteDeadline(write_deadline_s, idle_timeout_s)
         self._live_lock = threading.Lock()
         self.invalid = self.malformed = 0
         self._malformed_logged_at = -1e9

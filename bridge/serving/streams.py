@@ -89,6 +89,11 @@ class LiveStream:
         self.table._count("received")
         self.table._count("bad")
 
+    def holds_image(self) -> bool:
+        """Whether one of its images waits, is being tracked or waits to be sent (read without the lock: a hint
+        for the idle check, which looks again a moment later)."""
+        return self._pending is not None or self._in_flight is not None or self._done is not None
+
     def end_of_input(self) -> None:
         with self._cond:
             self._input_ended = True

@@ -263,3 +263,40 @@ def test_raw_images_are_refused_from_beyond_loopback_and_served_on_it(tmp_path, 
             far.close()
             near.close()
     assert not [line for line in proc.lines if "Traceback" in line]
+
+
+def test_an_idle_stream_is_ended_after_the_idle_timeout_and_its_slot_goes_to_a_newcomer(tmp_path, jpeg):
+    # a client that connects and then sends nothing (its camera stopped) would hold one of --max-streams slots for
+    # ever; with --idle-timeout it is told why and the slot is free, while a client waiting for an answer is not idle
+    from bridge.serving.client import TrackClient
+
+    with serve_process("--grpc", "127.0.0.1:0", "--max-streams", "1", "--idle-timeout", "2",
+                       home=tmp_path / "home") as (proc, addresses):
+        idle = TrackClient(addresses[0], subject="Idle", deadline_ms=600_000)
+        try:
+            idle.send_encoded(jpeg, seq=0)
+            first = idle.results.get(timeout=240)
+            assert first is not None and first[0] is not None, idle.error  # served, then it sends nothing
+            assert wait_until(lambda: idle.error is not None, 120, 0.05)
+            assert idle.error.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            assert "no image for 2 s" in idle.error.details() and "open a new stream" in idle.error.details()
+        finally:
+            idle.close()
+        newcomer = LockstepStream(addresses[0], jpeg, "Newcomer")
+        newcomer.start()
+        try:
+            assert newcomer.keeps_serving(3), newcomer.failure  # the one slot is its now
+            status = _status(addresses[0])
+            assert status.streams == 1 and status.streams_evicted == 1 and status.streams_invalid == 0
+        finally:
+            newcomer.close()
+
+
+def test_serve_refuses_a_negative_idle_timeout(tmp_path):
+    import subprocess
+
+    from tests.helpers import facebridge_cmd, subprocess_env
+
+    run = subprocess.run(facebridge_cmd("serve", "--idle-timeout", "-1"), capture_output=True, text=True,
+                         env=subprocess_env(tmp_path / "home"), timeout=120)
+    assert run.returncode != 0 and "--idle-timeout -1" in run.stderr and "Traceback" not in run.stderr
