@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
                         "stream's identity converges as fast as they allow")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
+    p.add_argument("--frame-sizes", default="", metavar="WxH[,WxH]",
+                   help="accept only images of these sizes, e.g. 640x480,1280x720 (default: any, up to 4 sizes a "
+                        "server: each builds a batched service on first use)")
     p.add_argument("--idle-timeout", type=float, default=30.0, metavar="S",
                    help="end a stream whose client sent no image for this long, freeing its slot (0: never; "
                         "default 30)")
@@ -59,14 +62,14 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _sizes(text: str) -> tuple[tuple[int, int], ...]:
+def _sizes(text: str, flag: str = "--prewarm") -> tuple[tuple[int, int], ...]:
     from bridge.errors import FaceBridgeError
 
     sizes = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         w, _, h = part.lower().partition("x")
         if not (w.isdigit() and h.isdigit()) or min(int(w), int(h)) < 32:
-            raise FaceBridgeError(f"--prewarm size {part!r} is not WIDTHxHEIGHT", "write e.g. --prewarm 640x480")
+            raise FaceBridgeError(f"{flag} size {part!r} is not WIDTHxHEIGHT", f"write e.g. {flag} 640x480")
         sizes.append((int(h), int(w)))
     return tuple(sizes)
 
@@ -80,6 +83,10 @@ def serve_config(args):
     if not args.write_deadline > 0:
         raise FaceBridgeError(f"--write-deadline {args.write_deadline} is not a positive number of seconds",
                               "pass e.g. --write-deadline 10 (the default)")
+    frame_sizes = _sizes(args.frame_sizes, "--frame-sizes")
+    if len(set(frame_sizes)) > 4:
+        raise FaceBridgeError(f"--frame-sizes names {len(set(frame_sizes))} sizes; a server serves at most 4",
+                              "name at most 4 sizes, or run another server for the others")
     if not args.idle_timeout >= 0:
         raise FaceBridgeError(f"--idle-timeout {args.idle_timeout} is not 0 or a positive number of seconds",
                               "pass e.g. --idle-timeout 30 (the default), or 0 to keep idle streams")
@@ -90,6 +97,7 @@ def serve_config(args):
                        calibration=not args.no_calibration, fp16=not args.fp32,
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
                        write_deadline_s=args.write_deadline, idle_timeout_s=args.idle_timeout,
+                       frame_sizes=frame_sizes,
                        updates=None if args.updates == "off" else args.updates)
 
 

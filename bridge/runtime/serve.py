@@ -50,6 +50,7 @@ class ServeConfig:
     identity_workers: int = 1  # threads that fold every stream's identity refreshes in (bridge/expression/refresh.py)
     write_deadline_s: float = 10.0  # a stream whose client took no response for this long is ended
     idle_timeout_s: float = 30.0  # a stream whose client sent no image for this long is ended (0: never)
+    frame_sizes: tuple = ()  # (height, width) sizes accepted; empty: any (each size builds a batched service)
     updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
 
 
@@ -192,7 +193,7 @@ def build_server(config: ServeConfig):
         server = FaceServeServer(table, config.grpc, device=device, token=config.token, tls_cert=config.tls_cert,
                                  tls_key=config.tls_key, replica=config.replica, runners=config.runners,
                                  write_deadline_s=config.write_deadline_s,
-                                 idle_timeout_s=config.idle_timeout_s)
+                                 idle_timeout_s=config.idle_timeout_s, frame_sizes=config.frame_sizes)
     except BaseException:
         refresher.close()
         if releases is not None:

@@ -153,7 +153,8 @@ class _Servicer(pb_grpc.FaceServeServiceServicer):
                         break
                     state.started.set()
                 try:
-                    hw = image_size(request, self.server.decoder, state.raw_ok, state.stream_hw)
+                    hw = image_size(request, self.server.decoder, state.raw_ok, state.stream_hw,
+                                    self.server.frame_sizes)
                 except BadImage as e:
                     stream.refuse()
                     self._refused(stream, state, getattr(getattr(request, "image", None), "seq", 0), str(e))
@@ -261,7 +262,9 @@ class FaceServeServer:
                  device: str = "cpu", token: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
                  default_subject: str = "FaceBridge", write_deadline_s: float = WRITE_DEADLINE_S,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S) -> None:
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, frame_sizes=()) -> None:
+        """frame_sizes: the (height, width) sizes images may have (each builds a batched service on first use);
+        empty: any, up to the table's max_sizes."""
         host = check_listen(address, token, tls_cert, tls_key)
         loopback = access.is_loopback(host)
         if token and not tls_cert and not loopback:
@@ -270,6 +273,7 @@ class FaceServeServer:
         self.decoder = ImageDecoder(device, allow_raw=loopback)
         self.runners = runners
         self.default_subject = default_subject
+        self.frame_sizes = frozenset(tuple(hw) for hw in frame_sizes)
         self._closed = False
         self._on_close: list = []
         self.status_extra = lambda: {}  # more for stats(): {"model_versions": {...}, "release": "..."} (serve)

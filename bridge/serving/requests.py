@@ -45,8 +45,10 @@ def first_subject(request, default_subject: str) -> str:
     return request.subject
 
 
-def image_size(request, decoder, raw_ok: bool, stream_hw: tuple[int, int] | None) -> tuple[int, int]:
-    """(height, width) of the request's image from its header, or BadImage: nothing is decoded here."""
+def image_size(request, decoder, raw_ok: bool, stream_hw: tuple[int, int] | None,
+               allowed_hw: frozenset = frozenset()) -> tuple[int, int]:
+    """(height, width) of the request's image from its header, or BadImage: nothing is decoded here.
+    allowed_hw: the (height, width) sizes the server takes (`--frame-sizes`); empty: any."""
     if isinstance(request, Malformed):
         raise BadImage(f"a message that is not a facebridge.v1.TrackRequest ({request.error}); send TrackRequests")
     if not request.HasField("image"):
@@ -67,6 +69,10 @@ def image_size(request, decoder, raw_ok: bool, stream_hw: tuple[int, int] | None
         hw = decoder.measure(image.encoding, image.data, image.width, image.height, raw_ok=raw_ok)
     except BadImage as e:
         raise BadImage(f"image {image.seq}: {e}") from None
+    if allowed_hw and hw not in allowed_hw:
+        sizes = ", ".join(f"{w}x{h}" for h, w in sorted(allowed_hw))
+        raise BadImage(f"image {image.seq}: {hw[1]}x{hw[0]} is not one of this server's frame sizes ({sizes}); "
+                       "send one of them")
     if stream_hw is not None and hw != stream_hw:
         raise BadImage(f"image {image.seq}: the image size changed from {stream_hw[1]}x{stream_hw[0]} to "
                        f"{hw[1]}x{hw[0]}; open a new stream for another camera mode")

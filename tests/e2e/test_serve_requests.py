@@ -300,3 +300,36 @@ def test_serve_refuses_a_negative_idle_timeout(tmp_path):
     run = subprocess.run(facebridge_cmd("serve", "--idle-timeout", "-1"), capture_output=True, text=True,
                          env=subprocess_env(tmp_path / "home"), timeout=120)
     assert run.returncode != 0 and "--idle-timeout -1" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_frame_sizes_allow_only_the_named_sizes_and_an_image_of_another_costs_only_itself(tmp_path, jpeg):
+    # each new size builds a batched service (up to 4 a server): --frame-sizes keeps one client's odd sizes from
+    # taking them; the refused image is answered with the reason and the same stream goes on at an allowed size
+    from bridge.serving.client import TrackClient, encode_jpeg
+
+    other = encode_jpeg(np.zeros((480, 640, 3), np.uint8))
+    with serve_process("--grpc", "127.0.0.1:0", "--frame-sizes", "480x360", home=tmp_path / "home") as (_, addresses):
+        client = TrackClient(addresses[0], subject="Sizes", deadline_ms=600_000)
+        try:
+            client.send_encoded(other, seq=0)
+            refused = client.results.get(timeout=240)
+            assert refused is not None and refused[0] is None, client.error
+            assert client.refused and client.refused[-1][0] == 0
+            assert "640x480 is not one of this server's frame sizes (480x360)" in client.refused[-1][1]
+            client.send_encoded(jpeg, seq=1)
+            served = client.results.get(timeout=240)
+            assert served is not None and served[0] is not None and served[0].seq == 1, client.error
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("sizes, says", [("640", "--frame-sizes size '640' is not WIDTHxHEIGHT"),
+                                         ("64x64,96x96,128x128,160x160,192x192", "names 5 sizes")])
+def test_serve_refuses_frame_sizes_it_cannot_take(tmp_path, sizes, says):
+    import subprocess
+
+    from tests.helpers import facebridge_cmd, subprocess_env
+
+    run = subprocess.run(facebridge_cmd("serve", "--frame-sizes", sizes), capture_output=True, text=True,
+                         env=subprocess_env(tmp_path / "home"), timeout=120)
+    assert run.returncode != 0 and says in run.stderr and "Traceback" not in run.stderr
