@@ -80,19 +80,10 @@ class ForeignAligner:
             entries.append((name, phones))
         if not entries:
             return None
-        d = self.decoder
-        raw = (np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes()
-        try:
-            d.set_align_text(" ".join(n for n, _ in entries))
-            d.start_utt()
-            d.process_raw(raw, full_utt=True)
-            d.end_utt()
-            d.set_alignment()
-            d.start_utt()
-            d.process_raw(raw, full_utt=True)
-            d.end_utt()
-            aligned = [(word.name, [(p.name, p.start / 100.0) for p in word]) for word in d.get_alignment()]
-        except (RuntimeError, ValueError):
+        from label_real_speech import force_align  # the same two-pass alignment as for English
+
+        aligned = force_align(self.decoder, pcm, " ".join(n for n, _ in entries))
+        if aligned is None:
             return None
         events, k = [], 0
         for name, phones in aligned:

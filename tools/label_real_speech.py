@@ -69,6 +69,24 @@ def clean_text(text: str, words: set[str]) -> str | None:
     return " ".join(tokens)
 
 
+def force_align(decoder, pcm: np.ndarray, text: str):
+    """pocketsphinx forced alignment of `text` in `pcm` (16 kHz floats): [(word, [(ARPAbet phone, start_s)])], or
+    None when pocketsphinx cannot align it. Two passes: the words, then the phones within them."""
+    raw = (np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes()
+    try:
+        decoder.set_align_text(text)
+        decoder.start_utt()
+        decoder.process_raw(raw, full_utt=True)
+        decoder.end_utt()
+        decoder.set_alignment()
+        decoder.start_utt()
+        decoder.process_raw(raw, full_utt=True)
+        decoder.end_utt()
+        return [(word.name, [(p.name, p.start / 100.0) for p in word]) for word in decoder.get_alignment()]
+    except (RuntimeError, ValueError):
+        return None
+
+
 class Aligner:
     """pocketsphinx (en-us acoustic model) forced alignment: (pcm16k, text) -> [(IPA, start_s)] or None."""
 
@@ -80,23 +98,10 @@ class Aligner:
         self.words = {line.split()[0] for line in dict_path.read_text(errors="replace").splitlines() if line.strip()}
 
     def align(self, pcm: np.ndarray, text: str):
-        d = self.decoder
-        raw = (np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes()
-        try:
-            d.set_align_text(text)
-            d.start_utt()
-            d.process_raw(raw, full_utt=True)
-            d.end_utt()
-            d.set_alignment()
-            d.start_utt()
-            d.process_raw(raw, full_utt=True)
-            d.end_utt()
-            events = []
-            for word in d.get_alignment():
-                for phone in word:
-                    events.append((ARPABET_IPA.get(phone.name, "_"), phone.start / 100.0))
-        except (RuntimeError, ValueError):
+        aligned = force_align(self.decoder, pcm, text)
+        if aligned is None:
             return None
+        events = [(ARPABET_IPA.get(phone, "_"), start) for _, phones in aligned for phone, start in phones]
         return events or None
 
 
