@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 from bridge.errors import FaceBridgeError
@@ -15,6 +16,7 @@ from bridge.fsutil import atomic_write_text
 from fedagent.processes import BIN, Tls, flower_env
 
 CONNECTION = "fedagent"
+UNAVAILABLE = "Connection to the SuperLink is unavailable"  # flwr's words for an HTTP transport error
 
 
 class FlowerCli:
@@ -53,9 +55,28 @@ class FlowerCli:
         answer = self._call("supernode", "register", str(public_key), CONNECTION)
         return int(answer.get("node-id", 0))
 
-    def run(self, app_dir: Path, run_config: Path) -> int:
-        answer = self._call("run", str(app_dir), CONNECTION, "--run-config", str(run_config), timeout=120)
-        return int(answer["run-id"])
+    def run(self, app_dir: Path, run_config: Path, attempts: int = 3) -> int:
+        """Start a run. A transport error (a loaded machine can time out flwr's HTTP call) is tried again, but
+        only once `flwr list` shows that the failed call started no run, so a run is never started twice (this
+        SuperLink runs one at a time: a run not finished is the one the failed call started)."""
+        for attempt in range(1, attempts + 1):
+            try:
+                answer = self._call("run", str(app_dir), CONNECTION, "--run-config", str(run_config), timeout=120)
+                return int(answer["run-id"])
+            except FaceBridgeError as error:
+                if UNAVAILABLE not in error.problem or attempt == attempts:
+                    raise
+            time.sleep(2.0 * attempt)
+            try:
+                runs = self._call("list", CONNECTION)["runs"]
+            except FaceBridgeError as error:
+                if UNAVAILABLE not in error.problem:
+                    raise
+                continue
+            unfinished = [int(run["run-id"]) for run in runs if not str(run.get("status", "")).startswith("finished")]
+            if unfinished:
+                return max(unfinished)
+        raise AssertionError("unreachable")
 
     def run_info(self, run_id: int) -> dict:
         runs = self._call("list", CONNECTION, "--run-id", str(run_id))["runs"]
