@@ -19,6 +19,9 @@
 # The host path alone (issue 17), one short call: `describe` runs `facebridge bench describe` on this machine's CPU
 # (a pass of DESCRIBE_STREAMS streams described and its replies built, against one stream at a time; T_DESCRIBE 300).
 #
+# Where one serve process's CPU goes (`profile`): py-spy carried in WHEELS, PROFILE_STREAMS (128) streams, SPY_S (8)
+# seconds with --gil then all threads; profile-top.txt summarised by tools/pyspy_top.py.
+#
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
 #   bash tools/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
 #   or `two-gpu .gpuserve/part-ab` on nvidia-h200-x2.
@@ -85,6 +88,24 @@ case "$MODE" in
     preflight
     timeout -k 10 "${T_DESCRIBE:-300}" "$PY" -m bridge.cli bench describe --streams "${DESCRIBE_STREAMS:-1,64,256,1024}" \
       --json "$OUT/describe-host.json" 2>&1 | grep -v " INFO " | tail -20 | tee "$OUT/describe-host.log" ;;
+  profile)  # where one serve process's CPU goes: py-spy (a wheel in WHEELS) on it while bench serve loads it
+    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    preflight
+    port=50999 spy=/tmp/site/bin/py-spy
+    "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams 4096 \
+      > "$OUT/profile-serve.log" 2>&1 & spid=$!
+    for _ in $(seq "${T_START:-240}"); do grep -q "listening on" "$OUT/profile-serve.log" && break; sleep 1; done
+    timeout -k 10 $(( ${SECS:-30} + 60 )) "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
+      --streams "${PROFILE_STREAMS:-128}" --seconds "${SECS:-30}" --warmup 5 --in-flight "${IN_FLIGHT:-1}" \
+      --client-processes "${CLIENTS:-4}" --json "$OUT/profile-bench.json" > "$OUT/profile-bench.log" 2>&1 & bpid=$!
+    sleep 12
+    # --gil: only the thread holding the interpreter lock (what the lock is spent on); then every thread
+    "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 --gil -f raw -o /tmp/gil.txt --nonblocking > /dev/null 2>&1
+    ps -L -o tid,pcpu,comm -p "$spid" | sort -k2 -nr | head -20 > "$OUT/profile-threads.txt"
+    "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 -f raw -o /tmp/all.txt --nonblocking > /dev/null 2>&1
+    wait "$bpid"; kill "$spid"
+    { "$PY" tools/pyspy_top.py /tmp/gil.txt; "$PY" tools/pyspy_top.py /tmp/all.txt; } > "$OUT/profile-top.txt" 2>&1
+    tail -3 "$OUT/profile-bench.log"; head -40 "$OUT/profile-top.txt" ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
   ray)
@@ -102,5 +123,5 @@ case "$MODE" in
       bench "serve-h200x2-$3" 200 --ray-replicas "$1" --ray-gpus-per-replica 1 --streams "$2" \
         --client-processes "${CLIENTS:-8}" "${extra[@]}"
     done ;;
-  *) echo "unknown mode $MODE: all | describe | stage DIR | ray [DIR] | two-gpu [DIR]"; exit 2 ;;
+  *) echo "unknown mode $MODE: all | describe | profile | stage DIR | ray [DIR] | two-gpu [DIR]"; exit 2 ;;
 esac
