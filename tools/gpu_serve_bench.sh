@@ -92,16 +92,18 @@ case "$MODE" in
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
     port=50999 spy=/tmp/site/bin/py-spy
-    "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams 4096 \
+    # --max-streams as many as bench: the first stream builds the batched service and captures its CUDA graphs
+    # for every batch bucket up to it (seconds), inside bench's warm-up; py-spy starts after it
+    "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams "${PROFILE_STREAMS:-128}" \
       > "$OUT/profile-serve.log" 2>&1 & spid=$!
     for _ in $(seq "${T_START:-240}"); do grep -q "listening on" "$OUT/profile-serve.log" && break; sleep 1; done
-    timeout -k 10 $(( ${SECS:-30} + 60 )) "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
-      --streams "${PROFILE_STREAMS:-128}" --seconds "${SECS:-30}" --warmup 5 --in-flight "${IN_FLIGHT:-1}" \
+    timeout -k 10 $(( ${SECS:-30} + 160 )) "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
+      --streams "${PROFILE_STREAMS:-128}" --seconds $(( ${SECS:-30} + 40 )) --warmup 40 --in-flight "${IN_FLIGHT:-1}" \
       --client-processes "${CLIENTS:-4}" --json "$OUT/profile-bench.json" > "$OUT/profile-bench.log" 2>&1 & bpid=$!
-    sleep 12
+    sleep 50
     # --gil: only the thread holding the interpreter lock (what the lock is spent on); then every thread
     "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 --gil -f raw -o /tmp/gil.txt --nonblocking > /dev/null 2>&1
-    ps -L -o tid,pcpu,comm -p "$spid" | sort -k2 -nr | head -20 > "$OUT/profile-threads.txt"
+    { top -H -b -n 2 -d 3 -p "$spid" | tail -25 || ps -L -o tid,pcpu,comm -p "$spid"; } > "$OUT/profile-threads.txt" 2>&1
     "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 -f raw -o /tmp/all.txt --nonblocking > /dev/null 2>&1
     wait "$bpid"; kill "$spid"
     { "$PY" tools/pyspy_top.py /tmp/gil.txt; "$PY" tools/pyspy_top.py /tmp/all.txt; } > "$OUT/profile-top.txt" 2>&1
