@@ -92,15 +92,16 @@ case "$MODE" in
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
     port=50999 spy=/tmp/site/bin/py-spy
-    # --max-streams as many as bench: the first stream builds the batched service and captures its CUDA graphs
-    # for every batch bucket up to it (seconds), inside bench's warm-up; py-spy starts after it
+    # --prewarm: the batched service is built and its CUDA graphs captured (for every batch bucket up to
+    # --max-streams) before it listens, not on the first stream
     "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams "${PROFILE_STREAMS:-128}" \
+      --prewarm 480x360 \
       > "$OUT/profile-serve.log" 2>&1 & spid=$!
     for _ in $(seq "${T_START:-240}"); do grep -q "listening on" "$OUT/profile-serve.log" && break; sleep 1; done
-    timeout -k 10 $(( ${SECS:-30} + 160 )) "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
-      --streams "${PROFILE_STREAMS:-128}" --seconds $(( ${SECS:-30} + 40 )) --warmup 40 --in-flight "${IN_FLIGHT:-1}" \
+    timeout -k 10 $(( ${SECS:-30} + 120 )) "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
+      --streams "${PROFILE_STREAMS:-128}" --seconds $(( ${SECS:-30} + 10 )) --warmup 10 --in-flight "${IN_FLIGHT:-1}" \
       --client-processes "${CLIENTS:-4}" --json "$OUT/profile-bench.json" > "$OUT/profile-bench.log" 2>&1 & bpid=$!
-    sleep 50
+    sleep 20
     # --gil: only the thread holding the interpreter lock (what the lock is spent on); then every thread
     "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 --gil -f raw -o /tmp/gil.txt --nonblocking > /dev/null 2>&1
     { top -H -b -n 2 -d 3 -p "$spid" | tail -25 || ps -L -o tid,pcpu,comm -p "$spid"; } > "$OUT/profile-threads.txt" 2>&1
