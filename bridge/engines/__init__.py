@@ -36,9 +36,9 @@ def _open(backend: str, model_path: Path, threads: int, cache_dir, precision: st
 
         return OrtCudaSession(model_path, threads=threads)
     if backend == "litert":
-        from bridge.engines.litert_backend import LiteRtSession
+        from bridge.engines.litert_backend import open_litert
 
-        return LiteRtSession(model_path, threads=threads)
+        return open_litert(model_path, threads=threads)
     if backend == "openvino":
         from bridge.engines.openvino_backend import OpenVinoSession
 
@@ -71,6 +71,8 @@ def create_session(model_path: str | Path, backend: str = "onnxruntime", threads
     """
     model_path = Path(model_path)
     check_cpu_precision(cpu_precision)
+    if model_path.suffix == ".tflite":  # a model shipped only as .tflite (MediaPipe's custom ops): LiteRT alone
+        return _litert_only(model_path, backend, threads, strict)
     skipped: list[str] = []
     for name in candidates(backend):
         if backend == "auto" and name in CPU_BACKENDS:
@@ -117,4 +119,21 @@ def _fastest_cpu(model_path: Path, threads: int, cache_dir, precision: str, cpu_
     if not choice.reason.startswith("measured before"):  # a first start: say once why it takes a moment
         _say("timed the CPU backends for this machine once per model (kept for later starts; `facebridge -v` "
              "shows the times, `facebridge engines clear` measures again)")
+    return session
+
+
+def _litert_only(model_path: Path, backend: str, threads: int, strict: bool) -> InferenceSession:
+    """A .tflite-only model opens on LiteRT whatever the backend asked: no other backend can run it."""
+    from bridge.engines.fastest import CHOSEN, Choice
+    from bridge.engines.litert_backend import open_litert
+
+    why = "the only backend that runs it (MediaPipe's custom ops, done in numpy between two LiteRT parts)"
+    if backend not in ("auto", "litert"):
+        if strict:
+            raise EngineUnavailable(f"--backend {backend} cannot run {model_path.name}", "use --backend litert or auto")
+        _say(f"{model_path.stem}: --backend {backend} cannot run it, using litert, {why}", loud=False)
+    session = open_litert(model_path, threads=threads)
+    if backend == "auto":
+        CHOSEN[model_path.name] = Choice("litert", why, {})
+    _say(f"{model_path.stem}: using litert, f32, {why}", loud=False)
     return session

@@ -136,12 +136,17 @@ def chosen_summary() -> str:
     """One line for a run's banner: which CPU backend each model got in this process and why ('' when `auto` chose
     none here, e.g. a GPU run or an explicit --backend)."""
     by_backend: dict[str, list[str]] = {}
+    only = [f"{Path(name).stem} on {c.backend}, {c.reason}" for name, c in CHOSEN.items() if not c.timings_ms
+            and c.reason.startswith("the only backend")]
     for name, choice in CHOSEN.items():
-        by_backend.setdefault(choice.backend, []).append(Path(name).stem)
-    if not by_backend:
+        if not (not choice.timings_ms and choice.reason.startswith("the only backend")):
+            by_backend.setdefault(choice.backend, []).append(Path(name).stem)
+    if not by_backend and not only:
         return ""
-    return ("; ".join(f"{backend} for {', '.join(sorted(models))}" for backend, models in by_backend.items())
-            + " (each the least CPU time of the backends agreeing with ONNX Runtime; `facebridge -v` shows the times)")
+    measured = ("; ".join(f"{backend} for {', '.join(sorted(models))}" for backend, models in by_backend.items())
+                + " (each the least CPU time of the backends agreeing with ONNX Runtime; `facebridge -v` shows the "
+                "times)") if by_backend else ""
+    return "; ".join(x for x in (measured, *only) if x)
 
 
 def _store(cache_dir) -> Path:

@@ -44,6 +44,19 @@ def _companion(model_path: Path) -> tuple[Path, dict]:
     raise EngineUnavailable(f"no .tflite ships for {model_path.name}", "use --backend openvino or onnxruntime")
 
 
+def open_litert(model_path: str | Path, threads: int = 1):
+    """A LiteRT session for a shipped model: LiteRtSession, or, for a .tflite whose manifest says it holds
+    MediaPipe's custom ops (`litert.custom_ops`), the session that cuts it at them (litert_mediapipe_ops.py)."""
+    if not litert_available():
+        raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert")
+    tflite, entry = _companion(Path(model_path))
+    if entry["litert"].get("custom_ops") == "mediapipe":
+        from bridge.engines.litert_mediapipe_ops import MediaPipeAttentionSession
+
+        return MediaPipeAttentionSession(tflite, entry, threads=threads)
+    return LiteRtSession(model_path, threads=threads)
+
+
 class LiteRtSession:
     backend_name = "litert"
     precision = "f32"

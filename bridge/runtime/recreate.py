@@ -48,10 +48,10 @@ class SessionRecreator:
             return []
         from bridge.pipeline import SWAP_POINTS
 
-        detector = self.pipeline.options.detector
         step = SWAP_POINTS["describe"] if stage == "describe" else [p for ps in SWAP_POINTS.values() for p in ps
                                                                    if p[1] == COMPONENTS.get(stage)]
-        return [(m, c) for m, c in step if (c != "detector" or m == detector)
+        in_use = set(self.pipeline.swappable_models())  # the detector asked for, one of the two landmark paths
+        return [(m, c) for m, c in step if m in in_use
                 and getattr(getattr(self.pipeline, c, None), "session", None) is not None]
 
     def __call__(self, stage: str) -> None:

@@ -1,4 +1,7 @@
-"""468 face landmarks (MediaPipe face mesh) and iris, with tracking so the detector runs only on loss."""
+"""468 face landmarks (MediaPipe face mesh) and iris, with tracking so the detector runs only on loss.
+
+The two-model path: face_landmark, then iris_landmark on both eyes; stages/attention.py has the one-model path.
+"""
 from __future__ import annotations
 
 import math
@@ -22,6 +25,7 @@ class LandmarkResult:
     points: np.ndarray  # (468, 3) image pixels; z in the same scale as x
     presence: float  # face-presence probability for this crop
     roi: Roi
+    eyes: IrisResult | None = None  # both eyes from the same model (stages/attention.py); None: run the iris model
 
 
 @dataclass

@@ -1,0 +1,193 @@
+"""LiteRT session for MediaPipe's attention mesh: the .tflite cut at MediaPipe's custom ops, those done in numpy.
+
+face_landmark_with_attention.tflite (the model of MediaPipe FaceMesh with refine_landmarks) has 11 ops of
+MediaPipe's own that stock LiteRT refuses: 3 Landmarks2TransformMatrix, 3 TransformTensorBilinear, 5
+TransformLandmarks (mediapipe/util/tflite/operations, v2). At load the graph is cut, in memory, into two LiteRT
+models: part A (the image to the 468-point mesh and a 48x48x32 feature map) and part B (three 16x16x32 feature crops
+to the lip, eye and iris points and the face flag); the three ops run in numpy between and after them, following
+MediaPipe's definitions. The session has the whole model's interface: NCHW input like the ONNX sessions (transposed
+to the .tflite's NHWC, free for the stages' NHWC views), its seven outputs by their graph names, flattened to
+(batch, K) as the graph's own are; a batch runs item by item. LiteRT only (tflite2onnx cannot convert the custom
+ops), XNNPACK f32 (the weights are stored fp16 and dequantised at load).
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+
+from bridge.engines.base import EngineUnavailable, TensorSpec
+from bridge.engines.native_output import native_stderr
+
+log = logging.getLogger(__name__)
+CUSTOM = ("Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks")
+CROP = 16  # TransformTensorBilinear's output side
+
+
+def _cut(data: bytes):
+    """(part A bytes, part B bytes, the three matrix ops' options, wiring by tensor name, final outputs)."""
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+    from flatbuffers import flexbuffers
+
+    model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
+    graph, codes = model.subgraphs[0], model.operatorCodes
+    custom = [i for i, op in enumerate(graph.operators) if codes[op.opcodeIndex].customCode]
+    names = [codes[graph.operators[i].opcodeIndex].customCode.decode() for i in custom]
+    if names != [CUSTOM[0]] * 3 + [CUSTOM[1]] * 3 + [CUSTOM[2]] * 5:
+        raise EngineUnavailable(f"not the attention mesh this session knows (custom ops {names})",
+                                "use the shipped face_landmark_with_attention.tflite")
+    ops = graph.operators
+    tensor = lambda t: graph.tensors[t].name.decode()  # noqa: E731
+    options = [flexbuffers.Loads(bytes(ops[i].customOptions)) for i in custom[:3]]
+    ranges = {"A": range(0, custom[0]), "B": range(custom[5] + 1, custom[6])}
+    where = {i: name for name, r in ranges.items() for i in r}
+    consumers: dict[int, set] = {}
+    for i, op in enumerate(ops):
+        for t in op.inputs:
+            consumers.setdefault(t, set()).add(i)
+
+    def constant(t: int) -> bool:
+        buffer = model.buffers[graph.tensors[t].buffer].data
+        return buffer is not None and len(buffer) > 0
+
+    parts = {}
+    for name, r in ranges.items():
+        produced = {t for i in r for t in ops[i].outputs}
+        inputs = sorted({t for i in r for t in ops[i].inputs if t >= 0 and t not in produced and not constant(t)})
+        outputs = sorted({t for t in produced if t in graph.outputs
+                          or any(where.get(c) != name for c in consumers.get(t, ()))})
+        part = copy.deepcopy(model)
+        sub = part.subgraphs[0]
+        sub.operators, sub.inputs, sub.outputs = [sub.operators[i] for i in r], inputs, outputs
+        builder = flatbuffers.Builder(1 << 20)
+        builder.Finish(part.Pack(builder), file_identifier=b"TFL3")
+        parts[name] = bytes(builder.Output())
+    # after the last custom op only reshapes remain: each graph output is one op's input, flattened
+    final = {tensor(ops[i].inputs[0]): tensor(ops[i].outputs[0]) for i in range(custom[-1] + 1, len(ops))}
+    final.update({tensor(t): tensor(t) for t in graph.outputs if any(t in ops[i].outputs for i in where)})
+    wiring = {"matrix_in": [tensor(ops[i].inputs[0]) for i in custom[:3]],
+              "matrix_out": [tensor(ops[i].outputs[0]) for i in custom[:3]],
+              "feature": tensor(ops[custom[3]].inputs[0]),
+              "crops": [tensor(ops[i].outputs[0]) for i in custom[3:6]],
+              "points": [(tensor(ops[i].inputs[0]), tensor(ops[i].inputs[1]), tensor(ops[i].outputs[0]))
+                         for i in custom[6:]]}
+    return parts["A"], parts["B"], options, wiring, final
+
+
+def transform_matrix(landmarks: np.ndarray, o: dict) -> np.ndarray:
+    """Landmarks2TransformMatrix v2: the 4x4 matrix from output-crop pixels to feature-map pixels of a region."""
+    left, right = landmarks[o["left_rotation_idx"]], landmarks[o["right_rotation_idx"]]
+    rot = o.get("target_rotation_radians", 0.0) - math.atan2(float(right[1] - left[1]), float(right[0] - left[0]))
+    c, s = math.cos(rot), math.sin(rot)
+    p = landmarks[o["subset_idxs"], :2].astype(np.float64)
+    u, v = p[:, 0] * c - p[:, 1] * s, p[:, 0] * s + p[:, 1] * c
+    u_lo, u_hi, v_lo, v_hi = u.min(), u.max(), v.min(), v.max()
+    mu, mv = (u_hi + u_lo) / 2, (v_hi + v_lo) / 2
+    cx, cy = mu * c + mv * s, -mu * s + mv * c  # the centre rotated back
+    ow, oh = o["output_width"], o["output_height"]
+    sx, sy = o["scale_x"] * (u_hi - u_lo) / ow, o["scale_y"] * (v_hi - v_lo) / oh
+    # shift(centre) @ rotation(-rot) @ scale @ shift(-output centre), multiplied out
+    m = np.zeros((4, 4))
+    m[0, 0], m[0, 1], m[1, 0], m[1, 1] = c * sx, s * sy, -s * sx, c * sy
+    m[0, 3] = cx - (c * sx * ow + s * sy * oh) / 2
+    m[1, 3] = cy - (-s * sx * ow + c * sy * oh) / 2
+    m[2, 2] = m[3, 3] = 1.0
+    return m.astype(np.float32)
+
+
+class FeatureCrops:
+    """TransformTensorBilinear v2 on one (H, W, C) feature map: 16x16 bilinear crops, 0 outside (the op's
+    half-pixel shift)."""
+
+    def __init__(self, feature: np.ndarray, size: int = CROP) -> None:
+        h, w, ch = feature.shape
+        self.h, self.w, self.size = h, w, size
+        self.flat = np.zeros(((h + 1) * (w + 1), ch), np.float32)  # one row and column of zeros past the edge
+        self.flat.reshape(h + 1, w + 1, ch)[:h, :w] = feature
+        ys, xs = np.mgrid[0:size, 0:size]
+        self.xs, self.ys = xs.reshape(-1).astype(np.float64), ys.reshape(-1).astype(np.float64)
+
+    def crop(self, m: np.ndarray) -> np.ndarray:
+        xt, yt = m[0].astype(np.float64), m[1].astype(np.float64)
+        tx = xt[0] * self.xs + xt[1] * self.ys + (xt[3] + xt[0] * 0.5 + xt[1] * 0.5 - 0.5)
+        ty = yt[0] * self.xs + yt[1] * self.ys + (yt[3] + yt[0] * 0.5 + yt[1] * 0.5 - 0.5)
+        inside = (tx >= 0) & (tx <= self.w - 1) & (ty >= 0) & (ty <= self.h - 1)
+        x0, y0 = np.floor(tx), np.floor(ty)
+        fx, fy = (tx - x0).astype(np.float32)[:, None], (ty - y0).astype(np.float32)[:, None]
+        i = np.clip(y0, 0, self.h - 1).astype(np.intp) * (self.w + 1) + np.clip(x0, 0, self.w - 1).astype(np.intp)
+        f = self.flat
+        top = f[i] + fx * (f[i + 1] - f[i])
+        bottom = f[i + self.w + 1] + fx * (f[i + self.w + 2] - f[i + self.w + 1])
+        out = top + fy * (bottom - top)
+        out[~inside] = 0.0
+        return out.reshape(1, self.size, self.size, -1)
+
+
+class MediaPipeAttentionSession:
+    """An InferenceSession (engines/base.py) for face_landmark_with_attention.tflite on stock LiteRT."""
+
+    backend_name = "litert"
+    precision = "f32"
+
+    def __init__(self, tflite: Path, entry: dict, threads: int = 1) -> None:
+        from bridge.engines.litert_backend import litert_available
+
+        if not litert_available():
+            raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert")
+        from ai_edge_litert.interpreter import Interpreter
+
+        part_a, part_b, self.options, self.wiring, self.final = _cut(Path(tflite).read_bytes())
+        try:
+            with native_stderr() as said:
+                self.a = Interpreter(model_content=part_a, num_threads=int(threads))
+                self.b = Interpreter(model_content=part_b, num_threads=int(threads))
+                self.a.allocate_tensors()
+                self.b.allocate_tensors()
+        except (RuntimeError, ValueError) as e:
+            raise EngineUnavailable(f"LiteRT cannot load the cut {Path(tflite).name} ({str(e).splitlines()[0][:160]})",
+                                    "use --landmarks mesh+iris") from None
+        for line in said:
+            log.debug("litert (native): %s", line)
+        self.inputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["inputs"]]
+        self.outputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["outputs"]]
+        self.a_in = self.a.get_input_details()[0]["index"]
+        self.a_out = {d["name"]: d["index"] for d in self.a.get_output_details()}
+        self.b_in = {d["name"]: d["index"] for d in self.b.get_input_details()}
+        self.b_out = {d["name"]: d["index"] for d in self.b.get_output_details()}
+        self.shared = [(self.a_out[n], self.b_in[n]) for n in self.b_in if n in self.a_out]  # backbone -> part B
+        transformed = {out for _, _, out in self.wiring["points"]}
+        self.direct = [(self.final[n], self.a if n in self.a_out else self.b, {**self.b_out, **self.a_out}[n])
+                       for n in self.final if n not in transformed]  # outputs the two parts give as they are
+        known = set(self.final.values())
+        missing = [o.name for o in self.outputs if o.name not in known]
+        if missing:
+            raise EngineUnavailable(f"{Path(tflite).name} has no output {missing[0]}",
+                                    "restore bridge/models with `git checkout bridge/models`")
+
+    def _one(self, nhwc: np.ndarray) -> dict[str, np.ndarray]:
+        a, b, w = self.a, self.b, self.wiring
+        a.set_tensor(self.a_in, nhwc)
+        a.invoke()
+        crops = FeatureCrops(a.get_tensor(self.a_out[w["feature"]])[0])
+        for src, dst in self.shared:
+            b.set_tensor(dst, a.get_tensor(src))
+        for src, dst, crop, o in zip(w["matrix_in"], w["matrix_out"], w["crops"], self.options):
+            m = transform_matrix(a.get_tensor(self.a_out[src])[0], o)
+            b.set_tensor(self.b_in[dst], m[None])
+            b.set_tensor(self.b_in[crop], crops.crop(m))
+        b.invoke()
+        found = {name: interp.get_tensor(index).reshape(1, -1) for name, interp, index in self.direct}
+        for pts, mat, out in w["points"]:  # TransformLandmarks v2, 2-D
+            p, m = b.get_tensor(self.b_out[pts])[0], b.get_tensor(self.b_out[mat])[0]
+            found[self.final[out]] = (p @ m[:2, :2].T + m[:2, 3]).reshape(1, -1)
+        return found
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        x = next(iter(feeds.values()))
+        nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1), dtype=np.float32)
+        items = [self._one(nhwc[i:i + 1]) for i in range(len(nhwc))]
+        return {o.name: np.concatenate([it[o.name] for it in items]) for o in self.outputs}

@@ -1,0 +1,58 @@
+"""468 face landmarks, both eyes' contours and irises from one model: MediaPipe's attention mesh.
+
+face_landmark_with_attention.tflite (what MediaPipe FaceMesh runs with refine_landmarks) takes the same 192x192 crop
+as face_landmark and returns the mesh plus lip, eye and iris points from heads that crop its own feature map, where
+the two-model path runs the iris model on two more image crops (docs/PERFORMANCE.md, issue 18). The result keeps
+the two-model path's conventions: `LandmarkResult.points` is the (468, 3) mesh in image pixels with the lips
+refined as MediaPipe does (x, y from the lips head, z the mesh's), and `LandmarkResult.eyes` an `IrisResult` like
+the iris model's ([subject's left, right], 71 contour points whose first 16 are the lids, 5 iris points centre
+first; z: the mesh's at each contour point, the irises the lid points' mean, MediaPipe's z refinement), so the
+describe step refines the lids from it exactly as from the iris model. LiteRT only (bridge/engines).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bridge.engines import create_session
+from bridge.mesh import EYE_REFINEMENT, LIP_REFINEMENT
+from bridge.models import model_path
+from bridge.stages.geometry import Roi
+from bridge.stages.landmarks import LANDMARK_SIZE, IrisResult, LandmarkResult, _to_tensor
+
+MODEL = "face_landmark_with_attention"
+_LIPS = np.array(LIP_REFINEMENT)
+_EYES = np.array(EYE_REFINEMENT)  # (2, 71): [subject's left, right]
+# the model's outputs in that order: its "right" eye is the image's right = the subject's left
+_EYE_OUTPUTS = (("output_right_eye", "output_right_iris"), ("output_left_eye", "output_left_iris"))
+
+
+class AttentionLandmarker:
+    """`run(image, roi)` -> LandmarkResult with `eyes` set: one invoke (two LiteRT parts) for mesh, lips, eyes,
+    irises."""
+
+    def __init__(self, backend: str = "auto", threads: int = 1, cpu_precision: str = "f32") -> None:
+        del cpu_precision  # XNNPACK f32 only
+        self.session = create_session(model_path(MODEL), backend=backend, threads=threads)
+        self.input_name = self.session.inputs[0].name
+
+    def run(self, image: np.ndarray, roi: Roi) -> LandmarkResult:
+        patch, back = roi.crop_rgba(image, LANDMARK_SIZE)
+        out = self.session.run({self.input_name: _to_tensor([patch])})
+        raw = out["output_mesh_identity"].reshape(468, 3)
+        a, t = back[:, :2].T.astype(np.float32), back[:, 2].astype(np.float32)
+        points = np.empty((468, 3), np.float32)
+        points[:, :2] = raw[:, :2] @ a + t
+        points[:, 2] = raw[:, 2] * np.float32(roi.size / LANDMARK_SIZE)
+        points[_LIPS, :2] = out["output_lips"].reshape(80, 2) @ a + t
+        pts = np.empty((2, 76, 3), np.float32)  # per eye: 71 contour points, then 5 iris points
+        for eye, (contour, iris) in enumerate(_EYE_OUTPUTS):
+            pts[eye, :71, :2] = out[contour].reshape(71, 2)
+            pts[eye, 71:, :2] = out[iris].reshape(5, 2)
+        pts[:, :, :2] = pts[:, :, :2] @ a + t
+        pts[:, :71, 2] = points[_EYES, 2]
+        pts[:, 71:, 2] = points[_EYES[:, :16], 2].mean(axis=1, keepdims=True)
+        logit = float(out["conv_faceflag"].reshape(()))
+        return LandmarkResult(points=points, presence=1.0 / (1.0 + math.exp(-logit)), roi=roi,
+                              eyes=IrisResult(iris=pts[:, 71:], contour=pts[:, :71]))
