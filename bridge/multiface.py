@@ -79,6 +79,8 @@ class MultiFacePipeline:
     # what the session, control and swapper read of a pipeline: slot 0's, the models are shared
     detector = property(lambda self: self.slots[0].detector)
     landmarker = property(lambda self: self.slots[0].landmarker)
+    landmark_path = property(lambda self: self.slots[0].landmark_path)
+    landmark_reason = property(lambda self: self.slots[0].landmark_reason)
     expression = property(lambda self: self.slots[0].expression)
     model_versions = property(lambda self: self.slots[0].model_versions)
 

@@ -36,6 +36,8 @@ def add_arguments(p) -> None:
                    help="inference backend (default auto: what `run` uses)")
     p.add_argument("--cpu-precision", choices=("f32", "bf16"), default="f32",
                    help="CPU backends' inference precision (default f32, as `run`)")
+    p.add_argument("--landmarks", choices=("auto", "attention", "mesh+iris"), default="auto",
+                   help="face landmark models (default auto: what `run` uses)")
     p.add_argument("--configs", type=comma_list(CONFIGS, "configuration", allow_empty=True), default=list(CONFIGS),
                    help=f"configurations to run, comma-separated (default {','.join(CONFIGS)}; '' with "
                         "--against-mediapipe runs only the side-by-side)")
@@ -121,18 +123,21 @@ def run(args) -> dict:
 
         python = mediapipe_python(args.mediapipe_python)
         _say("side by side with MediaPipe: loading the models")
-        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))
+        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision,
+                                                landmarks=args.landmarks))
         side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","))
         from bridge.engines.fastest import CHOSEN
 
-        side |= {"cores": cores, "backends": _backends(pipeline),
+        side |= {"cores": cores, "backends": _backends(pipeline), "landmarks": pipeline.landmark_path,
+                 "landmarks_reason": pipeline.landmark_reason,
                  "cpu_backend_choice": {m: {"backend": c.backend, "reason": c.reason, "median_ms": c.timings_ms}
                                         for m, c in CHOSEN.items()}}
     configs = args.configs.split(",") if isinstance(args.configs, str) else args.configs
     for config in (c for c in configs if c):
         runner = {"one_core": _one_core, "two_stage": _two_stage}[config]
         _say(f"{config}: loading the models")
-        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision))
+        pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision,
+                                                landmarks=args.landmarks))
         backend = pipeline.landmarker.session.backend_name
         precision = getattr(pipeline.landmarker.session, "precision", None)
         runner(pipeline, frames, min(10, len(frames)))  # warm-up: first detection, allocators
@@ -146,6 +151,7 @@ def run(args) -> dict:
                 stage_ms.setdefault(k, []).append(v)
         results[config] = {
             "backend": backend,
+            "landmarks": pipeline.landmark_path,
             "precision": precision,  # what the landmark model's session really computes in (CPU backends)
             "cores": cores,
             "frames": args.frames,

@@ -33,6 +33,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                    help="CPU inference precision (default f32). bf16 only where the CPU has it natively (AMX, "
                         "AVX512-BF16) and only with OpenVINO; it is faster there but moves landmarks by up to "
                         "about a pixel (docs/PERFORMANCE.md). The precision that runs is printed")
+    p.add_argument("--landmarks", choices=["auto", "attention", "mesh+iris"], default="auto",
+                   help="face landmark models: attention = MediaPipe's attention mesh, mesh, eyes and irises from one "
+                        "model (LiteRT only); mesh+iris = face_landmark then iris_landmark on both eyes; auto "
+                        "(default) = attention where the models run on the CPU and LiteRT is installed (closer to "
+                        "MediaPipe refine and less CPU, docs/PERFORMANCE.md), else mesh+iris; the run names it")
     p.add_argument("--detector", choices=["short", "full"], default="short",
                    help="BlazeFace short range (faces within ~2 m, default) or full range (up to ~5 m)")
     p.add_argument("--expression", choices=["regressor", "fit"], default="regressor",
@@ -72,6 +77,7 @@ def pipeline_options(args):
                            expression=args.expression,
                            expression_model=args.expression_model,
                            detector=f"face_detection_{args.detector}_range",
+                           landmarks=getattr(args, "landmarks", "auto"),
                            emotion_every=args.emotion_every,
                            smoothing=0.0 if args.no_smoothing else args.smoothing)
 

@@ -17,6 +17,7 @@ import logging
 import math
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from bridge.engines.base import EngineUnavailable, TensorSpec
@@ -78,14 +79,16 @@ def _cut(data: bytes):
     return parts["A"], parts["B"], options, wiring, final
 
 
-def transform_matrix(landmarks: np.ndarray, o: dict) -> np.ndarray:
-    """Landmarks2TransformMatrix v2: the 4x4 matrix from output-crop pixels to feature-map pixels of a region."""
+def transform_matrix(landmarks: np.ndarray, o: dict, subset: np.ndarray | None = None) -> np.ndarray:
+    """Landmarks2TransformMatrix v2: the 4x4 matrix from output-crop pixels to feature-map pixels of a region
+    (`subset`: o["subset_idxs"] as an index array, kept by the caller)."""
     left, right = landmarks[o["left_rotation_idx"]], landmarks[o["right_rotation_idx"]]
     rot = o.get("target_rotation_radians", 0.0) - math.atan2(float(right[1] - left[1]), float(right[0] - left[0]))
     c, s = math.cos(rot), math.sin(rot)
-    p = landmarks[o["subset_idxs"], :2].astype(np.float64)
-    u, v = p[:, 0] * c - p[:, 1] * s, p[:, 0] * s + p[:, 1] * c
-    u_lo, u_hi, v_lo, v_hi = u.min(), u.max(), v.min(), v.max()
+    p = landmarks[o["subset_idxs"] if subset is None else subset, :2].astype(np.float64)
+    uv = p @ np.array([[c, s], [-s, c]])  # (u, v) = (x c - y s, x s + y c)
+    u_lo, u_hi = cv2.minMaxLoc(uv[:, 0].copy())[:2]
+    v_lo, v_hi = cv2.minMaxLoc(uv[:, 1].copy())[:2]
     mu, mv = (u_hi + u_lo) / 2, (v_hi + v_lo) / 2
     cx, cy = mu * c + mv * s, -mu * s + mv * c  # the centre rotated back
     ow, oh = o["output_width"], o["output_height"]
@@ -100,31 +103,36 @@ def transform_matrix(landmarks: np.ndarray, o: dict) -> np.ndarray:
 
 
 class FeatureCrops:
-    """TransformTensorBilinear v2 on one (H, W, C) feature map: 16x16 bilinear crops, 0 outside (the op's
-    half-pixel shift)."""
+    """TransformTensorBilinear v2 on one (H, W, C) feature map: `size` x `size` bilinear crops, 0 where a sample
+    falls outside the map (the op's half-pixel shift), several crops in one gather."""
 
-    def __init__(self, feature: np.ndarray, size: int = CROP) -> None:
-        h, w, ch = feature.shape
+    def __init__(self, h: int, w: int, size: int = CROP) -> None:
         self.h, self.w, self.size = h, w, size
-        self.flat = np.zeros(((h + 1) * (w + 1), ch), np.float32)  # one row and column of zeros past the edge
-        self.flat.reshape(h + 1, w + 1, ch)[:h, :w] = feature
         ys, xs = np.mgrid[0:size, 0:size]
         self.xs, self.ys = xs.reshape(-1).astype(np.float64), ys.reshape(-1).astype(np.float64)
 
-    def crop(self, m: np.ndarray) -> np.ndarray:
-        xt, yt = m[0].astype(np.float64), m[1].astype(np.float64)
-        tx = xt[0] * self.xs + xt[1] * self.ys + (xt[3] + xt[0] * 0.5 + xt[1] * 0.5 - 0.5)
-        ty = yt[0] * self.xs + yt[1] * self.ys + (yt[3] + yt[0] * 0.5 + yt[1] * 0.5 - 0.5)
-        inside = (tx >= 0) & (tx <= self.w - 1) & (ty >= 0) & (ty <= self.h - 1)
+    def crops(self, feature: np.ndarray, matrices: list[np.ndarray]) -> np.ndarray:
+        """(len(matrices), size, size, C) crops of `feature` (H, W, C)."""
+        h, w, n = self.h, self.w, len(matrices)
+        m = np.stack(matrices).astype(np.float64)  # (n, 4, 4)
+        xt, yt = m[:, 0], m[:, 1]
+        tx = xt[:, :1] * self.xs + xt[:, 1:2] * self.ys + (xt[:, 3:] + xt[:, :1] * 0.5 + xt[:, 1:2] * 0.5 - 0.5)
+        ty = yt[:, :1] * self.xs + yt[:, 1:2] * self.ys + (yt[:, 3:] + yt[:, :1] * 0.5 + yt[:, 1:2] * 0.5 - 0.5)
+        tx, ty = tx.reshape(-1), ty.reshape(-1)
+        inside = (tx >= 0) & (tx <= w - 1) & (ty >= 0) & (ty <= h - 1)
         x0, y0 = np.floor(tx), np.floor(ty)
         fx, fy = (tx - x0).astype(np.float32)[:, None], (ty - y0).astype(np.float32)[:, None]
-        i = np.clip(y0, 0, self.h - 1).astype(np.intp) * (self.w + 1) + np.clip(x0, 0, self.w - 1).astype(np.intp)
-        f = self.flat
-        top = f[i] + fx * (f[i + 1] - f[i])
-        bottom = f[i + self.w + 1] + fx * (f[i + self.w + 2] - f[i + self.w + 1])
+        # a sample on the last row or column has weight 0 on the next one: reading it clipped changes nothing
+        x0 = np.clip(x0, 0, w - 1).astype(np.intp)
+        y0 = np.clip(y0, 0, h - 1).astype(np.intp)
+        x1, y1 = np.minimum(x0 + 1, w - 1), np.minimum(y0 + 1, h - 1)
+        f = feature.reshape(h * w, -1)
+        corners = f[np.concatenate([y0 * w + x0, y0 * w + x1, y1 * w + x0, y1 * w + x1])].reshape(4, len(tx), -1)
+        top = corners[0] + fx * (corners[1] - corners[0])
+        bottom = corners[2] + fx * (corners[3] - corners[2])
         out = top + fy * (bottom - top)
         out[~inside] = 0.0
-        return out.reshape(1, self.size, self.size, -1)
+        return out.reshape(n, self.size, self.size, -1)
 
 
 class MediaPipeAttentionSession:
@@ -159,6 +167,10 @@ class MediaPipeAttentionSession:
         self.b_in = {d["name"]: d["index"] for d in self.b.get_input_details()}
         self.b_out = {d["name"]: d["index"] for d in self.b.get_output_details()}
         self.shared = [(self.a_out[n], self.b_in[n]) for n in self.b_in if n in self.a_out]  # backbone -> part B
+        self.subsets = [np.array(o["subset_idxs"], np.intp) for o in self.options]
+        feature = next(d for d in self.a.get_output_details() if d["name"] == self.wiring["feature"])
+        h, w = (int(d) for d in feature["shape"][1:3])
+        self.feature_crops = FeatureCrops(h, w)
         transformed = {out for _, _, out in self.wiring["points"]}
         self.direct = [(self.final[n], self.a if n in self.a_out else self.b, {**self.b_out, **self.a_out}[n])
                        for n in self.final if n not in transformed]  # outputs the two parts give as they are
@@ -172,13 +184,15 @@ class MediaPipeAttentionSession:
         a, b, w = self.a, self.b, self.wiring
         a.set_tensor(self.a_in, nhwc)
         a.invoke()
-        crops = FeatureCrops(a.get_tensor(self.a_out[w["feature"]])[0])
+        # part A's outputs read through views (interpreter.tensor), not copies, and only until the next invoke
         for src, dst in self.shared:
-            b.set_tensor(dst, a.get_tensor(src))
-        for src, dst, crop, o in zip(w["matrix_in"], w["matrix_out"], w["crops"], self.options):
-            m = transform_matrix(a.get_tensor(self.a_out[src])[0], o)
+            b.set_tensor(dst, a.tensor(src)())
+        matrices = [transform_matrix(a.tensor(self.a_out[src])()[0], o, subset)
+                    for src, o, subset in zip(w["matrix_in"], self.options, self.subsets)]
+        crops = self.feature_crops.crops(a.tensor(self.a_out[w["feature"]])()[0], matrices)
+        for dst, crop, m, values in zip(w["matrix_out"], w["crops"], matrices, crops):
             b.set_tensor(self.b_in[dst], m[None])
-            b.set_tensor(self.b_in[crop], crops.crop(m))
+            b.set_tensor(self.b_in[crop], values[None])
         b.invoke()
         found = {name: interp.get_tensor(index).reshape(1, -1) for name, interp, index in self.direct}
         for pts, mat, out in w["points"]:  # TransformLandmarks v2, 2-D
