@@ -118,7 +118,7 @@ def test_every_cpu_backend_tracks_the_sample_like_onnxruntime(backend, sample_fr
         pytest.skip(f"{backend} is not installed")
     runs = {}
     for name in ("onnxruntime", backend):
-        pipe = FacePipeline(PipelineOptions(backend=name, smoothing=False))
+        pipe = FacePipeline(PipelineOptions(backend=name, landmarks="mesh+iris", smoothing=False))  # same models
         assert pipe.landmarker.session.backend_name == name and pipe.landmarker.session.precision == "f32"
         runs[name] = [pipe.process(f) for f in sample_frames[:120]]
     for ref, out in zip(runs["onnxruntime"], runs[backend]):
@@ -131,12 +131,13 @@ def test_smoothing_strength_scales_every_one_euro_filter_and_a_stronger_one_jitt
     """--smoothing 2 halves each filter's min cutoff and beta; on the same frames the head moves less from frame
     to frame than at 1, and 0 turns the filters off."""
     from bridge.pipeline import FacePipeline, PipelineOptions
-    from bridge.stages.describe import FILTERS
+    from bridge.stages.describe import FILTER_SLICES, FILTERS
 
     strong = FacePipeline(PipelineOptions(smoothing=2.0))
     for name, (min_cutoff, beta) in FILTERS.items():
-        assert strong.describer._filters[name].min_cutoff == pytest.approx(min_cutoff / 2)
-        assert strong.describer._filters[name].beta == pytest.approx(beta / 2)
+        channels = FILTER_SLICES[name]
+        assert strong.describer._filter.min_cutoff[channels] == pytest.approx(min_cutoff / 2)
+        assert strong.describer._filter.beta[channels] == pytest.approx(beta / 2)
     default, off = FacePipeline(PipelineOptions(smoothing=1.0)), FacePipeline(PipelineOptions(smoothing=0.0))
     steps = {}
     for label, p in (("strong", strong), ("default", default), ("off", off)):

@@ -142,11 +142,10 @@ class MediaPipeAttentionSession:
     precision = "f32"
 
     def __init__(self, tflite: Path, entry: dict, threads: int = 1) -> None:
-        from bridge.engines.litert_backend import litert_available
-
-        if not litert_available():
-            raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert")
-        from ai_edge_litert.interpreter import Interpreter
+        try:
+            from ai_edge_litert.interpreter import Interpreter
+        except ImportError:
+            raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert") from None
 
         part_a, part_b, self.options, self.wiring, self.final = _cut(Path(tflite).read_bytes())
         try:

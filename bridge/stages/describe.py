@@ -29,6 +29,14 @@ from bridge.stages.head_pose import HeadPoseEstimator
 BLINKS = np.array([ARKIT_INDEX["eyeBlinkLeft"], ARKIT_INDEX["eyeBlinkRight"]])
 FILTERS = {"blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
            "eyes": (1.5, 0.05), "emotion": (1.0, 0.5)}
+_WIDTHS = {"blendshapes": NUM_BLENDSHAPES, "head_rotation": 3, "head_translation": 3, "eyes": 4, "emotion": 7}
+# the five filters run as one OneEuroFilter over their channels side by side, each channel with its own filter's
+# min cutoff and beta: the same arithmetic per channel (bit-equal), one call a frame instead of five
+FILTER_SLICES: dict[str, slice] = {}
+_at = 0
+for _name, _width in _WIDTHS.items():
+    FILTER_SLICES[_name] = slice(_at, _at + _width)
+    _at += _width
 
 
 @dataclass
@@ -82,8 +90,9 @@ class FaceDescriber:
         self.blink = BlinkEstimator()
         self.emotion_context = EmotionContext()  # blinks, open mouth, surprise (stages/emotion_context.py)
         strength = float(smoothing) or 1.0  # 0: off (no filter runs); S: FILTERS / S
-        self._filters = {k: OneEuroFilter(min_cutoff / strength, beta / strength)
-                         for k, (min_cutoff, beta) in FILTERS.items()}
+        self._filter = OneEuroFilter(
+            np.concatenate([np.full(_WIDTHS[k], lo / strength) for k, (lo, _) in FILTERS.items()]),
+            np.concatenate([np.full(_WIDTHS[k], beta / strength) for k, (_, beta) in FILTERS.items()]))
         self._emotion = np.zeros(7, np.float32)
         self._last: FaceFrame | None = None
         self.tracked_count = 0  # consecutive frames with a face, this one included
@@ -104,8 +113,7 @@ class FaceDescriber:
         self.head_pose.reset()
         self.blink.reset()
         self.emotion_context.reset()
-        for f in self._filters.values():
-            f.reset()
+        self._filter.reset()
 
     @property
     def model_versions(self) -> dict[str, str]:
@@ -150,11 +158,11 @@ class FaceDescriber:
         for eye, name in ((0, "eyeBlinkLeft"), (1, "eyeBlinkRight")):
             blendshapes[ARKIT_INDEX[name]] = max(blendshapes[ARKIT_INDEX[name]], blinks[eye])
         t = frame.t_media
+        emotion = self._emotion
         if self.smoothing:
-            blendshapes = self._filters["blendshapes"](blendshapes, t)
-            ypr = self._filters["head_rotation"](ypr, t)
-            translation = self._filters["head_translation"](translation, t)
-            eyes = self._filters["eyes"](eyes, t).reshape(2, 2)
+            smoothed = self._filter(np.concatenate([blendshapes, ypr, translation, np.ravel(eyes), emotion]), t)
+            blendshapes, ypr, translation, eyes, emotion = (smoothed[FILTER_SLICES[k]].copy() for k in FILTERS)
+            eyes = eyes.reshape(2, 2)
         out.face_found = True
         out.blendshapes = blendshapes
         out.head_rotation = ypr
@@ -165,8 +173,8 @@ class FaceDescriber:
         # classifier's own frame-to-frame jumps (up to 0.4 on a still face), renormalised to sum to one.
         out.emotion = self._emotion
         if self.smoothing:
-            smoothed = np.clip(self._filters["emotion"](self._emotion, t), 0.0, None)
-            out.emotion = (smoothed / max(float(smoothed.sum()), 1e-6)).astype(np.float32)
+            emotion = np.clip(emotion, 0.0, None)
+            out.emotion = (emotion / max(float(emotion.sum()), 1e-6)).astype(np.float32)
         out.confidence = float(face.presence)
         out.region_confidence = dict(expr.region_confidence)
         out.landmarks = points

@@ -10,13 +10,15 @@ from bridge.engines import shipped
 from bridge.models.check import find_checks, shipped_checks
 
 ALL = {"face_detection_short_range", "face_detection_full_range", "face_landmark", "iris_landmark", "emotion",
-       "lipsync", "silero_vad", "regressor"}
+       "lipsync", "silero_vad", "regressor", "face_landmark_with_attention"}
 
 
 def test_every_shipped_onnx_file_is_checked():
     checks = shipped_checks()
     assert {c.name for c in checks} == ALL
-    assert {c.path for c in checks} == {m.path for m in shipped.shipped_models()}  # nothing on disk is left out
+    onnx = {c.path for c in checks if c.path.suffix == ".onnx"}
+    assert onnx == {m.path for m in shipped.shipped_models()}  # nothing on disk is left out
+    assert {c.name for c in checks if c.path.suffix == ".tflite"} == {"face_landmark_with_attention"}
     assert all(c.sha256 for c in checks)
 
 
@@ -29,7 +31,7 @@ def package_copy(tmp_path, monkeypatch):
     for folder in {m.path.parent for m in shipped.shipped_models()}:
         target = tmp_path / folder.name
         target.mkdir()
-        for f in list(folder.glob("*.onnx")) + list(folder.glob("*.json")):
+        for f in list(folder.glob("*.onnx")) + list(folder.glob("*.json")) + list(folder.glob("*.tflite")):
             shutil.copyfile(f, target / f.name)
     import bridge.models.registry
 
@@ -49,7 +51,7 @@ def test_a_corrupt_model_beside_the_zoo_fails_verify_in_one_line(name, folder, p
     errors = [line for line in captured.err.splitlines() if line.startswith("FAIL")]
     assert len(errors) == 1 and errors[0].startswith(f"FAIL {name}:") and "corrupt" in errors[0]
     assert str(bad) in errors[0] and captured.out.count("ok ") == len(ALL) - 1
-    assert "1 of 8 models failed verification" in captured.err
+    assert f"1 of {len(ALL)} models failed verification" in captured.err
 
 
 def test_verify_by_name_covers_the_audio_models_and_refuses_unknown_ones(capsys):

