@@ -56,7 +56,8 @@ class PipelineOptions:
     detector: str = "face_detection_short_range"
     # "attention": MediaPipe's attention mesh, mesh + eyes + irises from one model (LiteRT only); "mesh+iris":
     # face_landmark then iris_landmark; "auto": the attention mesh where the models run on the CPU and LiteRT is
-    # installed (it passes the parity tests and costs about a third less, docs/PERFORMANCE.md), else mesh+iris
+    # installed (4x closer to MediaPipe refine's points, a quarter less CPU a frame: docs/PERFORMANCE.md), else
+    # mesh+iris
     landmarks: str = "auto"
     expression: str = "regressor"  # or "fit"
     expression_model: str | None = None  # folder with a user ONNX model + manifest (docs: model contract)
@@ -107,8 +108,8 @@ def landmark_path(options: PipelineOptions) -> tuple[str, str]:
         gpu = next((b for b in ("tensorrt", "tensorrt-rtx", "onnxruntime-cuda") if check_available(b).ok), None)
         if gpu is not None:
             return "mesh+iris", f"the models run on {gpu} (the attention mesh runs on LiteRT only)"
-    return "attention", ("one model for mesh, eyes and irises on LiteRT: about a third less CPU a face than "
-                         "face_landmark + iris_landmark at the same parity (docs/PERFORMANCE.md)")
+    return "attention", ("one model for mesh, eyes and irises on LiteRT: closer to MediaPipe refine's points and "
+                         "about a quarter less CPU a frame than face_landmark + iris_landmark (docs/PERFORMANCE.md)")
 
 
 class FacePipeline:
