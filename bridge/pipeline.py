@@ -104,6 +104,15 @@ def landmark_path(options: PipelineOptions) -> tuple[str, str]:
         return "mesh+iris", f"--backend {options.backend}: the attention mesh runs on LiteRT only"
     if not check_available("litert").ok:
         return "mesh+iris", "LiteRT is not installed (the attention mesh runs on it only)"
+    try:
+        from bridge.models.registry import default_registry
+
+        registry = default_registry()
+        installed = next((m for m in ("face_landmark", "iris_landmark") if registry.installed(m) is not None), None)
+    except Exception:  # noqa: BLE001 - an unreadable update store is reported where releases are followed
+        installed = None
+    if installed is not None:
+        return "mesh+iris", f"a signed release of {installed} is installed (it runs on the two-model path)"
     if options.backend == "auto":
         gpu = next((b for b in ("tensorrt", "tensorrt-rtx", "onnxruntime-cuda") if check_available(b).ok), None)
         if gpu is not None:

@@ -106,8 +106,10 @@ def _one(backend: str, kind: str, seconds: float) -> dict:
         keys, repo, state, second = _prepare(work, kind, env)
         receiver = _Receiver()
         receiver.start()
+        landmarks = "mesh+iris" if kind == "model" else "auto"  # the face-model release is a face_landmark one
         config = RunConfig(source="sample", audio="sample" if kind == "adapter" else None, status_line=False,
-                           monitor=None, pipeline=PipelineOptions(backend=backend), updates=str(state),
+                           monitor=None, pipeline=PipelineOptions(backend=backend, landmarks=landmarks),
+                           updates=str(state),
                            outputs=OutputConfig(llf=f"127.0.0.1:{receiver.sock.getsockname()[1]}", vmc=None))
         sent: list[tuple[float, int, dict]] = []  # (time sent, seq, model versions)
         session = BridgeSession(config).open()
