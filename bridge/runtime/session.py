@@ -321,11 +321,11 @@ class BridgeSession:
         from bridge.engines.fastest import chosen_summary  # --backend auto on a CPU: each model's choice and why
 
         path = getattr(self.pipeline, "landmark_path", None)
-        landmarks = f"landmarks {path} ({self.pipeline.landmark_reason}); " if path else ""
+        landmarks = f"landmarks {path} ({self.pipeline.landmark_reason}); " if path else ""  # after the backend
         chosen = chosen_summary()
         if chosen:  # f32 unless --cpu-precision bf16 took (each model's own precision: `facebridge -v`)
-            return f"{landmarks}{chosen}{'' if precision in (None, 'f32') else f'; face mesh in {precision}'}; "
-        return f"{landmarks}{session.backend_name}{' ' + precision if precision else ''}; "
+            return f"{chosen}{'' if precision in (None, 'f32') else f'; face mesh in {precision}'}; {landmarks}"
+        return f"{session.backend_name}{' ' + precision if precision else ''}; {landmarks}"
 
     def _lossless(self) -> bool:
         """Keep every frame: a file read as fast as it goes (--fast), or a file being recorded (--record)."""
