@@ -109,7 +109,8 @@ def main(argv=None) -> int:
             meta.append({"voice": f"{program}:{voice}", "text": text, "stretch": round(stretch, 3),
                          "pitch": round(pitch, 3), "augmented": not clean})
             if len(examples) % 50 == 0:
-                print(f"  {len(examples)}/{args.count} ({time.time() - started:.0f} s, {failed} not aligned)", flush=True)
+                print(f"  {len(examples)}/{args.count} ({time.time() - started:.0f} s, {failed} not aligned)",
+                      flush=True)
     save_set(args.out, args.name, examples, meta, [])
     return 0
 

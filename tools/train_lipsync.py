@@ -92,17 +92,53 @@ def load_set(data_dir: Path, name: str) -> list[dict]:
     return out
 
 
-def batches(utts: list[dict], rng: np.random.Generator, batch: int, length: int, real: list[dict] | None = None,
-            real_share: float = 0.0):
-    """Random crops; targets lag the input by LOOKAHEAD frames. With `real`, each crop comes from the recorded
-    speech with probability real_share."""
+def _band_hz() -> np.ndarray:
+    """Centre frequency (Hz) of each mel band of bridge.audio.features."""
+    mel = lambda f: 2595.0 * np.log10(1.0 + np.asarray(f) / 700.0)  # noqa: E731
+    edges = 700.0 * (10.0 ** (np.linspace(mel(features.FMIN), mel(features.FMAX), features.N_MELS + 2) / 2595.0) - 1)
+    return edges[1:-1]
+
+
+BAND_HZ = _band_hz()
+
+
+def perturb(u: dict, rng: np.random.Generator) -> dict:
+    """Speaker and channel perturbation in the log-mel domain (training only, nothing changes at run time):
+    speaking rate (frames resampled 0.8-1.25x, labels by nearest frame), vocal-tract length (the spectrum's
+    frequency axis scaled by 0.85-1.18, as VTLP does), and a smooth random microphone EQ of up to +-6 dB."""
+    mel, vis, mouth = u["mel"], u["visemes"], u["mouth"]
+    rate = float(np.exp(rng.uniform(np.log(0.8), np.log(1.25))))
+    pos = np.arange(0, len(mel) - 1, rate)
+    lo = pos.astype(int)
+    frac = (pos - lo)[:, None].astype(np.float32)
+    mel = mel[lo] * (1 - frac) + mel[np.minimum(lo + 1, len(u["mel"]) - 1)] * frac
+    near = np.minimum(np.round(pos).astype(int), len(vis) - 1)
+    vis, mouth = vis[near], mouth[near]
+    alpha = float(np.exp(rng.uniform(np.log(0.85), np.log(1.18))))  # > 1: a shorter vocal tract (formants up)
+    src = np.interp(BAND_HZ / alpha, BAND_HZ, np.arange(features.N_MELS))
+    i0 = np.clip(src.astype(int), 0, features.N_MELS - 2)
+    w = np.clip(src - i0, 0.0, 1.0).astype(np.float32)
+    mel = mel[:, i0] * (1 - w) + mel[:, i0 + 1] * w
+    bands = np.linspace(0, np.pi, features.N_MELS)
+    eq = sum(rng.uniform(-0.7, 0.7) * np.cos(k * bands + rng.uniform(0, np.pi)) for k in (1, 2, 3))  # ln power
+    return {"mel": (mel + eq.astype(np.float32)).astype(np.float32), "visemes": vis, "mouth": mouth}
+
+
+def batches(utts: list[dict], rng: np.random.Generator, batch: int, length: int, pools=(), perturb_share=0.0):
+    """Random crops; targets lag the input by LOOKAHEAD frames. `pools`: (utterances, share) pairs: each crop
+    comes from such a pool with its share of probability (recorded speech, other voices), else from `utts`.
+    `perturb_share` of the crops go through perturb() first."""
+    shares = np.cumsum([share for _, share in pools]) if pools else np.zeros(0)
     while True:
         mel = np.zeros((batch, length, features.N_MELS), np.float32)
         vis = np.zeros((batch, length), np.int64)
         mouth = np.zeros((batch, length, N_MOUTH), np.float32)
         for b in range(batch):
-            pool = real if real and rng.random() < real_share else utts
+            k = int(np.searchsorted(shares, rng.random(), side="right")) if pools else 0
+            pool = pools[k][0] if k < len(pools) else utts
             u = pool[rng.integers(len(pool))]
+            if perturb_share > 0 and rng.random() < perturb_share:
+                u = perturb(u, rng)
             n = len(u["mel"])
             start = int(rng.integers(LOOKAHEAD, max(LOOKAHEAD + 1, n - length)))
             seg = slice(start, min(n, start + length))
@@ -208,6 +244,10 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--real-share", type=float, default=0.3,
                    help="share of training crops from recorded speech (real_train.npz from tools/label_real_speech.py)")
+    p.add_argument("--voices-share", type=float, default=0.0,
+                   help="share of crops from flite/festival voices (voices_train.npz from tools/gen_voice_data.py)")
+    p.add_argument("--perturb", type=float, default=0.0,
+                   help="share of crops given rate, vocal-tract-length and EQ perturbation (train_lipsync.perturb)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -223,6 +263,11 @@ def main(argv=None) -> int:
     if real:
         print(f"recorded speech: {len(real)} utterances, {sum(len(u['mel']) for u in real) / 6000:.1f} min, "
               f"{args.real_share:.0%} of the crops", flush=True)
+    voices = load_set(data, "voices_train") if args.voices_share > 0 else []
+    if voices:
+        print(f"flite/festival voices: {len(voices)} utterances, {sum(len(u['mel']) for u in voices) / 6000:.1f} min, "
+              f"{args.voices_share:.0%} of the crops", flush=True)
+    pools = [(p, share) for p, share in ((real, args.real_share), (voices, args.voices_share)) if p]
     net = LipSyncNet(mean, std)
     if args.init:
         load_onnx_weights(net, Path(args.init))
@@ -234,7 +279,7 @@ def main(argv=None) -> int:
     channel_weight = torch.ones(N_MOUTH)
     channel_weight[MOUTH_CHANNELS.index("jawOpen")] = 3.0
     started = time.time()
-    stream = batches(train, rng, args.batch, args.length, real, args.real_share)
+    stream = batches(train, rng, args.batch, args.length, pools, args.perturb)
     for step in range(1, args.steps + 1):
         mel, vis, mouth = next(stream)
         logits, pred, _ = net(mel, torch.zeros(LAYERS, args.batch, HIDDEN))
@@ -292,7 +337,9 @@ def main(argv=None) -> int:
                      "threads": 1, "seconds": train_seconds, "train_utterances": len(train),
                      "init": {"previous_model_sha256": init_sha} if args.init else None,
                      "lr": args.lr,
-                     "real_utterances": len(real), "real_share": args.real_share if real else 0.0},
+                     "real_utterances": len(real), "real_share": args.real_share if real else 0.0,
+                     "voices_utterances": len(voices), "voices_share": args.voices_share if voices else 0.0,
+                     "perturb_share": args.perturb},
         "evaluation": results,
     }
     atomic_write_json(out / "lipsync.json", manifest)
