@@ -24,6 +24,8 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from lipsync_norm import MAX_FRAMES, RunningNorm  # noqa: E402
+
 from bridge.audio import features  # noqa: E402
 from bridge.audio.lipsync import save_adapter  # noqa: E402
 from bridge.audio.visemes import MOUTH_CHANNELS  # noqa: E402
@@ -52,8 +54,14 @@ class Adapter(nn.Module):
 
 
 class LipSyncNet(nn.Module):
-    def __init__(self, mean: np.ndarray, std: np.ndarray):
+    """With `norm_tau` (frames), a causal running normalisation (tools/lipsync_norm.py) comes first; its statistics
+    ride in one more row of the recurrent state (state_rows = LAYERS + 1)."""
+
+    def __init__(self, mean: np.ndarray, std: np.ndarray, norm_tau: float | None = None):
         super().__init__()
+        self.norm = RunningNorm(mean, std, norm_tau) if norm_tau else None
+        self.norm_tau = norm_tau
+        self.state_rows = LAYERS + (1 if norm_tau else 0)
         self.register_buffer("mel_mean", torch.tensor(mean, dtype=torch.float32))
         self.register_buffer("mel_scale", torch.tensor(1.0 / std, dtype=torch.float32))
         self.inp = nn.Linear(features.N_MELS, HIDDEN)
@@ -63,10 +71,15 @@ class LipSyncNet(nn.Module):
         self.adapter = Adapter(HIDDEN, RANK, N_VIS + N_MOUTH)
 
     def forward(self, mel, state):
+        if self.norm is not None:
+            mel, row = self.norm(mel, state[LAYERS])
+            state = state[:LAYERS]
         x = torch.relu(self.inp((mel - self.mel_mean) * self.mel_scale))
         y, state_out = self.gru(x, state)
         h = torch.relu(self.mid(y))
         out = self.head(h) + self.adapter(h)
+        if self.norm is not None:
+            state_out = torch.cat([state_out, row[None]], dim=0)
         return out[..., :N_VIS], out[..., N_VIS:], state_out
 
 
@@ -182,6 +195,8 @@ def load_onnx_weights(net: LipSyncNet, path: Path) -> None:
         sd[f"gru.bias_hh_l{layer}"] = torch.from_numpy(reorder(b[0, 3 * HIDDEN:]))
     for name in ("mel_mean", "mel_scale", "inp.bias", "mid.bias", "head.bias"):
         sd[name] = torch.from_numpy(inits["net." + name].copy())
+    for name in [n for n in sd if n.startswith("norm.") and "net." + n in inits]:  # a model that had the norm
+        sd[name] = torch.from_numpy(inits["net." + name].copy())
     sd["adapter.A"], sd["adapter.B"] = (torch.from_numpy(inits[n].copy()) for n in ADAPTER_NAMES)
     net.load_state_dict(sd)
 
@@ -190,7 +205,11 @@ def predict(net: LipSyncNet, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Streaming-equivalent prediction for a whole utterance, re-aligned: row t describes frame t."""
     with torch.no_grad():
         padded = np.concatenate([mel, np.full((LOOKAHEAD, mel.shape[1]), np.log(features.LOG_FLOOR), np.float32)])
-        vis, mouth, _ = net(torch.from_numpy(padded)[None], torch.zeros(LAYERS, 1, HIDDEN))
+        state, vis, mouth = torch.zeros(net.state_rows, 1, HIDDEN), [], []
+        for start in range(0, len(padded), MAX_FRAMES):  # as bridge/audio/lipsync.py steps it
+            v, m, state = net(torch.from_numpy(padded[start:start + MAX_FRAMES])[None], state)
+            vis.append(v), mouth.append(m)
+        vis, mouth = torch.cat(vis, 1), torch.cat(mouth, 1)
     return (torch.softmax(vis[0, LOOKAHEAD:], -1).numpy(), mouth[0, LOOKAHEAD:].clamp(0, 1).numpy())
 
 
@@ -208,7 +227,7 @@ def export(net: LipSyncNet, path: Path) -> None:
 
     wrapper = ExportWrapper(net).eval()
     mel = torch.zeros(1, 7, features.N_MELS)
-    state = torch.zeros(LAYERS, 1, HIDDEN)
+    state = torch.zeros(net.state_rows, 1, HIDDEN)
     buf = io.BytesIO()
     torch.onnx.export(wrapper, (mel, state), buf, dynamo=False, opset_version=17,
                       input_names=["mel", "state"], output_names=["visemes", "mouth", "state_out"],
@@ -246,6 +265,8 @@ def main(argv=None) -> int:
                    help="share of training crops from recorded speech (real_train.npz from tools/label_real_speech.py)")
     p.add_argument("--voices-share", type=float, default=0.0,
                    help="share of crops from flite/festival voices (voices_train.npz from tools/gen_voice_data.py)")
+    p.add_argument("--norm-tau", type=float, default=None,
+                   help="causal running mean/variance normalisation of the log-mel with this time constant (frames)")
     p.add_argument("--perturb", type=float, default=0.0,
                    help="share of crops given rate, vocal-tract-length and EQ perturbation (train_lipsync.perturb)")
     args = p.parse_args(argv)
@@ -268,7 +289,7 @@ def main(argv=None) -> int:
         print(f"flite/festival voices: {len(voices)} utterances, {sum(len(u['mel']) for u in voices) / 6000:.1f} min, "
               f"{args.voices_share:.0%} of the crops", flush=True)
     pools = [(p, share) for p, share in ((real, args.real_share), (voices, args.voices_share)) if p]
-    net = LipSyncNet(mean, std)
+    net = LipSyncNet(mean, std, args.norm_tau)
     if args.init:
         load_onnx_weights(net, Path(args.init))
         init_sha = sha256_file(Path(args.init))  # before export may overwrite it
@@ -282,7 +303,7 @@ def main(argv=None) -> int:
     stream = batches(train, rng, args.batch, args.length, pools, args.perturb)
     for step in range(1, args.steps + 1):
         mel, vis, mouth = next(stream)
-        logits, pred, _ = net(mel, torch.zeros(LAYERS, args.batch, HIDDEN))
+        logits, pred, _ = net(mel, torch.zeros(net.state_rows, args.batch, HIDDEN))
         loss_vis = ce(logits.reshape(-1, N_VIS), vis.reshape(-1))
         loss_mouth = ((pred - mouth) ** 2 * channel_weight).mean() * 20
         loss = loss_vis + loss_mouth
@@ -321,9 +342,11 @@ def main(argv=None) -> int:
                    "Apache-2.0 (trained by FaceBridge on speech synthesized offline with espeak-ng; no espeak-ng "
                    "code or data is shipped)",
         "source": "tools/gen_lipsync_data.py + tools/train_lipsync.py",
-        "inputs": {"mel": ["1", "frames", features.N_MELS], "state": [LAYERS, 1, HIDDEN]},
+        "inputs": {"mel": ["1", "frames", features.N_MELS], "state": [net.state_rows, 1, HIDDEN]},
         "outputs": {"visemes": ["1", "frames", N_VIS], "mouth": ["1", "frames", N_MOUTH],
-                    "state_out": [LAYERS, 1, HIDDEN]},
+                    "state_out": [net.state_rows, 1, HIDDEN]},
+        "max_frames_per_call": MAX_FRAMES,
+        "running_norm": {"tau_frames": net.norm_tau, "state_row": LAYERS} if net.norm is not None else None,
         "adapter_initializers": {n: list(adapter[n].shape) for n in ADAPTER_NAMES},
         "adapter_formula": "logits = head(h) + (h @ adapter.A) @ adapter.B",
         "visemes": list(VISEME_NAMES),
@@ -354,7 +377,7 @@ def check_onnx(path: Path, net: LipSyncNet) -> None:
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(1)
     mel = rng.normal(-8, 3, (1, 50, features.N_MELS)).astype(np.float32)
-    state = np.zeros((LAYERS, 1, HIDDEN), np.float32)
+    state = np.zeros((net.state_rows, 1, HIDDEN), np.float32)
     vis, mouth, _ = sess.run(None, {"mel": mel, "state": state})
     with torch.no_grad():
         tv, tm, _ = ExportWrapper(net)(torch.from_numpy(mel), torch.from_numpy(state))

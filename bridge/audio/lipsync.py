@@ -83,6 +83,8 @@ class LipSyncModel:
                 path, adapter = active.model_path, active.adapter_path
         self.lookahead = int(self.manifest["lookahead_frames"])
         self.state_shape = tuple(self.manifest["inputs"]["state"])
+        # a model with running normalisation in its graph takes at most this many frames a call
+        self.max_frames = int(self.manifest.get("max_frames_per_call") or 0)
         if adapter is None:
             self._session = create_session(path, backend=backend, threads=threads)
             self.version = self.manifest["sha256"][:12]  # what FaceFrame.model_versions["lipsync"] says
@@ -116,7 +118,11 @@ class LipSyncModel:
 
     def step(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(T, 40) new log-mel frames -> (T, 15) viseme probabilities, (T, 19) mouth weights, each row
-        describing the frame `lookahead` frames before the matching input row."""
+        describing the frame `lookahead` frames before the matching input row. Longer input than the model's
+        `max_frames` a call is stepped in parts, with the state carried: the same as streaming it."""
+        if self.max_frames and len(mel) > self.max_frames:
+            parts = [self.step(mel[i:i + self.max_frames]) for i in range(0, len(mel), self.max_frames)]
+            return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
         out = self._session.run({"mel": np.ascontiguousarray(mel[None], np.float32), "state": self._state})
         self._state = out["state_out"]
         return out["visemes"][0], out["mouth"][0]

@@ -67,3 +67,31 @@ def test_a_flite_voice_speaks_at_16_khz(tmp_path):
     fast = gen.synth("flite", "rms", "please call stella", 0.8, 1.0, tmp_path)
     assert slow.dtype == np.float32 and np.abs(slow).max() > 0.05
     assert len(slow) > 1.3 * len(fast)
+
+
+def test_the_running_normalisation_in_the_graph_matches_frame_by_frame_numpy_however_it_is_stepped(tmp_path):
+    import onnxruntime as ort
+    import torch
+
+    train, norm = tool_module("train_lipsync"), tool_module("lipsync_norm")
+    rng = np.random.default_rng(2)
+    mean, std = rng.normal(-6, 2, 40).astype(np.float32), rng.uniform(1, 3, 40).astype(np.float32)
+    # a speaker louder and tilted against the training statistics: the normalisation must pull it back
+    mel = (rng.normal(mean + 3 + np.linspace(-2, 2, 40), std * 0.7, (700, 40))).astype(np.float32)
+    layer = norm.RunningNorm(mean, std, 50.0)
+    with torch.no_grad():
+        whole, _ = layer(torch.from_numpy(mel)[None], torch.zeros(1, 128))
+        row, parts = torch.zeros(1, 128), []
+        for start in (0, 1, 8, 300, 301):  # uneven calls carry the statistics in the state row
+            stop = {0: 1, 1: 8, 8: 300, 300: 301, 301: 700}[start]
+            out, row = layer(torch.from_numpy(mel[start:stop])[None], row)
+            parts.append(out[0])
+    expected = norm.reference(mel, mean, std, 50.0)
+    assert np.abs(whole[0].numpy() - expected).max() < 1e-3
+    assert np.abs(torch.cat(parts).numpy() - expected).max() < 1e-3
+    assert abs(expected[400:].mean() - mean.mean()) < 0.1  # level and tilt taken out after a few time constants
+    net = train.LipSyncNet(mean, std, 50.0)
+    train.export(net, tmp_path / "lipsync.onnx")
+    train.check_onnx(tmp_path / "lipsync.onnx", net)  # ONNX = torch, frame-by-frame = whole
+    sess = ort.InferenceSession(str(tmp_path / "lipsync.onnx"), providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[1].shape == [3, 1, 128]
