@@ -336,9 +336,10 @@ def main(argv=None) -> int:
         "file": model_path.name,
         "sha256": sha256_file(model_path),
         "default_adapter": {"file": adapter_path.name, "sha256": sha256_file(adapter_path)},
-        "license": "Apache-2.0 (trained by FaceBridge on speech synthesized offline with espeak-ng, no espeak-ng "
-                   "code or data is shipped; and on recorded prompts of Asterisk's core sounds, CC-BY-SA-3.0, "
-                   "(c) Allison Smith, see NOTICE)" if real else
+        "license": "Apache-2.0 (trained by FaceBridge on speech synthesized offline with espeak-ng"
+                   + (", flite and festival" if voices else "") + ", none of whose code or data is shipped; and on "
+                   "recorded prompts of Asterisk's core sounds, CC-BY-SA-3.0, (c) Allison Smith, and CC-BY-3.0, "
+                   "Carlo Flora and Maxim Topal / ivrvoice.ru, see NOTICE)" if real else
                    "Apache-2.0 (trained by FaceBridge on speech synthesized offline with espeak-ng; no espeak-ng "
                    "code or data is shipped)",
         "source": "tools/gen_lipsync_data.py + tools/train_lipsync.py",
