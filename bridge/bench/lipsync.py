@@ -183,9 +183,10 @@ FLITE_TEXT = ("Good morning. Please open the window, and bring me a cup of coffe
 
 
 def other_synthesizer(backend: str) -> dict | None:
-    """Speech from a synthesizer the model never heard (flite: diphone/clustergen voices, not formant synthesis),
-    when the `flite` program is installed. No phoneme targets here: the check is that the jaw opens while the
-    VAD hears speech and rests otherwise."""
+    """Speech from flite's voices (diphone/clustergen, not formant synthesis; never heard by the models before
+    issue 19's third pass, which trains on them with other texts: tools/gen_voice_data.py), when the `flite`
+    program is installed. No phoneme targets here: the check is that the jaw opens while the VAD hears speech
+    and rests otherwise."""
     import shutil
 
     from bridge.audio.lipsync import LipSyncModel, analyze
@@ -284,7 +285,7 @@ def run(args) -> dict:
     flite = other_synthesizer(args.backend)
     if flite is not None:
         results["other_synthesizer_flite"] = flite
-        print(f"flite voices (never heard in training): {flite}", flush=True)
+        print(f"flite voices (jaw while speaking and in pauses): {flite}", flush=True)
     _, audio = _utterances(data / "eval_all.npz")
     if not audio:
         raise FaceBridgeError(f"{data / 'eval_all.npz'} holds no audio", "regenerate it with --keep-audio 4")
