@@ -72,13 +72,13 @@ def _served(n: int, k: int, hw, states):
 def _rows_trial(faces, hw, n: int, frames: int) -> dict:
     from bridge.expression.refresh import IdentityRefresher
     from bridge.runtime.serve import PassDescriber, model_versions
-    from bridge.serving.grpc_service import _StreamState
     from bridge.serving.replies import PassReplies
+    from bridge.serving.track import StreamState
 
     refresher = IdentityRefresher(1)
     replies = PassReplies(lambda rows: PassDescriber(rows, True, False, model_versions(), refresher=refresher))
     finish = replies.for_service(n)
-    states = [_StreamState(f"bench{i}") for i in range(n)]
+    states = [StreamState(f"bench{i}") for i in range(n)]
     passes = max(IDENTITY_EVERY + 1, frames // n)  # every stream reaches a frame that refreshes its identity
     inputs = [(_pass_faces(faces, n, k), _served(n, k, hw, states)) for k in range(INPUTS)]
     for faces_k, served in inputs[:2]:  # first frames: open the rows, SQPNP, headers

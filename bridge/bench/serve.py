@@ -210,6 +210,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     made = [s["sent_measured"] + s["held_measured"] for s in streams]
     shares = [len(s["latency_ms"]) / m if m else 0.0 for s, m in zip(streams, made)]
     served_measured = sum(len(s["latency_ms"]) for s in streams)
+    sent_measured = sum(s["sent_measured"] for s in streams)
     all_latency = [v for s in streams for v in s["latency_ms"]]
     stages = {k: percentiles([v for s in streams for v in s["stages"][k]], (50,))[0] for k in streams[0]["stages"]}
     stage_means = {k: round(float(np.mean(v)), 3) if (v := [x for s in streams for x in s["stages"][k]]) else None
@@ -231,6 +232,10 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         "served_per_s": round(served_measured / measured_s, 1) if measured_s > 0 else None,
         "server_cpu_ms_per_frame": round(server_cpu_s * 1000.0 / served_measured, 3)
         if served_measured and pids else None,
+        # the same CPU over every frame sent in the measured window: the front end's load (each is received and
+        # parsed; latest wins drops most of them when the server is overloaded)
+        "server_cpu_ms_per_frame_received": round(server_cpu_s * 1000.0 / sent_measured, 3)
+        if sent_measured and pids else None,
         "client_cpu_ms_per_frame": round(sum(c["cpu_s"] for c in collected) * 1000.0 / max(served, 1), 3),
         "server_stage_ms_p50": stages, "server_stage_ms_mean": stage_means,
         "replicas": sorted({s["replica"] for s in streams}),

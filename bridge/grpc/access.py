@@ -2,7 +2,9 @@
 token only of the characters gRPC metadata can carry (printable ASCII), so a token no client can send is refused
 at start, not silently locking every client out. Tokens are compared in constant time; health checks stay open.
 A request that does not parse reaches its method as `Malformed` (refused there with one line), and gRPC's own
-log records of bad requests lose their traceback."""
+log records of bad requests lose their traceback. Both server kinds are covered: the thread-pool server (the gRPC
+sink) and grpc.aio (`facebridge serve`): `BearerTokenInterceptor` / `AioBearerTokenInterceptor`, and
+`add_health_and_reflection` picks the health servicer of the server's kind."""
 from __future__ import annotations
 
 import logging
@@ -47,6 +49,33 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
+        if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
+            return handler
+        got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
+        if bearer_matches(got, self._token):
+            return handler
+        return self._deny[(handler.request_streaming, handler.response_streaming)]
+
+
+class AioBearerTokenInterceptor(grpc.aio.ServerInterceptor):
+    """BearerTokenInterceptor for a grpc.aio server: the same rule and the same refusal."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+        async def deny(request_or_iterator, context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "missing or wrong bearer token; send metadata 'authorization: Bearer <token>'")
+
+        self._deny = {
+            (False, False): grpc.unary_unary_rpc_method_handler(deny),
+            (False, True): grpc.unary_stream_rpc_method_handler(deny),
+            (True, False): grpc.stream_unary_rpc_method_handler(deny),
+            (True, True): grpc.stream_stream_rpc_method_handler(deny),
+        }
+
+    async def intercept_service(self, continuation, details):
+        handler = await continuation(details)
         if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
             return handler
         got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
@@ -101,16 +130,18 @@ class OneLineGrpcLog(logging.Filter):
 
 
 def one_line_grpc_logs() -> None:
-    """gRPC's own records of bad requests (grpc._common, grpc._server) lose their traceback; idempotent."""
-    for name in ("grpc._common", "grpc._server"):
+    """gRPC's own records of bad requests (grpc._common, grpc._server, and grpc.aio's) lose their traceback;
+    idempotent."""
+    for name in ("grpc._common", "grpc._server", "grpc._cython.cygrpc", "grpc.aio._server"):
         grpc_log = logging.getLogger(name)
         if not any(isinstance(f, OneLineGrpcLog) for f in grpc_log.filters):
             grpc_log.addFilter(OneLineGrpcLog())
 
 
-def add_health_and_reflection(server: grpc.Server, service_name: str) -> health.HealthServicer:
-    """The standard health service (its status set by the caller) and reflection for `service_name`."""
-    servicer = health.HealthServicer()
+def add_health_and_reflection(server, service_name: str):
+    """The standard health service (its status set by the caller; on a grpc.aio server its methods are
+    coroutines) and reflection for `service_name`."""
+    servicer = health.aio.HealthServicer() if isinstance(server, grpc.aio.Server) else health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     reflection.enable_server_reflection((service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
     return servicer

@@ -31,7 +31,7 @@ class Pending:
 
 @dataclass
 class Served:
-    """One image's trip through the service, handed back to the stream's own thread."""
+    """One image's trip through the service, handed back to the stream's front end."""
 
     request: Any
     received: float
@@ -50,7 +50,9 @@ class StreamCounters:
 
 
 class LiveStream:
-    """One face stream: written by its reader (images in) and by the service (results), read by its own thread."""
+    """One face stream: written by its front end on the serve loop (images in, work taken), by a decode worker
+    (submitted) and by the service (results); `wake()` (set by the front end, thread-safe) is called whenever a
+    thread other than the loop made work for it: a result came back, or an image never reached the service."""
 
     def __init__(self, table: StreamTable, number: int) -> None:
         self.table = table
@@ -58,116 +60,135 @@ class LiveStream:
         self.service = None  # bound on the first image (by its frame size)
         self.slot: int | None = None
         self.counters = StreamCounters()
-        self._cond = threading.Condition()
+        self.wake = lambda: None
+        self.on_released = lambda: None  # called once, on whichever thread frees the slot
+        self._lock = threading.Lock()
         self._pending: Pending | None = None
+        self._taken: Pending | None = None  # taken for its turn, being decoded (not yet in the service)
         self._in_flight: Served | None = None
         self._done: Served | None = None
         self._input_ended = False
-        self._refused = False  # an image was refused on arrival: its thread answers at once
+        self._released = False
         self.closed = False
 
-    # --- the reader's side ---------------------------------------------------------------------------------
+    # --- the front end's side (the serve loop) --------------------------------------------------------------
     def offer(self, request, deadline_s: float | None = None) -> None:
         """A new image: it replaces the one waiting, if any (latest wins)."""
-        with self._cond:
+        with self._lock:
             self.counters.received += 1
-            self.table._count("received")
-            if self._pending is not None:
+            stale = self._pending is not None
+            if stale:
                 self.counters.stale += 1
-                self.table._count("stale")
             self._pending = Pending(request, time.perf_counter(), deadline_s or self.table.deadline_s)
-            self._cond.notify()
+        self.table._count("received", "stale" if stale else None)
 
     def refuse(self) -> None:
-        """An image refused on arrival (bad before its turn): received and bad, never replacing the waiting one;
-        the stream's thread wakes to answer it."""
-        with self._cond:
+        """An image refused on arrival (bad before its turn): received and bad, never replacing the waiting one."""
+        with self._lock:
             self.counters.received += 1
             self.counters.bad += 1
-            self._refused = True
-            self._cond.notify()
-        self.table._count("received")
-        self.table._count("bad")
+        self.table._count("received", "bad")
 
     def holds_image(self) -> bool:
-        """Whether one of its images waits, is being tracked or waits to be sent (read without the lock: a hint
-        for the idle check, which looks again a moment later)."""
-        return self._pending is not None or self._in_flight is not None or self._done is not None
+        """Whether one of its images waits, is being decoded or tracked, or waits to be sent (the idle check)."""
+        return (self._pending is not None or self._taken is not None or self._in_flight is not None
+                or self._done is not None)
 
     def end_of_input(self) -> None:
-        with self._cond:
+        with self._lock:
             self._input_ended = True
-            self._cond.notify()
+        self.wake()
 
-    # --- the stream thread's side ---------------------------------------------------------------------------
-    def next_work(self, timeout: float) -> tuple[Pending | None, Served | None] | None:
-        """(image to submit now, finished result to send), either may be None (also when an image was refused on
-        arrival); None when the stream is over (input ended and nothing is left, or closed). Late images are
-        dropped here and counted."""
-        with self._cond:
-            end = time.perf_counter() + timeout
-            while not self.closed:
-                ready = self._pending is not None and self._in_flight is None
-                if ready or self._done is not None or self._refused:
-                    break
-                if self._input_ended and self._pending is None and self._in_flight is None:
-                    return None
-                left = end - time.perf_counter()
-                if left <= 0:
-                    return (None, None)
-                self._cond.wait(left)
+    def poll(self) -> tuple[Pending | None, Served | None] | None:
+        """(image whose turn it is, finished result to send) now, either may be None; None when the stream is over
+        (input ended and nothing is left, or closed). Never waits. Late images are dropped here and counted; an
+        image taken must be handed to `submit` or `abandon` (until then the stream has no other turn)."""
+        with self._lock:
             if self.closed:
                 return None
-            self._refused = False
             done, self._done = self._done, None
             todo = None
-            if self._pending is not None and self._in_flight is None:
+            if self._pending is not None and self._taken is None and self._in_flight is None:
                 todo, self._pending = self._pending, None
                 if time.perf_counter() - todo.received > todo.deadline_s:
                     self.counters.late += 1
+                    todo, late = None, True
+                else:
+                    self._taken, late = todo, False
+                if late:
                     self.table._count("late")
-                    todo = None
+            elif (done is None and self._input_ended and self._pending is None and self._taken is None
+                  and self._in_flight is None):
+                return None
             return todo, done
 
+    # --- a decode worker's side -----------------------------------------------------------------------------
     def bind(self, frame_hw: tuple[int, int]) -> None:
         """Take a slot in the batched service for this frame size (on the first image)."""
         self.service, self.slot = self.table._take_slot(tuple(frame_hw))
 
     def submit(self, pending: Pending, frame, extra: dict | None = None) -> None:
         """Hand a decoded frame (uint8 RGB HxWx3, host or device) to the service; its result comes back through
-        `next_work`. Raises ValueError for a frame the service refuses (the caller counts it as bad)."""
+        `poll`. Raises ValueError for a frame the service refuses (the caller counts it and calls `abandon`)."""
         served = Served(pending.request, pending.received, time.perf_counter(), None, extra or {})
         served.future = self.service.submit(self.slot, frame, tag=served)  # the tag goes to a finish_pass
-        with self._cond:
-            self._in_flight = served
+        with self._lock:
+            self._taken, self._in_flight = None, served
         served.future.add_done_callback(lambda _f: self._finished(served))
 
+    def abandon(self) -> None:
+        """The image taken never reached the service (refused on decode): the stream's turn is free again."""
+        with self._lock:
+            self._taken = None
+        self._settled()
+
     def _finished(self, served: Served) -> None:
-        with self._cond:
+        with self._lock:
             self._in_flight = None
             self._done = served
-            self._cond.notify()
+        self._settled()
+
+    def _settled(self) -> None:
+        if self.closed:
+            self._release_if_idle()
+        else:
+            self.wake()
 
     def count_bad(self) -> None:
-        with self._cond:
+        with self._lock:
             self.counters.bad += 1
-            self.table._count("bad")
+        self.table._count("bad")
 
     def count_served(self, latency_ms: float) -> None:
-        with self._cond:
+        with self._lock:
             self.counters.served += 1
         self.table._served(latency_ms)
 
-    def close(self, wait_s: float = 5.0) -> None:
-        """End the stream: wait for its image in flight (the slot must be idle), free and reset the slot."""
-        with self._cond:
+    def close(self) -> bool:
+        """End the stream without waiting: its slot is freed and reset now if none of its images is in the
+        service or being decoded, else as soon as that one comes back (or by `give_up`). True when freed now."""
+        with self._lock:
             self.closed = True
-            self._cond.notify_all()
-            end = time.perf_counter() + wait_s
-            while self._in_flight is not None and time.perf_counter() < end:
-                self._cond.wait(0.05)
-            stuck = self._in_flight is not None
-        self.table._release(self, reset=not stuck)
+        return self._release_if_idle()
+
+    def give_up(self) -> None:
+        """Its image never came back: free the stream (not its slot, which stays out of use)."""
+        self._release(reset=False)
+
+    def _release_if_idle(self) -> bool:
+        with self._lock:
+            idle = self._taken is None and self._in_flight is None
+        if idle:
+            self._release(reset=True)
+        return idle
+
+    def _release(self, reset: bool) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        self.table._release(self, reset=reset)
+        self.on_released()
 
 
 class StreamTable:
@@ -239,9 +260,11 @@ class StreamTable:
                 self._free[tuple(stream.service.frame_hw)].append(stream.slot)
             stream.slot = None  # a slot whose image never came back stays out of use
 
-    def _count(self, key: str) -> None:
+    def _count(self, key: str, also: str | None = None) -> None:
         with self._lock:
             self.totals[key] += 1
+            if also is not None:
+                self.totals[also] += 1
 
     def _served(self, latency_ms: float) -> None:
         with self._lock:
