@@ -72,15 +72,18 @@ class LiveStream:
         self.closed = False
 
     # --- the front end's side (the serve loop) --------------------------------------------------------------
-    def offer(self, request, deadline_s: float | None = None) -> None:
-        """A new image: it replaces the one waiting, if any (latest wins)."""
+    def offer(self, request, deadline_s: float | None = None) -> bool:
+        """A new image: it replaces the one waiting, if any (latest wins). True when its turn can come now (none of
+        the stream's images is being decoded or tracked); else the result of the one that is will wake the stream."""
         with self._lock:
             self.counters.received += 1
             stale = self._pending is not None
             if stale:
                 self.counters.stale += 1
             self._pending = Pending(request, time.perf_counter(), deadline_s or self.table.deadline_s)
+            turn = self._taken is None and self._in_flight is None
         self.table._count("received", "stale" if stale else None)
+        return turn
 
     def refuse(self) -> None:
         """An image refused on arrival (bad before its turn): received and bad, never replacing the waiting one."""

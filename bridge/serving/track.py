@@ -80,7 +80,7 @@ class TrackStreams:
         state.raw_ok = access.is_loopback(access.peer_host(context.peer()))
         state.stream, state.context, state.task = stream, context, asyncio.current_task()
         wake = asyncio.Event()
-        stream.wake = lambda: self.loop.call_soon_threadsafe(wake.set)
+        stream.wake = lambda: self._wake(wake)
         stream.on_released = lambda: self._released(stream, state)
         server.leases.watch(state, stream.number)
         reader = self.loop.create_task(self._read(request_iterator, stream, state, wake))
@@ -113,6 +113,13 @@ class TrackStreams:
             server.leases.forget(state)
             if not stream.close():  # one of its images is still out: freed when it comes back
                 self.loop.call_later(CLOSE_WAIT_S, stream.give_up)
+
+    def _wake(self, wake: asyncio.Event) -> None:
+        """Wake a stream's writer from any thread (nothing to wake once the loop is closed: the server stopped)."""
+        try:
+            self.loop.call_soon_threadsafe(wake.set)
+        except RuntimeError:
+            pass
 
     def _released(self, stream: LiveStream, state: StreamState) -> None:
         """The stream's slot is free (on whichever thread freed it): its describe row goes too."""
@@ -162,8 +169,8 @@ class TrackStreams:
                     wake.set()
                     continue
                 state.stream_hw = state.stream_hw or hw
-                stream.offer(request.image, request.deadline_ms / 1000.0 if request.deadline_ms else None)
-                wake.set()
+                if stream.offer(request.image, request.deadline_ms / 1000.0 if request.deadline_ms else None):
+                    wake.set()  # else the stream's image in the service wakes it when it comes back
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - the client went away (or one broken stream): never the server
