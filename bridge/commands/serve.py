@@ -28,6 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--identity-workers", type=int, default=1, metavar="N",
                    help="threads that refresh every stream's identity, off the streams' own (default 1): a new "
                         "stream's identity converges as fast as they allow")
+    p.add_argument("--decode-workers", type=int, default=0, metavar="N",
+                   help="threads that decode JPEG (default 0: one a core, at most 8); every stream's gRPC work runs "
+                        "on one event loop beside them")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
     p.add_argument("--frame-sizes", default="", metavar="WxH[,WxH]",
@@ -80,6 +83,9 @@ def serve_config(args):
 
     if args.identity_workers < 1:
         raise FaceBridgeError("--identity-workers must be at least 1", "pass e.g. --identity-workers 1 (the default)")
+    if args.decode_workers < 0:
+        raise FaceBridgeError(f"--decode-workers {args.decode_workers} is negative",
+                              "pass a number of threads, or 0 (the default) for one a core")
     if not args.write_deadline > 0:
         raise FaceBridgeError(f"--write-deadline {args.write_deadline} is not a positive number of seconds",
                               "pass e.g. --write-deadline 10 (the default)")
@@ -97,7 +103,7 @@ def serve_config(args):
                        calibration=not args.no_calibration, fp16=not args.fp32,
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
                        write_deadline_s=args.write_deadline, idle_timeout_s=args.idle_timeout,
-                       frame_sizes=frame_sizes,
+                       frame_sizes=frame_sizes, decode_workers=args.decode_workers,
                        updates=None if args.updates == "off" else args.updates)
 
 

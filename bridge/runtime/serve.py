@@ -52,6 +52,7 @@ class ServeConfig:
     idle_timeout_s: float = 30.0  # a stream whose client sent no image for this long is ended (0: never)
     frame_sizes: tuple = ()  # (height, width) sizes accepted; empty: any (each size builds a batched service)
     updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
+    decode_workers: int = 0  # JPEG decode threads; 0: one a core, at most 8
 
 
 class PassDescriber:
@@ -193,7 +194,8 @@ def build_server(config: ServeConfig):
         server = FaceServeServer(table, config.grpc, device=device, token=config.token, tls_cert=config.tls_cert,
                                  tls_key=config.tls_key, replica=config.replica, runners=config.runners,
                                  write_deadline_s=config.write_deadline_s,
-                                 idle_timeout_s=config.idle_timeout_s, frame_sizes=config.frame_sizes)
+                                 idle_timeout_s=config.idle_timeout_s, frame_sizes=config.frame_sizes,
+                                 decode_workers=config.decode_workers or None)
     except BaseException:
         refresher.close()
         if releases is not None:
