@@ -30,7 +30,7 @@ from bridge.serving.decode import ImageDecoder
 from bridge.serving.event_loop import ServeLoop
 from bridge.serving.leases import IDLE_TIMEOUT_S, WRITE_DEADLINE_S, WriteDeadline
 from bridge.serving.streams import StreamTable
-from bridge.serving.track import MAX_REFUSED_IN_A_ROW, TrackStreams  # noqa: F401 (the limit: tests read it here)
+from bridge.serving.track import TrackStreams
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ Each batched service finishes its passes through `for_service(rows)` (on the bat
 next pass runs on the device), with its own pass describer from `make_describer(rows)`: an object whose
 `open(subject)` gives a stream's handle (with `close()`, called when the stream ends) and whose
 `describe(handles, frames, faces, sizes) -> FaceFrames` describes one pass (injected by bridge/runtime/serve.py,
-so serving/ never imports the stages). The stream threads only add their counters and send what is made here.
+so serving/ never imports the stages). The stream coroutines only add their counters and send what is made here.
 """
 from __future__ import annotations
 

@@ -115,11 +115,10 @@ class LiveStream:
                 todo, self._pending = self._pending, None
                 if time.perf_counter() - todo.received > todo.deadline_s:
                     self.counters.late += 1
-                    todo, late = None, True
-                else:
-                    self._taken, late = todo, False
-                if late:
                     self.table._count("late")
+                    todo = None
+                else:
+                    self._taken = todo
             elif (done is None and self._input_ended and self._pending is None and self._taken is None
                   and self._in_flight is None):
                 return None

@@ -154,7 +154,7 @@ def test_each_bad_image_costs_that_image_only_and_is_answered_with_its_reason(se
 def test_a_stream_of_nothing_but_bad_images_is_ended_with_the_reason(server, good):
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.serving.client import TrackClient
-    from bridge.serving.grpc_service import MAX_REFUSED_IN_A_ROW
+    from bridge.serving.track import MAX_REFUSED_IN_A_ROW
 
     client = TrackClient(server[1], subject="Broken")
     try:
