@@ -111,6 +111,7 @@ class ExpressionEstimator:
             self._updates = 0
         self._last_points: np.ndarray | None = None
         self._pending = None  # a spread identity refresh under way (a generator: one step a frame)
+        self._waited = False  # its step waited on the last frame (observe's busy)
         if self._fit is not None:
             self._fit.reset()
 
@@ -135,17 +136,18 @@ class ExpressionEstimator:
 
     # -- one face -----------------------------------------------------------------------------------
     def estimate(self, landmarks: np.ndarray, image_size: tuple[int, int], iris: np.ndarray | None = None,
-                 image: np.ndarray | None = None) -> ExpressionResult:
+                 image: np.ndarray | None = None, busy: bool = False) -> ExpressionResult:
         """landmarks: (468, 3) image px (MediaPipe convention); iris: (2, 5, 2) px, [subject's left, right],
-        centre first; image: the frame (BGR), only needed by user models with a face-image input."""
+        centre first; image: the frame (BGR), only needed by user models with a face-image input. busy: this
+        frame already carries periodic work (the emotion model): a spread identity step waits a frame (`observe`)."""
         xy, iris_xy, size = self._check(landmarks, image_size, iris)
         focal, centre = camera_for(size)
         if self.method == "fit":
             return self._estimate_fit(xy, iris_xy, focal, centre)
-        return self._estimate_model(xy, iris_xy, size, focal, centre, image)
+        return self._estimate_model(xy, iris_xy, size, focal, centre, image, busy)
 
     def estimate_outputs(self, landmarks: np.ndarray, image_size: tuple[int, int], outputs: dict[str, np.ndarray],
-                         iris: np.ndarray | None = None) -> ExpressionResult:
+                         iris: np.ndarray | None = None, busy: bool = False) -> ExpressionResult:
         """`estimate` for a model that already ran (batched elsewhere on the features of these landmarks and
         iris points): outputs are its values by output name, batch of one."""
         if self.method != "regressor":
@@ -153,7 +155,7 @@ class ExpressionEstimator:
                                        "use the regressor (the default) for measured outputs")
         xy, iris_xy, size = self._check(landmarks, image_size, iris)
         focal, centre = camera_for(size)
-        return self._finish_model(outputs, xy, focal, centre)
+        return self._finish_model(outputs, xy, focal, centre, busy)
 
     def _check(self, landmarks, image_size, iris):
         lm = np.asarray(landmarks, dtype=np.float64)
@@ -192,7 +194,7 @@ class ExpressionEstimator:
         self._frames = self._fit.frames
         return self._result(r.weights, r.rotation, r.translation, xy, focal, centre, point_error=r.point_error)
 
-    def _estimate_model(self, xy, iris_xy, size, focal, centre, image) -> ExpressionResult:
+    def _estimate_model(self, xy, iris_xy, size, focal, centre, image, busy: bool = False) -> ExpressionResult:
         c = self.contract
         if c.layout == "landmarks-2d-v1":
             x = landmark_features(xy, iris_xy, size)[None]
@@ -201,16 +203,16 @@ class ExpressionEstimator:
                 raise ExpressionInputError(f"the expression model {c.path.name} needs the camera image",
                                            "pass image= to ExpressionEstimator.estimate (the pipeline does)")
             x = face_crop(image, xy, c.image)
-        return self._finish_model(self.session.run({c.input_name: x}), xy, focal, centre)
+        return self._finish_model(self.session.run({c.input_name: x}), xy, focal, centre, busy)
 
-    def _finish_model(self, out, xy, focal, centre) -> ExpressionResult:
+    def _finish_model(self, out, xy, focal, centre, busy: bool = False) -> ExpressionResult:
         """The model's outputs to a result: weights, head rotation, identity update, morph parameters."""
         c = self.contract
         weights = c.pick("blendshapes", out)
         weights = np.zeros(52, np.float32) if weights is None else np.clip(np.nan_to_num(weights), 0.0, 1.0)
         rot = self._rotation(c, out, xy, focal, centre, weights)
         own = c.model_id == MODEL_ID
-        self.observe(weights, rot, xy, focal, centre, own)
+        self.observe(weights, rot, xy, focal, centre, own, busy)
         result = self._result(weights, rot, None, xy, focal, centre, with_confidence=own or "blendshapes" in c.outputs)
         if not own:
             # a user model: its parameter block is streamed unchanged
@@ -228,19 +230,25 @@ class ExpressionEstimator:
             result.morph = m
         return result
 
-    def observe(self, weights, rot, xy, focal, centre, own: bool = True) -> None:
+    def observe(self, weights, rot, xy, focal, centre, own: bool = True, busy: bool = False) -> None:
         """One frame of this subject seen (weights, head rotation, landmarks): a spread refresh under way takes its
         next step; on the frames that refresh the identity (own model only), it is refreshed inline (spread over
-        frames after the first second, when asked), or handed to the shared refresher."""
+        frames after the first second, when asked), or handed to the shared refresher. busy: a spread step waits
+        for the next frame, at most one frame in a row (a frame with the emotion model and an identity step made
+        the pipeline's p99: docs/PERFORMANCE.md, issue 18 fifth pass)."""
         self._frames += 1
-        if self._pending is not None:
+        wait = busy and not self._waited
+        self._waited = wait and self._pending is not None
+        if self._pending is not None and not wait:
             self._step_identity()
         if own and (self._updates < IDENTITY_UPDATES or self._frames % IDENTITY_EVERY == 0):
             if self.refresher is not None:  # latest wins: while one waits, a newer frame replaces it
                 self.refresher.offer(self, (self._generation, self.identity, weights, rot, xy, focal, centre))
             elif self.spread_identity and self._updates >= IDENTITY_UPDATES and self._pending is None:
                 self._pending = self._identity_steps(self.identity, weights, rot, xy, focal, centre)
-                self._step_identity()
+                self._waited = wait
+                if not wait:
+                    self._step_identity()
             else:
                 self._update_identity(weights, rot, xy, focal, centre)
 

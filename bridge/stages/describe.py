@@ -144,10 +144,12 @@ class FaceDescriber:
         ypr, translation, _ = self.head_pose.estimate(points, w, h)
         timer.lap("head_pose")
         eyes = eye_angles(points, iris[:, 0])
+        busy = face.emotion is not None  # the emotion model ran for this frame: identity steps wait a frame
         if face.expression_outputs is None:
-            expr = self.expression.estimate(points, (w, h), iris=iris[:, :, :2], image=frame.image)
+            expr = self.expression.estimate(points, (w, h), iris=iris[:, :, :2], image=frame.image, busy=busy)
         else:
-            expr = self.expression.estimate_outputs(points, (w, h), face.expression_outputs, iris=iris[:, :, :2])
+            expr = self.expression.estimate_outputs(points, (w, h), face.expression_outputs, iris=iris[:, :, :2],
+                                                    busy=busy)
         timer.lap("expression")
         blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
         blinks = self.blink(points)  # lid opening against this subject's open eye
