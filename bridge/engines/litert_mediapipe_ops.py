@@ -195,9 +195,11 @@ class MediaPipeAttentionSession:
             raise EngineUnavailable(f"{Path(tflite).name} has no output {missing[0]}",
                                     "restore bridge/models with `git checkout bridge/models`")
 
-    def _one(self, nhwc: np.ndarray) -> dict[str, np.ndarray]:
+    def _one(self, nhwc: np.ndarray | None) -> dict[str, np.ndarray]:
+        """One item; nhwc None: part A's input is written already (`run_rgb`)."""
         a, b, w = self.a, self.b, self.wiring
-        a.set_tensor(self.a_in, nhwc)
+        if nhwc is not None:
+            a.set_tensor(self.a_in, nhwc)
         a.invoke()
         # part A's outputs read through views (interpreter.tensor), not copies, and only until the next invoke
         for src, dst in self.shared:
@@ -214,6 +216,14 @@ class MediaPipeAttentionSession:
             p, m = b.get_tensor(self.b_out[pts])[0], b.get_tensor(self.b_out[mat])[0]
             found[self.final[out]] = (p @ m[:2, :2].T + m[:2, 3]).reshape(1, -1)
         return found
+
+    def run_rgb(self, rgb: np.ndarray, scale: np.float32) -> dict[str, np.ndarray]:
+        """`run` of one (S, S, 3) uint8 RGB crop, `rgb * scale` written straight into part A's input (the same
+        float32 product as converting, scaling and copying it in: no NCHW tensor, no set_tensor copy)."""
+        view = self.a.tensor(self.a_in)()
+        np.multiply(rgb[None], scale, out=view)
+        del view  # the interpreter refuses to invoke while a view of its tensors is held
+        return self._one(None)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         x = next(iter(feeds.values()))

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import math
 
+import cv2
 import numpy as np
 
 from bridge.engines import create_session
 from bridge.mesh import EYE_REFINEMENT, LIP_REFINEMENT
 from bridge.models import model_path
 from bridge.stages.geometry import Roi
-from bridge.stages.landmarks import LANDMARK_SIZE, IrisResult, LandmarkResult, _to_tensor
+from bridge.stages.landmarks import _UNIT, LANDMARK_SIZE, IrisResult, LandmarkResult, _to_tensor
 
 MODEL = "face_landmark_with_attention"
 _LIPS = np.array(LIP_REFINEMENT)
@@ -39,7 +40,11 @@ class AttentionLandmarker:
 
     def run(self, image: np.ndarray, roi: Roi) -> LandmarkResult:
         patch, back = roi.crop_rgba(image, LANDMARK_SIZE)
-        out = self.session.run({self.input_name: _to_tensor([patch])})
+        session = self.session  # a live swap may replace it between frames
+        if hasattr(session, "run_rgb"):  # the crop scaled straight into LiteRT's input, as _to_tensor scales it
+            out = session.run_rgb(cv2.cvtColor(patch, cv2.COLOR_RGBA2RGB), _UNIT)
+        else:
+            out = session.run({self.input_name: _to_tensor([patch])})
         raw = out["output_mesh_identity"].reshape(468, 3)
         a, t = back[:, :2].T.astype(np.float32), back[:, 2].astype(np.float32)
         points = np.empty((468, 3), np.float32)
