@@ -27,6 +27,7 @@ _LIPS = np.array(LIP_REFINEMENT)
 _EYES = np.array(EYE_REFINEMENT)  # (2, 71): [subject's left, right]
 # the model's outputs in that order: its "right" eye is the image's right = the subject's left
 _EYE_OUTPUTS = (("output_right_eye", "output_right_iris"), ("output_left_eye", "output_left_iris"))
+_XY_OUTPUTS = ("output_lips", *(name for pair in _EYE_OUTPUTS for name in pair))
 
 
 class AttentionLandmarker:
@@ -47,17 +48,17 @@ class AttentionLandmarker:
             out = session.run({self.input_name: _to_tensor([patch])})
         raw = out["output_mesh_identity"].reshape(468, 3)
         a, t = back[:, :2].T.astype(np.float32), back[:, 2].astype(np.float32)
+        # every x, y back to the image in one product: the mesh, the lips, per eye 71 contour then 5 iris points
+        xy = np.concatenate([raw[:, :2]] + [out[name].reshape(-1, 2) for name in _XY_OUTPUTS]) @ a + t
         points = np.empty((468, 3), np.float32)
-        points[:, :2] = raw[:, :2] @ a + t
+        points[:, :2] = xy[:468]
         points[:, 2] = raw[:, 2] * np.float32(roi.size / LANDMARK_SIZE)
-        points[_LIPS, :2] = out["output_lips"].reshape(80, 2) @ a + t
+        points[_LIPS, :2] = xy[468:548]
         pts = np.empty((2, 76, 3), np.float32)  # per eye: 71 contour points, then 5 iris points
-        for eye, (contour, iris) in enumerate(_EYE_OUTPUTS):
-            pts[eye, :71, :2] = out[contour].reshape(71, 2)
-            pts[eye, 71:, :2] = out[iris].reshape(5, 2)
-        pts[:, :, :2] = pts[:, :, :2] @ a + t
-        pts[:, :71, 2] = points[_EYES, 2]
-        pts[:, 71:, 2] = points[_EYES[:, :16], 2].mean(axis=1, keepdims=True)
+        pts[:, :, :2] = xy[548:].reshape(2, 76, 2)
+        z = points[:, 2]
+        pts[:, :71, 2] = z[_EYES]
+        pts[:, 71:, 2] = z[_EYES[:, :16]].mean(axis=1, keepdims=True)
         logit = float(out["conv_faceflag"].reshape(()))
         return LandmarkResult(points=points, presence=1.0 / (1.0 + math.exp(-logit)), roi=roi,
                               eyes=IrisResult(iris=pts[:, 71:], contour=pts[:, :71]))
