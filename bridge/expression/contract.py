@@ -73,6 +73,18 @@ def find_manifest(model_dir: str | Path) -> Path:
                      "point model_dir at the folder holding the ONNX file and its manifest")
 
 
+_digests: dict[tuple, str] = {}  # (path, inode, size, mtime) -> sha256: every serve stream loads the contract
+
+
+def _digest(path: Path) -> str:
+    """The file's sha256, hashed again only when the file changed (a replaced file has a new inode and mtime)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _digests:
+        _digests[key] = sha256_file(path)
+    return _digests[key]
+
+
 def load_contract(model_dir: str | Path) -> ModelContract:
     path = find_manifest(model_dir)
     try:
@@ -88,7 +100,7 @@ def load_contract(model_dir: str | Path) -> ModelContract:
     if not onnx_path.is_file():
         raise ModelError(f"expression model file {onnx_path} is missing", "put the ONNX file beside its manifest")
     if m.get("sha256"):
-        digest = sha256_file(onnx_path)
+        digest = _digest(onnx_path)
         if digest != m["sha256"]:
             raise ModelError(f"expression model {onnx_path} does not match the sha256 in {path.name}",
                              "restore the file, or update 'sha256' if you replaced the model on purpose")

@@ -147,3 +147,23 @@ def test_run_streams_a_user_model_through_the_cli(tmp_path, isolated_home):
     assert len(frames) == 5
     assert all(f["morph"]["model_id"] == "my-encoder" for f in frames)
     assert all(len(f["morph"]["expression"]) == 12 and len(f["morph"]["identity"]) == 7 for f in frames)
+
+
+def test_a_model_replaced_after_its_contract_loaded_is_checked_again(tmp_path):
+    """The digest is kept per file version (serve loads the contract for every stream), never across a change."""
+    from bridge.expression.contract import load_contract
+    from bridge.models import sha256_file
+
+    model = tmp_path / "m.onnx"
+    gemm_model(model, "features", ["n", NUM_FEATURES], {"shape": np.zeros((NUM_FEATURES, 4))})
+    manifest = {"format": "facebridge-expression-model/1", "file": "m.onnx", "model_id": "x",
+                "input": {"name": "features", "layout": "landmarks-2d-v1"}, "outputs": {"shape": {"name": "shape"}},
+                "sha256": sha256_file(model)}
+    (tmp_path / "model.json").write_text(json.dumps(manifest))
+    assert load_contract(tmp_path).model_id == "x" and load_contract(tmp_path).model_id == "x"
+    other = tmp_path / "other.onnx"  # same size, other weights, put in place by rename (as updates install)
+    gemm_model(other, "features", ["n", NUM_FEATURES], {"shape": np.ones((NUM_FEATURES, 4))})
+    assert other.stat().st_size == model.stat().st_size
+    other.replace(model)
+    with pytest.raises(ModelError, match="does not match the sha256"):
+        load_contract(tmp_path)
