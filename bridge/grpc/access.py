@@ -29,30 +29,40 @@ def check_token(token: str | None) -> None:
                         "without spaces at either end)", "choose a token of ASCII letters, digits and punctuation")
 
 
+TOKEN_REFUSAL = "missing or wrong bearer token; send metadata 'authorization: Bearer <token>'"
+
+
+def _refusals(deny) -> dict:
+    """`deny` as a handler of each streaming shape: a refusal must have the shape of the method it stands in for."""
+    return {
+        (False, False): grpc.unary_unary_rpc_method_handler(deny),
+        (False, True): grpc.unary_stream_rpc_method_handler(deny),
+        (True, False): grpc.stream_unary_rpc_method_handler(deny),
+        (True, True): grpc.stream_stream_rpc_method_handler(deny),
+    }
+
+
+def _admitted(handler, details, token: str) -> bool:
+    """Health checks pass (probes carry no secrets), as does a call with the right bearer token."""
+    if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
+        return True
+    return bearer_matches(next((v for k, v in details.invocation_metadata if k == "authorization"), ""), token)
+
+
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Requires `authorization: Bearer <token>` on every call except health checks (probes carry no secrets)."""
+    """Requires `authorization: Bearer <token>` on every call except health checks."""
 
     def __init__(self, token: str) -> None:
         self._token = token
 
         def deny(request_or_iterator, context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                          "missing or wrong bearer token; send metadata 'authorization: Bearer <token>'")
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, TOKEN_REFUSAL)
 
-        # A refusal must have the same streaming shape as the method it stands in for.
-        self._deny = {
-            (False, False): grpc.unary_unary_rpc_method_handler(deny),
-            (False, True): grpc.unary_stream_rpc_method_handler(deny),
-            (True, False): grpc.stream_unary_rpc_method_handler(deny),
-            (True, True): grpc.stream_stream_rpc_method_handler(deny),
-        }
+        self._deny = _refusals(deny)
 
     def intercept_service(self, continuation, details):
         handler = continuation(details)
-        if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
-            return handler
-        got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
-        if bearer_matches(got, self._token):
+        if _admitted(handler, details, self._token):
             return handler
         return self._deny[(handler.request_streaming, handler.response_streaming)]
 
@@ -64,22 +74,13 @@ class AioBearerTokenInterceptor(grpc.aio.ServerInterceptor):
         self._token = token
 
         async def deny(request_or_iterator, context):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                "missing or wrong bearer token; send metadata 'authorization: Bearer <token>'")
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, TOKEN_REFUSAL)
 
-        self._deny = {
-            (False, False): grpc.unary_unary_rpc_method_handler(deny),
-            (False, True): grpc.unary_stream_rpc_method_handler(deny),
-            (True, False): grpc.stream_unary_rpc_method_handler(deny),
-            (True, True): grpc.stream_stream_rpc_method_handler(deny),
-        }
+        self._deny = _refusals(deny)
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
-        if handler is None or details.method.startswith("/grpc.health.v1.Health/"):
-            return handler
-        got = next((v for k, v in details.invocation_metadata if k == "authorization"), "")
-        if bearer_matches(got, self._token):
+        if _admitted(handler, details, self._token):
             return handler
         return self._deny[(handler.request_streaming, handler.response_streaming)]
 
