@@ -8,7 +8,8 @@ Recorded human speech (issue 19): `real_eval` holds recordings never trained on 
 LibriVox audiobook sentences and read card names of pocketsphinx's test data), labelled by forced alignment
 (tools/label_real_speech.py, from the files tools/fetch_real_data.py fetches); `synth_same_text` is espeak-ng
 reading the same texts, labelled the same way, so the gap between the two is the voice alone. Both are scored
-when present (--real-data and build/real make them when missing), per group as well.
+when present (--real-data and build/real make them when missing), per group as well. The synthetic sets are also
+scored against forced-alignment labels of their own audio, beside their exact labels (bench/lipsync_aligned.py).
 """
 from __future__ import annotations
 
@@ -282,6 +283,14 @@ def run(args) -> dict:
     if _ensure_real(data, Path(args.real_data)):
         results.update(recorded_speech(model, data))
         results["real_eval_live_path"] = live_path(data / "real_eval.npz", args.backend)
+    from bridge.bench import lipsync_aligned
+
+    skipped = lipsync_aligned.ensure(data)
+    if skipped:
+        print(f"synthetic against forced-alignment labels not scored: {skipped}", flush=True)
+        results["synthetic_forced_alignment"] = {"skipped": skipped}
+    else:
+        results["synthetic_forced_alignment"] = lipsync_aligned.score(model, data)
     flite = other_synthesizer(args.backend)
     if flite is not None:
         results["other_synthesizer_flite"] = flite
