@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 from bridge.audio import features  # noqa: E402
 from bridge.audio.visemes import frame_targets, segments_from_events  # noqa: E402
+from bridge.bench.lipsync import REAL_LABELS_VERSION  # noqa: E402
 from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
 
 PAD = 3200  # samples of silence either side, as label_real_speech.py pads synth_same_text
@@ -150,6 +151,7 @@ def main(argv=None) -> int:
                         visemes_aligned=np.concatenate(val), mouth_aligned=np.concatenate(mal))
     atomic_write_bytes(args.out / "synth_aligned.npz", buf.getvalue())
     atomic_write_json(args.out / "synth_aligned.json", {"set": "synth_aligned", "frames": int(sum(lengths)),
+                                                        "labels_version": REAL_LABELS_VERSION,
                                                         "alignment_failed": failed, "utterances": meta,
                                                         "seconds_to_make": round(time.time() - started, 1)})
     print(f"synth_aligned: {len(meta)} utterances ({failed} of them not aligned), {sum(lengths) / 6000:.1f} min, "

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 from bridge.audio import features  # noqa: E402
 from bridge.audio.visemes import MOUTH_CHANNELS, frame_targets, segments_from_events  # noqa: E402
+from bridge.bench.lipsync import REAL_LABELS_VERSION  # noqa: E402
 from bridge.frame import VISEME_NAMES  # noqa: E402
 from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
 
@@ -71,7 +72,8 @@ def clean_text(text: str, words: set[str]) -> str | None:
 
 def force_align(decoder, pcm: np.ndarray, text: str):
     """pocketsphinx forced alignment of `text` in `pcm` (16 kHz floats): [(word, [(ARPAbet phone, start_s)])], or
-    None when pocketsphinx cannot align it. Two passes: the words, then the phones within them."""
+    None when pocketsphinx cannot align it or aligns only part of the text. Two passes: the words, then the phones
+    within them."""
     raw = (np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes()
     try:
         decoder.set_align_text(text)
@@ -82,9 +84,13 @@ def force_align(decoder, pcm: np.ndarray, text: str):
         decoder.start_utt()
         decoder.process_raw(raw, full_utt=True)
         decoder.end_utt()
-        return [(word.name, [(p.name, p.start / 100.0) for p in word]) for word in decoder.get_alignment()]
+        aligned = [(word.name, [(p.name, p.start / 100.0) for p in word]) for word in decoder.get_alignment()]
     except (RuntimeError, ValueError):
         return None
+    # pocketsphinx returns its best partial path when the search does not reach the text's end: the words left
+    # out would be labelled silence while they are spoken, so such an alignment is a failed one
+    said = [re.sub(r"\(\d+\)$", "", w) for w, _ in aligned if not (w.startswith(("<", "[", "+")))]
+    return aligned if said == text.split() else None
 
 
 class Aligner:
@@ -120,7 +126,8 @@ def save_set(out: Path, name: str, examples: list[dict], meta: list[dict], keep_
                         lengths=np.array([len(e["mel"]) for e in examples], np.int64),
                         **{f"pcm_{i}": a for i, a in enumerate(keep_audio)})
     atomic_write_bytes(out / f"{name}.npz", buf.getvalue())
-    atomic_write_json(out / f"{name}.json", {"set": name, "frames": int(sum(len(e["mel"]) for e in examples)),
+    atomic_write_json(out / f"{name}.json", {"set": name, "labels_version": REAL_LABELS_VERSION,
+                                             "frames": int(sum(len(e["mel"]) for e in examples)),
                                              "mouth_channels": list(MOUTH_CHANNELS), "visemes": list(VISEME_NAMES),
                                              "utterances": meta})
     print(f"{name}: {len(examples)} utterances, {sum(len(e['mel']) for e in examples) / 6000:.1f} min", flush=True)

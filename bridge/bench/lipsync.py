@@ -139,12 +139,23 @@ def live_path(path: Path, backend: str) -> dict:
 
 
 REAL_SETS = ("real_eval", "synth_same_text")
+# 2: an alignment that leaves words of the text out is a failed one (version 1 labelled them silence)
+REAL_LABELS_VERSION = 2
+
+
+def labels_current(json_path: Path) -> bool:
+    import json
+
+    return json_path.exists() and json.loads(json_path.read_text()).get("labels_version") == REAL_LABELS_VERSION
 
 
 def _ensure_real(data: Path, real: Path) -> bool:
-    """Label the recorded speech into `data` when its sets are missing and the recordings were fetched."""
-    if all((data / f"{s}.npz").exists() for s in REAL_SETS):
+    """Label the recorded speech into `data` when its sets are missing or were labelled by an older labeller, and
+    the recordings were fetched."""
+    if all((data / f"{s}.npz").exists() and labels_current(data / f"{s}.json") for s in REAL_SETS):
         return True
+    if all((data / f"{s}.npz").exists() for s in REAL_SETS) and (real / "asterisk").is_dir():
+        print("recorded speech was labelled by an older labeller: labelling it again", flush=True)
     tool = REPO / "tools" / "label_real_speech.py"
     if not (real / "asterisk").is_dir() or not tool.exists():
         print(f"recorded speech not scored: fetch it with `python tools/fetch_real_data.py` (into {real})", flush=True)

@@ -23,8 +23,11 @@ KEYS = ("frames", "viseme_accuracy", "jawOpen_correlation", "jawOpen_mae", "mean
 
 
 def ensure(data: Path) -> str | None:
-    """Make synth_aligned under `data` when missing; -> None when ready, else why it is skipped."""
-    if (data / "synth_aligned.npz").exists():
+    """Make synth_aligned under `data` when missing or labelled by an older labeller; -> None when ready, else
+    why it is skipped."""
+    from bridge.bench.lipsync import labels_current
+
+    if (data / "synth_aligned.npz").exists() and labels_current(data / "synth_aligned.json"):
         return None
     if importlib.util.find_spec("pocketsphinx") is None:
         return "pocketsphinx is not installed (pip install -e .[tools]): forced-alignment labels not made"
@@ -79,13 +82,26 @@ def score(model, data: Path) -> dict:
     out = {"labels": "exact = espeak-ng's phoneme events; forced = pocketsphinx forced alignment "
                      "(tools/label_real_speech.py force_align), the labels of the recorded sets",
            "alignment_failed": meta["alignment_failed"]}
+    def agreement(keep) -> dict:
+        """The forced labels scored against the exact ones: how far the aligner itself is from the truth."""
+        sl = [preds[i][0] for i, m in enumerate(utts) if keep(m) and m["aligned"]]
+        if not sl:
+            return {}
+        jaw = [np.concatenate([labels[f"mouth_{w}"][s][:, 0] for s in sl]).astype(np.float32)
+               for w in ("exact", "aligned")]
+        same = np.concatenate([labels["visemes_exact"][s] == labels["visemes_aligned"][s] for s in sl])
+        return {"viseme_agreement": round(float(same.mean()), 3),
+                "jawOpen_correlation": round(float(np.corrcoef(*jaw)[0, 1]), 3)}
+
     for name, keep in groups.items():
         out[name] = {"exact_all": metrics("exact", keep),
                      "exact_aligned": metrics("exact", lambda m, k=keep: k(m) and m["aligned"]),
-                     "forced_aligned": metrics("aligned", lambda m, k=keep: k(m) and m["aligned"])}
+                     "forced_aligned": metrics("aligned", lambda m, k=keep: k(m) and m["aligned"]),
+                     "forced_vs_exact_labels": agreement(keep)}
         g = out[name]
         print(f"{name}: exact labels {g['exact_aligned'].get('viseme_accuracy')} / "
               f"{g['exact_aligned'].get('jawOpen_correlation')}, forced labels "
               f"{g['forced_aligned'].get('viseme_accuracy')} / {g['forced_aligned'].get('jawOpen_correlation')} "
-              f"(viseme acc / jawOpen r, {g['forced_aligned'].get('utterances')} aligned utterances)", flush=True)
+              f"(viseme acc / jawOpen r, {g['forced_aligned'].get('utterances')} aligned utterances); forced labels "
+              f"against exact {g['forced_vs_exact_labels']}", flush=True)
     return out

@@ -42,7 +42,7 @@ def test_the_same_audio_is_labelled_by_espeak_and_by_forced_alignment_then_score
             assert (z["visemes_exact"][first] != z["visemes_aligned"][first]).any()
     out = lipsync_aligned.score(LipSyncModel(backend="onnxruntime"), data)
     for group in ("same_text", "eval_all", "same_text/librivox", "same_text/cards"):
-        assert set(out[group]) == {"exact_all", "exact_aligned", "forced_aligned"}
+        assert set(out[group]) == {"exact_all", "exact_aligned", "forced_aligned", "forced_vs_exact_labels"}
         assert out[group]["exact_all"]["utterances"] == (2 if group == "same_text" else 1)
     assert out["same_text"]["exact_all"]["viseme_accuracy"] > 0.5  # a model that hears English speech
     assert lipsync_aligned.ensure(data) is None  # made once, then reused
