@@ -3,8 +3,8 @@ pocketsphinx forced alignment that labels the recorded sets (tools/label_real_sp
 comparison of recorded against synthetic figures (issue 19, `facebridge bench lipsync`).
 
 Two groups, into one cached set (synth_aligned.npz/.json under --out, made once):
-- same_text: espeak-ng en-us reading the held-out recorded texts, synthesized exactly as synth_same_text is
-  (same padding); aligned by the English aligner on the words, as the recorded English is.
+- same_text: espeak-ng en-us reading the held-out English recordings' texts (real_eval.json), synthesized exactly
+  as synth_same_text is (same padding); aligned by the English aligner on the words, as the recorded English is.
 - eval_all: the first --eval-count utterances of the eval_all held-out set spoken again (same text, language,
   voice, rate, pitch; padding and augmentation drawn afresh, see eval_all()); aligned word by word on espeak-ng's
   phonemes in their language (tools/align_other_languages.py), as the recorded French speaker is.
@@ -89,8 +89,8 @@ class WordAligner:
 def same_text(espeak, aligner, data: Path):
     from gen_lipsync_data import resample_to_16k
 
-    meta = json.loads((data / "synth_same_text.json").read_text())["utterances"]
-    for m in meta:
+    meta = [m for m in json.loads((data / "real_eval.json").read_text())["utterances"] if "language" not in m]
+    for m in meta:  # the held-out English recordings' texts (those of synth_same_text, before its alignment)
         synth, events = espeak.synth(m["text"], "en-us")
         pcm = np.concatenate([np.zeros(PAD, np.float32), resample_to_16k(synth, espeak.sample_rate),
                               np.zeros(PAD, np.float32)])
@@ -120,7 +120,7 @@ def eval_all(espeak, word_aligner, data: Path, count: int):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT / "build" / "lipsync", help="synth_same_text/eval_all JSON")
+    ap.add_argument("--data", type=Path, default=ROOT / "build" / "lipsync", help="real_eval and eval_all JSON")
     ap.add_argument("--out", type=Path, default=None, help="where synth_aligned goes (default: --data)")
     ap.add_argument("--eval-count", type=int, default=100, help="utterances of eval_all (its first N)")
     args = ap.parse_args(argv)

@@ -32,8 +32,8 @@ def ensure(data: Path) -> str | None:
     if importlib.util.find_spec("pocketsphinx") is None:
         return "pocketsphinx is not installed (pip install -e .[tools]): forced-alignment labels not made"
     tool = REPO / "tools" / "align_synthetic.py"
-    if not tool.exists() or not (data / "synth_same_text.json").exists() or not (data / "eval_all.json").exists():
-        return "needs a source checkout with synth_same_text and eval_all under --data"
+    if not tool.exists() or not (data / "real_eval.json").exists() or not (data / "eval_all.json").exists():
+        return "needs a source checkout with real_eval and eval_all under --data"
     print(f"labelling synthetic held-out speech by forced alignment into {data} (once, about 2 min) ...", flush=True)
     proc = subprocess.run([sys.executable, str(tool), "--data", str(data)], capture_output=True, text=True)
     if proc.returncode != 0:

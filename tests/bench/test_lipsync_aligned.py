@@ -10,11 +10,13 @@ from tests.helpers import espeak_or_skip, tool_module
 
 
 def _inputs(data):
-    """A two-utterance synth_same_text and a one-utterance eval_all, as the held-out JSON files name them."""
+    """Held-out recordings' texts (two English, one French: not read by espeak here) and a one-utterance
+    eval_all, as the held-out JSON files name them."""
     data.mkdir()
-    (data / "synth_same_text.json").write_text(json.dumps({"utterances": [
-        {"group": "librivox", "name": "a", "text": "please open the window", "voice": "en-us"},
-        {"group": "cards", "name": "b", "text": "ten of hearts", "voice": "en-us"}]}))
+    (data / "real_eval.json").write_text(json.dumps({"utterances": [
+        {"group": "librivox", "name": "a", "text": "please open the window", "seconds": 2.0},
+        {"group": "cards", "name": "b", "text": "ten of hearts", "seconds": 1.5},
+        {"group": "june_fr", "name": "c", "text": "Activé.", "language": "fr", "seconds": 1.0}]}))
     (data / "eval_all.json").write_text(json.dumps({"utterances": [
         {"text": "Buongiorno, come stai oggi?", "language": "it", "variant": "f3", "rate": 170, "pitch": 50,
          "pitch_range": 50, "word_gap": 0, "augmented": False}]}))
