@@ -346,8 +346,8 @@ def main(argv=None) -> int:
         "inputs": {"mel": ["1", "frames", features.N_MELS], "state": [net.state_rows, 1, HIDDEN]},
         "outputs": {"visemes": ["1", "frames", N_VIS], "mouth": ["1", "frames", N_MOUTH],
                     "state_out": [net.state_rows, 1, HIDDEN]},
-        "max_frames_per_call": MAX_FRAMES,
-        "running_norm": {"tau_frames": net.norm_tau, "state_row": LAYERS} if net.norm is not None else None,
+        **({"max_frames_per_call": MAX_FRAMES,  # the running normalisation's graph takes at most this many
+            "running_norm": {"tau_frames": net.norm_tau, "state_row": LAYERS}} if net.norm is not None else {}),
         "adapter_initializers": {n: list(adapter[n].shape) for n in ADAPTER_NAMES},
         "adapter_formula": "logits = head(h) + (h @ adapter.A) @ adapter.B",
         "visemes": list(VISEME_NAMES),
