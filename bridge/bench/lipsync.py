@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bridge.bench.lipsync_scoring import REAL_LABELS_VERSION, labels_current, lipsync_metrics  # noqa: F401
 from bridge.errors import FaceBridgeError
 
 EVAL_SETS = ("eval_lang", "eval_voice", "eval_rate", "eval_all")
@@ -35,31 +36,6 @@ def add_arguments(p) -> None:
     p.add_argument("--backend", default="onnxruntime")
     p.add_argument("--real-data", default="build/real",
                    help="recorded speech fetched by tools/fetch_real_data.py (labelled into --data when missing)")
-
-
-def lipsync_metrics(pred_vis: np.ndarray, pred_mouth: np.ndarray, tgt_vis: np.ndarray, tgt_mouth: np.ndarray) -> dict:
-    """Viseme frame accuracy, mouth-weight MAE and correlation per channel, and mouth opening in silence
-    (frames whose target is the rest pose)."""
-    from bridge.audio.visemes import MOUTH_CHANNELS
-
-    jaw = MOUTH_CHANNELS.index("jawOpen")
-    corr = {}
-    for c, name in enumerate(MOUTH_CHANNELS):
-        if tgt_mouth[:, c].std() > 1e-4 and pred_mouth[:, c].std() > 1e-6:
-            corr[name] = round(float(np.corrcoef(pred_mouth[:, c], tgt_mouth[:, c])[0, 1]), 3)
-    rest = tgt_mouth.max(axis=1) < 0.02
-    return {
-        "frames": int(len(tgt_vis)),
-        "viseme_accuracy": round(float((pred_vis == tgt_vis).mean()), 3),
-        "mouth_mae": round(float(np.abs(pred_mouth - tgt_mouth).mean()), 4),
-        "jawOpen_mae": round(float(np.abs(pred_mouth[:, jaw] - tgt_mouth[:, jaw]).mean()), 4),
-        "jawOpen_correlation": corr.get("jawOpen"),
-        "mean_channel_correlation": round(float(np.mean(list(corr.values()))), 3) if corr else None,
-        "channel_correlation": corr,
-        "silence_frames": int(rest.sum()),
-        "silence_jawOpen_mean": round(float(pred_mouth[rest, jaw].mean()), 4) if rest.any() else None,
-        "silence_jawOpen_p95": round(float(np.percentile(pred_mouth[rest, jaw], 95)), 4) if rest.any() else None,
-    }
 
 
 def _ensure_data(data: Path, count: int) -> None:
@@ -139,16 +115,6 @@ def live_path(path: Path, backend: str) -> dict:
 
 
 REAL_SETS = ("real_eval", "synth_same_text")
-# 2: an alignment that leaves words of the text out is a failed one (version 1 labelled them silence)
-REAL_LABELS_VERSION = 2
-
-
-def labels_current(json_path: Path) -> bool:
-    import json
-
-    return json_path.exists() and json.loads(json_path.read_text()).get("labels_version") == REAL_LABELS_VERSION
-
-
 def _ensure_real(data: Path, real: Path) -> bool:
     """Label the recorded speech into `data` when its sets are missing or were labelled by an older labeller, and
     the recordings were fetched."""

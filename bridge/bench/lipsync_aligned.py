@@ -25,7 +25,7 @@ KEYS = ("frames", "viseme_accuracy", "jawOpen_correlation", "jawOpen_mae", "mean
 def ensure(data: Path) -> str | None:
     """Make synth_aligned under `data` when missing or labelled by an older labeller; -> None when ready, else
     why it is skipped."""
-    from bridge.bench.lipsync import labels_current
+    from bridge.bench.lipsync_scoring import labels_current
 
     if (data / "synth_aligned.npz").exists() and labels_current(data / "synth_aligned.json"):
         return None
@@ -57,7 +57,7 @@ def _predict(model, mel_all: np.ndarray, lengths: np.ndarray):
 def score(model, data: Path) -> dict:
     """Per group (same_text, and per recorded group within it; eval_all): exact labels on every utterance,
     exact and forced labels on the utterances the aligner could align."""
-    from bridge.bench.lipsync import lipsync_metrics
+    from bridge.bench.lipsync_scoring import lipsync_metrics
 
     meta = json.loads((data / "synth_aligned.json").read_text())
     with np.load(data / "synth_aligned.npz") as z:
