@@ -120,9 +120,14 @@ def _ensure_real(data: Path, real: Path) -> bool:
     the recordings were fetched."""
     if all((data / f"{s}.npz").exists() and labels_current(data / f"{s}.json") for s in REAL_SETS):
         return True
-    if all((data / f"{s}.npz").exists() for s in REAL_SETS) and (real / "asterisk").is_dir():
-        print("recorded speech was labelled by an older labeller: labelling it again", flush=True)
     tool = REPO / "tools" / "label_real_speech.py"
+    present = all((data / f"{s}.npz").exists() for s in REAL_SETS)
+    if present and not ((real / "asterisk").is_dir() and tool.exists()):
+        print("recorded speech was labelled by an older labeller and its recordings are not here to label it "
+              "again: scored as it is (labels_version in the JSON)", flush=True)
+        return True
+    if present:
+        print("recorded speech was labelled by an older labeller: labelling it again", flush=True)
     if not (real / "asterisk").is_dir() or not tool.exists():
         print(f"recorded speech not scored: fetch it with `python tools/fetch_real_data.py` (into {real})", flush=True)
         return False
@@ -145,6 +150,7 @@ def recorded_speech(model, data: Path) -> dict:
         out[name] = accuracy(model, data / f"{name}.npz")
         out[name]["utterances"] = len(meta)
         out[name]["minutes"] = round(out[name]["frames"] / 6000, 2)
+        out[name]["labels_version"] = json.loads((data / f"{name}.json").read_text()).get("labels_version", 1)
         out[name]["groups"] = {}
         for group in sorted({m["group"] for m in meta}):
             r = accuracy(model, data / f"{name}.npz", keep=lambda i, g=group: meta[i]["group"] == g)

@@ -103,3 +103,16 @@ def test_an_alignment_that_leaves_words_out_is_a_failed_one():
         if aligned is not None:
             said = [w.split("(")[0] for w, _ in aligned if not w.startswith(("<", "[", "+"))]
             assert said == text.split(), (text, aligned)
+
+
+def test_sets_from_an_older_labeller_are_labelled_again_or_scored_as_they_are(tmp_path, capsys):
+    from bridge.bench import lipsync
+
+    for name in lipsync.REAL_SETS:
+        (tmp_path / f"{name}.npz").write_bytes(b"")
+        (tmp_path / f"{name}.json").write_text('{"utterances": []}')  # no labels_version: the first labeller
+    assert not lipsync.labels_current(tmp_path / "real_eval.json")
+    assert lipsync._ensure_real(tmp_path, tmp_path / "no-recordings")  # nothing to label again with: kept
+    assert "scored as it is" in capsys.readouterr().out
+    (tmp_path / "real_eval.json").write_text(f'{{"labels_version": {lipsync.REAL_LABELS_VERSION}}}')
+    assert lipsync.labels_current(tmp_path / "real_eval.json")
