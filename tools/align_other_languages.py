@@ -67,7 +67,10 @@ class ForeignAligner:
         return phones
 
     def align(self, pcm: np.ndarray, text: str, lang: str):
-        words = [w for w in re.findall(r"[^\W\d_]+(?:['’][^\W\d_]+)?", text.lower())]
+        return self.align_words(pcm, re.findall(r"[^\W\d_]+(?:['’][^\W\d_]+)?", text.lower()), lang)
+
+    def align_words(self, pcm: np.ndarray, words: list[str], lang: str):
+        """(ipa, start_s) events of `words` spoken in `pcm`, or None when they do not all align."""
         entries = []
         for w in words:
             phones = self.word_phones(w, lang)

@@ -53,37 +53,7 @@ class WordAligner:
 
     def align(self, pcm: np.ndarray, text: str, lang: str):
         words = re.findall(r"\d+|[^\W\d_]+(?:['’][^\W\d_]+)?", text.lower())
-        return self._align_words(pcm, words, lang)
-
-    def _align_words(self, pcm, words, lang):
-        from label_real_speech import force_align
-
-        fa = self.inner
-        entries = []
-        for w in words:
-            phones = fa.word_phones(w, lang)
-            if not phones:
-                continue
-            name = "x_" + "_".join(a.lower() for _, a in phones)
-            if name not in fa._known:
-                fa.decoder.add_word(name, " ".join(a for _, a in phones), True)
-                fa._known.add(name)
-            entries.append((name, phones))
-        if not entries:
-            return None
-        aligned = force_align(fa.decoder, pcm, " ".join(n for n, _ in entries))
-        if aligned is None:
-            return None
-        events, k = [], 0
-        for name, phones in aligned:
-            if k < len(entries) and name == entries[k][0]:
-                for (_, start), (ipa, _a) in zip(phones, entries[k][1]):
-                    if ipa:
-                        events.append((ipa, start))
-                k += 1
-            else:
-                events.append(("_", phones[0][1] if phones else 0.0))
-        return events if k == len(entries) and events else None
+        return self.inner.align_words(pcm, words, lang)
 
 
 def same_text(espeak, aligner, data: Path):
