@@ -13,23 +13,12 @@ create_session falls back to the next backend. XNNPACK computes f32 here.
 """
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import numpy as np
 
-from bridge.engines.base import EngineUnavailable, TensorSpec
-from bridge.engines.native_output import native_stderr
-
-log = logging.getLogger(__name__)
-
-
-def litert_available() -> bool:
-    try:
-        from ai_edge_litert.interpreter import Interpreter  # noqa: F401
-    except ImportError:
-        return False
-    return True
+from bridge.engines.base import EngineUnavailable
+from bridge.engines.litert_loading import litert_available, loaded_interpreters, manifest_specs
 
 
 def _companion(model_path: Path) -> tuple[Path, dict]:
@@ -64,22 +53,12 @@ class LiteRtSession:
     def __init__(self, model_path: str | Path, threads: int = 1):
         if not litert_available():
             raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert")
-        from ai_edge_litert.interpreter import Interpreter
-
         tflite, entry = _companion(Path(model_path))
         self._tflite, self._threads = tflite, int(threads)
         self._batch_interp: dict[int, tuple | None] = {}  # batch size -> batched interpreter, or None
-        try:
-            with native_stderr() as said:  # "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." on every run
-                self._interp = Interpreter(model_path=str(tflite), num_threads=int(threads))
-                self._interp.allocate_tensors()
-        except (RuntimeError, ValueError) as e:
-            raise EngineUnavailable(f"LiteRT cannot load {tflite.name} ({str(e).splitlines()[0][:160]})",
-                                    "use --backend openvino or onnxruntime") from None
-        for line in said:
-            log.debug("litert (native): %s", line)
-        self.inputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["inputs"]]
-        self.outputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["outputs"]]
+        (self._interp,) = loaded_interpreters([{"model_path": str(tflite)}], threads, tflite.name,
+                                              "use --backend openvino or onnxruntime")
+        self.inputs, self.outputs = manifest_specs(entry, "inputs"), manifest_specs(entry, "outputs")
         self._input_index = self._interp.get_input_details()[0]["index"]
         by_name = {d["name"]: d["index"] for d in self._interp.get_output_details()}
         missing = [o.name for o in self.outputs if o.name not in by_name]

@@ -13,17 +13,15 @@ ops), XNNPACK f32 (the weights are stored fp16 and dequantised at load).
 from __future__ import annotations
 
 import copy
-import logging
 import math
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from bridge.engines.base import EngineUnavailable, TensorSpec
-from bridge.engines.native_output import native_stderr
+from bridge.engines.base import EngineUnavailable
+from bridge.engines.litert_loading import litert_available, loaded_interpreters, manifest_specs
 
-log = logging.getLogger(__name__)
 CUSTOM = ("Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks")
 CROP = 16  # TransformTensorBilinear's output side
 
@@ -158,25 +156,12 @@ class MediaPipeAttentionSession:
     precision = "f32"
 
     def __init__(self, tflite: Path, entry: dict, threads: int = 1) -> None:
-        try:
-            from ai_edge_litert.interpreter import Interpreter
-        except ImportError:
-            raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert") from None
-
+        if not litert_available():
+            raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert")
         part_a, part_b, self.options, self.wiring, self.final = _cut(Path(tflite).read_bytes())
-        try:
-            with native_stderr() as said:
-                self.a = Interpreter(model_content=part_a, num_threads=int(threads))
-                self.b = Interpreter(model_content=part_b, num_threads=int(threads))
-                self.a.allocate_tensors()
-                self.b.allocate_tensors()
-        except (RuntimeError, ValueError) as e:
-            raise EngineUnavailable(f"LiteRT cannot load the cut {Path(tflite).name} ({str(e).splitlines()[0][:160]})",
-                                    "use --landmarks mesh+iris") from None
-        for line in said:
-            log.debug("litert (native): %s", line)
-        self.inputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["inputs"]]
-        self.outputs = [TensorSpec(t["name"], tuple(t["shape"]), t["dtype"]) for t in entry["outputs"]]
+        self.a, self.b = loaded_interpreters([{"model_content": part_a}, {"model_content": part_b}], threads,
+                                             f"the cut {Path(tflite).name}", "use --landmarks mesh+iris")
+        self.inputs, self.outputs = manifest_specs(entry, "inputs"), manifest_specs(entry, "outputs")
         self.a_in = self.a.get_input_details()[0]["index"]
         self.a_out = {d["name"]: d["index"] for d in self.a.get_output_details()}
         self.b_in = {d["name"]: d["index"] for d in self.b.get_input_details()}
