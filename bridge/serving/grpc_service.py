@@ -53,7 +53,6 @@ def check_listen(address: str, token: str | None, tls_cert: str | None, tls_key:
     return host
 
 
-
 class FaceServeServer:
     """The Track service on `address`, over the table's batched services (which finish their passes with a
     PassReplies: the replies the stream coroutines send). Built, used and closed from any thread: the gRPC server

@@ -43,6 +43,7 @@ class WriteDeadline:
         self._live: dict = {}  # stream state -> stream number (touched on the loop only)
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._aborts: set[asyncio.Task] = set()  # the loop keeps only weak references to tasks: held till done
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Check every period_s on `loop` (call from any thread)."""
@@ -99,8 +100,10 @@ class WriteDeadline:
                          "--write-deadline)")
         self.evicted += 1
         log.warning("face stream %d ended: %s; its slot is free", number, state.evicted)
-        asyncio.ensure_future(_abort_quietly(
+        abort = asyncio.ensure_future(_abort_quietly(
             state.context, grpc.StatusCode.CANCELLED, f"the server ended this stream: {state.evicted}"))
+        self._aborts.add(abort)
+        abort.add_done_callback(self._aborts.discard)
         state.task.cancel()  # the coroutine waiting in its write ends now; its slot is freed on the way out
 
 
