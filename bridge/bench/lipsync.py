@@ -21,7 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.bench.lipsync_scoring import REAL_LABELS_VERSION, labels_current, lipsync_metrics  # noqa: F401
+from bridge.bench.lipsync_scoring import (  # noqa: F401 - REAL_LABELS_VERSION is read from here by the tools
+    REAL_LABELS_VERSION,
+    labels_current,
+    lipsync_metrics,
+    predict_utterance,
+)
 from bridge.errors import FaceBridgeError
 
 EVAL_SETS = ("eval_lang", "eval_voice", "eval_rate", "eval_all")
@@ -69,17 +74,13 @@ def _utterances(path: Path):
 
 def accuracy(model, path: Path, keep=None) -> dict:
     """Scored over the utterances of the set (those whose index `keep` accepts, when given)."""
-    from bridge.audio import features
-
     pv, pm, tv, tm = [], [], [], []
-    pad = np.full((model.lookahead, features.N_MELS), np.log(features.LOG_FLOOR), np.float32)
     utts, _ = _utterances(path)
     for i, (mel, vis, mouth) in enumerate(utts):
         if keep is not None and not keep(i):
             continue
-        model.reset()
-        p_vis, p_mouth = model.step(np.concatenate([mel, pad]))
-        pv.append(p_vis[model.lookahead:].argmax(-1)), pm.append(p_mouth[model.lookahead:])
+        p_vis, p_mouth = predict_utterance(model, mel)
+        pv.append(p_vis), pm.append(p_mouth)
         tv.append(vis), tm.append(mouth)
     return lipsync_metrics(*(np.concatenate(x) for x in (pv, pm, tv, tm)))
 

@@ -43,14 +43,11 @@ def ensure(data: Path) -> str | None:
 
 
 def _predict(model, mel_all: np.ndarray, lengths: np.ndarray):
-    from bridge.audio import features
+    from bridge.bench.lipsync_scoring import predict_utterance
 
-    pad = np.full((model.lookahead, features.N_MELS), np.log(features.LOG_FLOOR), np.float32)
     start = 0
     for n in lengths:
-        model.reset()
-        p_vis, p_mouth = model.step(np.concatenate([mel_all[start:start + n], pad]))
-        yield slice(start, start + n), p_vis[model.lookahead:].argmax(-1), p_mouth[model.lookahead:]
+        yield (slice(start, start + n), *predict_utterance(model, mel_all[start:start + n]))
         start += n
 
 

@@ -16,6 +16,17 @@ def labels_current(json_path: Path) -> bool:
     return json_path.exists() and json.loads(json_path.read_text()).get("labels_version") == REAL_LABELS_VERSION
 
 
+def predict_utterance(model, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(viseme per frame, mouth weights per frame) of one utterance from a fresh state, the model's lookahead
+    filled with silence at the end so every frame is answered."""
+    from bridge.audio import features
+
+    pad = np.full((model.lookahead, features.N_MELS), np.log(features.LOG_FLOOR), np.float32)
+    model.reset()
+    p_vis, p_mouth = model.step(np.concatenate([mel, pad]))
+    return p_vis[model.lookahead:].argmax(-1), p_mouth[model.lookahead:]
+
+
 def lipsync_metrics(pred_vis: np.ndarray, pred_mouth: np.ndarray, tgt_vis: np.ndarray, tgt_mouth: np.ndarray) -> dict:
     """Viseme frame accuracy, mouth-weight MAE and correlation per channel, and mouth opening in silence
     (frames whose target is the rest pose)."""
