@@ -105,14 +105,7 @@ def load_set(data_dir: Path, name: str) -> list[dict]:
     return out
 
 
-def _band_hz() -> np.ndarray:
-    """Centre frequency (Hz) of each mel band of bridge.audio.features."""
-    mel = lambda f: 2595.0 * np.log10(1.0 + np.asarray(f) / 700.0)  # noqa: E731
-    edges = 700.0 * (10.0 ** (np.linspace(mel(features.FMIN), mel(features.FMAX), features.N_MELS + 2) / 2595.0) - 1)
-    return edges[1:-1]
-
-
-BAND_HZ = _band_hz()
+BAND_HZ = features.mel_band_edges_hz()[1:-1]  # each mel band's centre frequency
 
 
 def perturb(u: dict, rng: np.random.Generator) -> dict:

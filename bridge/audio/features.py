@@ -22,15 +22,21 @@ def frame_center_s(index: np.ndarray | int) -> np.ndarray | float:
     return (np.asarray(index) * HOP + WINDOW / 2) / SAMPLE_RATE
 
 
-def _mel_filterbank() -> np.ndarray:
-    """(N_FFT//2+1, N_MELS) triangular filters on the HTK mel scale, area-normalised (Slaney style)."""
+def mel_band_edges_hz() -> np.ndarray:
+    """The N_MELS + 2 edges (Hz) of the triangular filters, equally spaced on the HTK mel scale: band m spans
+    edges[m]..edges[m + 2] and peaks at edges[m + 1]."""
     def hz_to_mel(f):
         return 2595.0 * np.log10(1.0 + np.asarray(f) / 700.0)
 
     def mel_to_hz(m):
         return 700.0 * (10.0 ** (np.asarray(m) / 2595.0) - 1.0)
 
-    edges = mel_to_hz(np.linspace(hz_to_mel(FMIN), hz_to_mel(FMAX), N_MELS + 2))
+    return mel_to_hz(np.linspace(hz_to_mel(FMIN), hz_to_mel(FMAX), N_MELS + 2))
+
+
+def _mel_filterbank() -> np.ndarray:
+    """(N_FFT//2+1, N_MELS) triangular filters on the HTK mel scale, area-normalised (Slaney style)."""
+    edges = mel_band_edges_hz()
     bins = np.fft.rfftfreq(N_FFT, 1.0 / SAMPLE_RATE)
     fb = np.zeros((len(bins), N_MELS))
     for m in range(N_MELS):
