@@ -34,8 +34,6 @@ from bridge.audio.visemes import frame_targets, segments_from_events  # noqa: E4
 from bridge.bench.lipsync import REAL_LABELS_VERSION  # noqa: E402
 from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
 
-PAD = 3200  # samples of silence either side, as label_real_speech.py pads synth_same_text
-
 
 def _targets(pcm: np.ndarray, mel: np.ndarray, segments):
     return frame_targets(segments, features.frame_center_s(np.arange(len(mel))))
@@ -57,15 +55,12 @@ class WordAligner:
 
 
 def same_text(espeak, aligner, data: Path):
-    from gen_lipsync_data import resample_to_16k
+    from label_real_speech import espeak_reading
 
     meta = [m for m in json.loads((data / "real_eval.json").read_text())["utterances"] if "language" not in m]
     for m in meta:  # the held-out English recordings' texts (those of synth_same_text, before its alignment)
-        synth, events = espeak.synth(m["text"], "en-us")
-        pcm = np.concatenate([np.zeros(PAD, np.float32), resample_to_16k(synth, espeak.sample_rate),
-                              np.zeros(PAD, np.float32)])
-        pad_s = PAD / features.SAMPLE_RATE
-        exact = segments_from_events([(p, t + pad_s) for p, t in events], len(pcm) / features.SAMPLE_RATE)
+        pcm, events = espeak_reading(espeak, m["text"])
+        exact = segments_from_events(events, len(pcm) / features.SAMPLE_RATE)
         yield {"group": "same_text", "subgroup": m["group"], "name": m["name"]}, pcm, exact, \
             (lambda pcm=pcm, text=m["text"]: aligner.align(pcm, text))
 

@@ -111,6 +111,21 @@ class Aligner:
         return events or None
 
 
+SYNTH_PAD = 3200  # samples of silence either side of espeak-ng's reading of a held-out text (synth_same_text)
+
+
+def espeak_reading(espeak, text: str) -> tuple[np.ndarray, list]:
+    """espeak-ng (en-us) reading `text`: 16 kHz PCM with SYNTH_PAD of silence either side, and its phoneme events
+    (phoneme, start s) on that padded clock."""
+    from gen_lipsync_data import resample_to_16k
+
+    synth, events = espeak.synth(text, "en-us")
+    silence = np.zeros(SYNTH_PAD, np.float32)
+    pad_s = SYNTH_PAD / features.SAMPLE_RATE
+    return (np.concatenate([silence, resample_to_16k(synth, espeak.sample_rate), silence]),
+            [(p, t + pad_s) for p, t in events])
+
+
 def example(pcm: np.ndarray, events) -> dict:
     mel = features.log_mel(pcm)
     labels, mouth = frame_targets(segments_from_events(events, len(pcm) / features.SAMPLE_RATE),
@@ -180,7 +195,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     aligner = Aligner()
-    from gen_lipsync_data import Espeak, resample_to_16k
+    from gen_lipsync_data import Espeak
 
     espeak = Espeak()
     sets = {"real_train": ([], []), "real_eval": ([], []), "synth_same_text": ([], [])}
@@ -202,9 +217,7 @@ def main(argv=None) -> int:
         if target == "real_eval":
             if len(audio) < args.keep_audio:
                 audio.append(pcm)
-            synth, _ = espeak.synth(words, "en-us")
-            spcm = np.concatenate([np.zeros(3200, np.float32), resample_to_16k(synth, espeak.sample_rate),
-                                   np.zeros(3200, np.float32)])
+            spcm, _ = espeak_reading(espeak, words)
             sevents = aligner.align(spcm, words)
             if sevents is not None:
                 sets["synth_same_text"][0].append(example(spcm, sevents))
