@@ -20,7 +20,7 @@ from bridge.engines import create_session
 from bridge.mesh import EYE_REFINEMENT, LIP_REFINEMENT
 from bridge.models import model_path
 from bridge.stages.geometry import Roi
-from bridge.stages.landmarks import _UNIT, LANDMARK_SIZE, IrisResult, LandmarkResult, _to_tensor
+from bridge.stages.landmarks import LANDMARK_SIZE, PIXEL_SCALE, IrisResult, LandmarkResult, to_tensor
 
 MODEL = "face_landmark_with_attention"
 _LIPS = np.array(LIP_REFINEMENT)
@@ -42,10 +42,10 @@ class AttentionLandmarker:
     def run(self, image: np.ndarray, roi: Roi) -> LandmarkResult:
         patch, back = roi.crop_rgba(image, LANDMARK_SIZE)
         session = self.session  # a live swap may replace it between frames
-        if hasattr(session, "run_rgb"):  # the crop scaled straight into LiteRT's input, as _to_tensor scales it
-            out = session.run_rgb(cv2.cvtColor(patch, cv2.COLOR_RGBA2RGB), _UNIT)
+        if hasattr(session, "run_rgb"):  # the crop scaled straight into LiteRT's input, as to_tensor scales it
+            out = session.run_rgb(cv2.cvtColor(patch, cv2.COLOR_RGBA2RGB), PIXEL_SCALE)
         else:
-            out = session.run({self.input_name: _to_tensor([patch])})
+            out = session.run({self.input_name: to_tensor([patch])})
         raw = out["output_mesh_identity"].reshape(468, 3)
         a, t = back[:, :2].T.astype(np.float32), back[:, 2].astype(np.float32)
         # every x, y back to the image in one product: the mesh, the lips, per eye 71 contour then 5 iris points

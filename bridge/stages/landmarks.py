@@ -44,15 +44,15 @@ class IrisResult:
 
 _CONTOUR_LEN = len(EYE_CONTOURS[0])
 _CONTOUR_INDEX = np.array(EYE_CONTOURS).reshape(-1)  # both eyes' lid points, in the iris model's contour order
-_UNIT = np.float32(1.0 / 255.0)
+PIXEL_SCALE = np.float32(1.0 / 255.0)  # uint8 pixels to the models' [0, 1] input
 
 
-def _to_tensor(patches: list[np.ndarray]) -> np.ndarray:
+def to_tensor(patches: list[np.ndarray]) -> np.ndarray:
     """RGBA crops (Roi.crop_rgba) -> (N, 3, S, S) float32 RGB in [0, 1], a view of NHWC memory (what LiteRT
     takes as is). Contiguous conversions only: a strided uint8-to-float cast costs ten times as much."""
     rgb = [cv2.cvtColor(p, cv2.COLOR_RGBA2RGB) for p in patches]
     x = (rgb[0][None] if len(rgb) == 1 else np.stack(rgb)).astype(np.float32)
-    x *= _UNIT
+    x *= PIXEL_SCALE
     return x.transpose(0, 3, 1, 2)
 
 
@@ -88,7 +88,7 @@ class FaceLandmarker:
 
     def run(self, image: np.ndarray, roi: Roi) -> LandmarkResult:
         patch, back = roi.crop_rgba(image, LANDMARK_SIZE)
-        out = list(self.session.run({self.input_name: _to_tensor([patch])}).values())
+        out = list(self.session.run({self.input_name: to_tensor([patch])}).values())
         raw = next(o for o in out if o.size == 1404).reshape(468, 3)
         logit = float(next(o for o in out if o.size == 1).reshape(()))
         points = apply_affine(raw, back)
@@ -120,7 +120,7 @@ class IrisLandmarker:
                 patch = cv2.flip(patch, 1)
             patches.append(patch)
             backs.append(back)
-        out = self.session.run({self.input_name: _to_tensor(patches)})
+        out = self.session.run({self.input_name: to_tensor(patches)})
         contour = next(v for v in out.values() if v.shape[-1] == 213).reshape(2, 71, 3)
         iris = next(v for v in out.values() if v.shape[-1] == 15).reshape(2, 5, 3)
         pts = np.concatenate([contour, iris], axis=1)  # (2, 76, 3) crop pixels, a copy
