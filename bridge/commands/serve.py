@@ -31,6 +31,10 @@ def add_parser(sub) -> None:
     p.add_argument("--decode-workers", type=int, default=0, metavar="N",
                    help="threads that decode JPEG (default 0: one a core, at most 8); every stream's gRPC work runs "
                         "on one event loop beside them")
+    p.add_argument("--cuda-wait", choices=["block", "spin", "yield", "auto"], default="block",
+                   help="GPU runners: how host threads wait for the GPU (default block: they sleep in the driver; "
+                        "CUDA's own auto spins a core through every wait, which starves the host work of several "
+                        "serve processes sharing a GPU)")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
     p.add_argument("--frame-sizes", default="", metavar="WxH[,WxH]",
@@ -103,7 +107,7 @@ def serve_config(args):
                        calibration=not args.no_calibration, fp16=not args.fp32,
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
                        write_deadline_s=args.write_deadline, idle_timeout_s=args.idle_timeout,
-                       frame_sizes=frame_sizes, decode_workers=args.decode_workers,
+                       frame_sizes=frame_sizes, decode_workers=args.decode_workers, cuda_wait=args.cuda_wait,
                        updates=None if args.updates == "off" else args.updates)
 
 

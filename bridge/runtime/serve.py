@@ -53,6 +53,7 @@ class ServeConfig:
     frame_sizes: tuple = ()  # (height, width) sizes accepted; empty: any (each size builds a batched service)
     updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
     decode_workers: int = 0  # JPEG decode threads; 0: one a core, at most 8
+    cuda_wait: str = "block"  # GPU runners: how host threads wait for the GPU (bridge/engines/cuda_wait.py)
 
 
 class PassDescriber:
@@ -139,6 +140,10 @@ def build_server(config: ServeConfig):
     kind = RUNNER_KINDS[config.runners]
     on_gpu = kind.endswith("-cuda")
     device = "cuda" if on_gpu else "cpu"
+    if on_gpu:  # before any CUDA call of this process creates the context
+        from bridge.engines.cuda_wait import set_cuda_wait
+
+        log.info("%s", set_cuda_wait(config.cuda_wait))
     # one thread per native pool: the streams are the parallelism (CPU runners: --threads for torch's own pool)
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
     whole_pass = kind == "torch-cuda" and config.graphs
