@@ -16,8 +16,8 @@
 # anywhere), WHEELS (.gpuwheels; empty: use what is installed),
 # T_TESTS (180), T_ONE (120), T_MANY (200) seconds: with the kill graces and start-up, at most about 9.5 minutes.
 #
-# Several processes on one GPU (`procs`): PROCS (8) servers at STREAMS_N (512), once per CUDA_WAITS ("block"; e.g.
-# "block spin"), then under CUDA MPS when MPS=1 (MPS_WAIT block, T_MPS 200).
+# Several processes on one GPU (`procs`): PROCS (8) servers at STREAMS_N (512), once per entry of SERVE_ARGS (serve
+# arguments, entries split by ';', e.g. "--cuda-wait spin;--switch-interval-ms 1"), all under CUDA MPS when MPS=1.
 #
 # The host path alone (issue 17), one short call: `describe` runs `facebridge bench describe` on this machine's CPU
 # (a pass of DESCRIBE_STREAMS streams described and its replies built, against one stream at a time; T_DESCRIBE 300).
@@ -86,26 +86,24 @@ case "$MODE" in
     P=${PROCS:-6}
     bench "serve-${P}proc" "${T_MANY:-200}" --streams "${STREAMS_N:-256,1024}" --server-processes "$P" \
       --client-processes "${CLIENTS:-8}" ;;
-  procs)  # the many-process bench once per CUDA_WAITS mode ("block spin"), then again under MPS when MPS=1
+  procs)  # the many-process bench once per entry of SERVE_ARGS ("A;B": serve arguments), under MPS when MPS=1
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
     P=${PROCS:-8}
-    for wait in ${CUDA_WAITS:-block}; do
-      bench "serve-${P}proc-$wait" "${T_MANY:-200}" --streams "${STREAMS_N:-512}" --server-processes "$P" \
-        --client-processes "${CLIENTS:-8}" --cuda-wait "$wait"
-    done
     if [ "${MPS:-0}" = 1 ]; then  # a user-space daemon: GPU settings (compute mode, MIG) stay as they are
-      if command -v nvidia-cuda-mps-control > /dev/null; then
-        export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-        mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-        nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$OUT/env.txt"
-        bench "serve-${P}proc-mps" "${T_MPS:-200}" --streams "${STREAMS_N:-512}" --server-processes "$P" \
-          --client-processes "${CLIENTS:-8}" --cuda-wait "${MPS_WAIT:-block}"
-        echo quit | nvidia-cuda-mps-control; tail -5 "$CUDA_MPS_LOG_DIRECTORY/control.log" >> "$OUT/env.txt" 2>&1
-      else
-        echo "no nvidia-cuda-mps-control on this machine: MPS not measured" | tee -a "$OUT/env.txt"
-      fi
-    fi ;;
+      command -v nvidia-cuda-mps-control > /dev/null || { echo "no nvidia-cuda-mps-control here"; exit 5; }
+      export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+      nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$OUT/env.txt"
+    fi
+    i=0
+    IFS=';' read -ra variants <<< "${SERVE_ARGS:-}"
+    for extra in "${variants[@]:-}"; do
+      i=$((i + 1))
+      bench "serve-${P}proc-$i" "${T_MANY:-200}" --streams "${STREAMS_N:-512}" --server-processes "$P" \
+        --client-processes "${CLIENTS:-8}" --serve-args "$extra"
+    done
+    [ "${MPS:-0}" = 1 ] && { echo quit | nvidia-cuda-mps-control; sleep 1; } ;;
   describe)
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight

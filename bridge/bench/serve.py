@@ -19,6 +19,7 @@ import multiprocessing as mp
 import os
 import re
 import resource
+import shlex
 import threading
 import time
 
@@ -48,8 +49,8 @@ def add_arguments(p) -> None:
                         "streams spread over them as direct ingress spreads them over replicas (default 1)")
     p.add_argument("--ray-gpus-per-replica", type=float, default=None,
                    help="GPU share of each replica (default 1 with GPU runners: one replica per GPU)")
-    p.add_argument("--cuda-wait", default=None, choices=["block", "spin", "yield", "auto"],
-                   help="the servers' --cuda-wait (default: serve's own default, block)")
+    p.add_argument("--serve-args", default="", metavar="ARGS",
+                   help="more arguments for each `facebridge serve` started, e.g. \"--cuda-wait spin\"")
     p.add_argument("--address", default=None,
                    help="bench an already running server (HOST:PORT, comma-separated for several replicas)")
     p.add_argument("--kill-replica-at", type=float, default=None, metavar="S",
@@ -271,8 +272,7 @@ def _start_server(args, max_streams: int, tag: str = ""):
     cmd = [sys.executable, "-m", "bridge.cli", "serve", "--quiet", "--grpc", "127.0.0.1:0" if not args.ray_replicas
            else "127.0.0.1:50461", "--runners", args.runners, "--max-streams", str(max_streams),
            "--deadline-ms", str(args.deadline_ms), "--prewarm", "480x360"]  # the sample's size
-    if args.cuda_wait:
-        cmd += ["--cuda-wait", args.cuda_wait]
+    cmd += shlex.split(args.serve_args)
     if args.ray_replicas:
         cmd += ["--ray-replicas", str(args.ray_replicas)]
         if args.ray_gpus_per_replica is not None:
@@ -322,7 +322,7 @@ def run(args) -> dict:
     def results() -> dict:
         best = max((t["streams"] for t in trials if t["streams_within_p99_limit"] == t["streams"]), default=0)
         return {"runners": args.runners, "ray_replicas": args.ray_replicas, "server_processes": len(procs),
-                "cuda_wait": args.cuda_wait or "block", "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
+                "serve_args": args.serve_args, "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
                 "addresses": addresses, "gpu": _gpu_name(args.runners), "frame_size": list(clip[0].shape[1::-1]),
                 "jpeg_bytes_mean": int(np.mean([len(j) for j in jpegs])), "jpeg_quality": args.quality,
                 "encode_ms": round(encode_ms, 3), "p99_limit_ms": P99_LIMIT_MS, "min_served_share": MIN_SERVED_SHARE,
