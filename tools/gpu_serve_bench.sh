@@ -17,7 +17,7 @@
 # T_TESTS (180), T_ONE (120), T_MANY (200) seconds: with the kill graces and start-up, at most about 9.5 minutes.
 #
 # Several processes on one GPU (`procs`): PROCS (8) servers at STREAMS_N (512), once per entry of SERVE_ARGS (serve
-# arguments, entries split by ';', e.g. "--cuda-wait spin;--switch-interval-ms 1"), all under CUDA MPS when MPS=1.
+# arguments, entries split by ';', e.g. "--cuda-wait spin;--decode-workers 4"), all under CUDA MPS when MPS=1.
 #
 # The host path alone (issue 17), one short call: `describe` runs `facebridge bench describe` on this machine's CPU
 # (a pass of DESCRIBE_STREAMS streams described and its replies built, against one stream at a time; T_DESCRIBE 300).

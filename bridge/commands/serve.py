@@ -35,9 +35,6 @@ def add_parser(sub) -> None:
                    help="GPU runners: how host threads wait for the GPU (default block: they sleep in the driver; "
                         "CUDA's own auto spins a core through every wait, which starves the host work of several "
                         "serve processes sharing a GPU)")
-    p.add_argument("--switch-interval-ms", type=float, default=5.0, metavar="MS",
-                   help="how long one thread may hold Python's interpreter lock while another waits for it "
-                        "(default 5, Python's own)")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
     p.add_argument("--frame-sizes", default="", metavar="WxH[,WxH]",
@@ -90,9 +87,6 @@ def serve_config(args):
 
     if args.identity_workers < 1:
         raise FaceBridgeError("--identity-workers must be at least 1", "pass e.g. --identity-workers 1 (the default)")
-    if not args.switch_interval_ms > 0:
-        raise FaceBridgeError(f"--switch-interval-ms {args.switch_interval_ms} is not a positive number",
-                              "pass e.g. --switch-interval-ms 1, or leave it at Python's 5")
     if args.decode_workers < 0:
         raise FaceBridgeError(f"--decode-workers {args.decode_workers} is negative",
                               "pass a number of threads, or 0 (the default) for one a core")
@@ -114,7 +108,6 @@ def serve_config(args):
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
                        write_deadline_s=args.write_deadline, idle_timeout_s=args.idle_timeout,
                        frame_sizes=frame_sizes, decode_workers=args.decode_workers, cuda_wait=args.cuda_wait,
-                       switch_interval_ms=args.switch_interval_ms,
                        updates=None if args.updates == "off" else args.updates)
 
 

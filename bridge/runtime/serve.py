@@ -54,7 +54,6 @@ class ServeConfig:
     updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
     decode_workers: int = 0  # JPEG decode threads; 0: one a core, at most 8
     cuda_wait: str = "block"  # GPU runners: how host threads wait for the GPU (bridge/engines/cuda_wait.py)
-    switch_interval_ms: float = 5.0  # how long a thread may keep the interpreter lock while another waits for it
 
 
 class PassDescriber:
@@ -141,9 +140,6 @@ def build_server(config: ServeConfig):
     kind = RUNNER_KINDS[config.runners]
     on_gpu = kind.endswith("-cuda")
     device = "cuda" if on_gpu else "cpu"
-    # the batcher thread hands the lock back at every CUDA wait and queues for it behind the decode, describe and
-    # refresh threads; Python's 5 ms switch interval is then the floor of every hand-back
-    sys.setswitchinterval(config.switch_interval_ms / 1000)
     if on_gpu:  # before any CUDA call of this process creates the context
         from bridge.engines.cuda_wait import set_cuda_wait
 

@@ -13,12 +13,12 @@ def test_bench_serve_writes_each_count_and_its_counters_add_up(tmp_path):
     out = tmp_path / "serve.json"
     run = subprocess.run(facebridge_cmd("bench", "serve", "--streams", "2", "--seconds", "6", "--warmup", "2",
                                         "--fps", "5", "--server-processes", "2", "--client-processes", "2",
-                                        "--deadline-ms", "60000", "--serve-args", "--switch-interval-ms 1",
+                                        "--deadline-ms", "60000", "--serve-args", "--decode-workers 1",
                                         "--json", str(out)),
                          capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     results = json.loads(out.read_text())["results"]
-    assert results["serve_args"] == "--switch-interval-ms 1" and results["mps"] is False
+    assert results["serve_args"] == "--decode-workers 1" and results["mps"] is False
     partial = json.loads(out.with_name("serve.json.partial").read_text())["results"]
     assert partial["trials"] == results["trials"] and results["server_processes"] == 2
     assert len(results["addresses"]) == 2 and results["gpu"] is None and results["min_served_share"] == 0.95
