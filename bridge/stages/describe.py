@@ -23,7 +23,11 @@ from bridge.stages.filters import OneEuroFilter
 from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.head_pose import HeadPoseEstimator
 
-# (min cutoff Hz, beta) per filtered channel group
+# Emotion runs on every EMOTION_EVERY-th tracked frame and is held between (the filter smooths its steps): on the
+# sample against every frame, every 4th changes the 7 probabilities by 0.0026 on average (every 3rd: 0.0020) and
+# keeps the top class on 100% of frames, for a quarter of the model's cost (docs/PERFORMANCE.md, issue 18 sixth
+# pass). `facebridge run --emotion-every` and serve's DescribeRows share it.
+EMOTION_EVERY = 4
 # One-Euro (min cutoff Hz, beta) per channel group at smoothing strength 1; strength S divides both by S, so a
 # still face jitters less (lower cutoff) and fast motion lags more (smaller speed boost)
 BLINKS = np.array([ARKIT_INDEX["eyeBlinkLeft"], ARKIT_INDEX["eyeBlinkRight"]])
@@ -77,7 +81,7 @@ class FaceDescriber:
     subject; it may hold no inference session when the outputs come measured)."""
 
     def __init__(self, expression, subject: str = "FaceBridge", smoothing: float = 1.0,
-                 profile: CalibrationProfile | None = None, emotion_every: int = 3,
+                 profile: CalibrationProfile | None = None, emotion_every: int = EMOTION_EVERY,
                  model_versions=None) -> None:
         """model_versions: the dict the frames announce, or a function giving it (a live swap replaces it)."""
         self.expression = expression
