@@ -91,13 +91,10 @@ def transform_matrix(landmarks: np.ndarray, o: dict, subset: np.ndarray | None =
     cx, cy = mu * c + mv * s, -mu * s + mv * c  # the centre rotated back
     ow, oh = o["output_width"], o["output_height"]
     sx, sy = o["scale_x"] * (u_hi - u_lo) / ow, o["scale_y"] * (v_hi - v_lo) / oh
-    # shift(centre) @ rotation(-rot) @ scale @ shift(-output centre), multiplied out
-    m = np.zeros((4, 4))
-    m[0, 0], m[0, 1], m[1, 0], m[1, 1] = c * sx, s * sy, -s * sx, c * sy
-    m[0, 3] = cx - (c * sx * ow + s * sy * oh) / 2
-    m[1, 3] = cy - (-s * sx * ow + c * sy * oh) / 2
-    m[2, 2] = m[3, 3] = 1.0
-    return m.astype(np.float32)
+    # shift(centre) @ rotation(-rot) @ scale @ shift(-output centre), multiplied out (floats, rounded once)
+    return np.array([[c * sx, s * sy, 0.0, cx - (c * sx * ow + s * sy * oh) / 2],
+                     [-s * sx, c * sy, 0.0, cy - (-s * sx * ow + c * sy * oh) / 2],
+                     [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]], np.float32)
 
 
 class FeatureCrops:
