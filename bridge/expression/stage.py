@@ -168,7 +168,7 @@ class ExpressionEstimator:
         return self._finish_model(outputs, xy, focal, centre, busy)
 
     def _check(self, landmarks, image_size, iris):
-        lm = np.asarray(landmarks, dtype=np.float64)
+        lm = landmarks if isinstance(landmarks, np.ndarray) else np.asarray(landmarks, dtype=np.float64)
         if lm.ndim != 2 or lm.shape[0] != 468 or lm.shape[1] not in (2, 3):
             raise ExpressionInputError(f"landmarks have shape {lm.shape}, expected (468, 3)",
                                        "pass the face_landmark model's 468 points in image pixels")
@@ -179,9 +179,10 @@ class ExpressionEstimator:
                                        "pass the frame's (width, height) in pixels") from None
         if w <= 0 or h <= 0:
             raise ExpressionInputError(f"image_size {image_size!r} is not positive", "pass the frame's size")
-        xy = lm[:, :2].copy()
-        bad = None if np.isfinite(xy).all() else ~np.isfinite(xy).all(1)
-        if bad is not None:
+        xy = lm[:, :2].astype(np.float64)  # a copy
+        # one sum: finite values give a finite sum (or, past 1e308, an infinite one: then the mask finds none)
+        bad = None if math.isfinite(float(xy.sum())) else ~np.isfinite(xy).all(1)
+        if bad is not None and bad.any():
             # a few lost points: take them from the last frame's model reprojection
             if self._last_fit is None or bad.mean() > 0.25:
                 raise ExpressionInputError(f"{int(bad.sum())} of 468 landmarks are not finite",
@@ -190,12 +191,12 @@ class ExpressionEstimator:
             xy[bad] = (last_xy + np.stack([pu, pv], 1))[bad]
         iris_xy = None
         if iris is not None:
-            ir = np.asarray(iris, dtype=np.float64)
+            ir = iris if isinstance(iris, np.ndarray) else np.asarray(iris, dtype=np.float64)
             if ir.shape[:2] != (2, 5) or ir.shape[-1] < 2:
                 raise ExpressionInputError(f"iris points have shape {ir.shape}, expected (2, 5, 2)",
                                            "pass [subject's left eye, right eye] x 5 points, centre first")
-            iris_xy = ir[:, 0, :2]
-            if not np.isfinite(iris_xy).all():
+            iris_xy = ir[:, 0, :2].astype(np.float64)
+            if not math.isfinite(float(iris_xy.sum())):
                 iris_xy = None
         return xy, iris_xy, (w, h)
 
