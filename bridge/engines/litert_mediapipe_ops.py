@@ -84,9 +84,9 @@ def transform_matrix(landmarks: np.ndarray, o: dict, subset: np.ndarray | None =
     rot = o.get("target_rotation_radians", 0.0) - math.atan2(float(right[1] - left[1]), float(right[0] - left[0]))
     c, s = math.cos(rot), math.sin(rot)
     p = landmarks[o["subset_idxs"] if subset is None else subset, :2].astype(np.float64)
-    uv = p @ np.array([[c, s], [-s, c]])  # (u, v) = (x c - y s, x s + y c)
-    u_lo, u_hi = cv2.minMaxLoc(uv[:, 0].copy())[:2]
-    v_lo, v_hi = cv2.minMaxLoc(uv[:, 1].copy())[:2]
+    uv = (p @ np.array([[c, s], [-s, c]])).T.copy()  # rows (u, v) = (x c - y s, x s + y c), each contiguous
+    u_lo, u_hi = cv2.minMaxLoc(uv[0])[:2]
+    v_lo, v_hi = cv2.minMaxLoc(uv[1])[:2]
     mu, mv = (u_hi + u_lo) / 2, (v_hi + v_lo) / 2
     cx, cy = mu * c + mv * s, -mu * s + mv * c  # the centre rotated back
     ow, oh = o["output_width"], o["output_height"]
@@ -121,7 +121,7 @@ class FeatureCrops:
         lo = np.floor(t)
         frac = (t - lo).astype(np.float32)
         # a sample on the last row or column has weight 0 on the next one: reading it clipped changes nothing
-        lo = np.clip(lo, 0, self.last).astype(np.intp)
+        lo = np.minimum(np.maximum(lo, 0), self.last).astype(np.intp)  # np.clip, without its wrapper's cost
         hi = np.minimum(lo + 1, self.last_i)
         lo *= self.stride
         hi *= self.stride
