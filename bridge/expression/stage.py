@@ -287,7 +287,7 @@ class ExpressionEstimator:
         t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
         mean, precision = identity_prior(self.model)
         return (yield from identity_update_steps(self.model, identity.astype(np.float64), weights, rot, t, xy, focal,
-                                                 centre, mean, precision))
+                                                 centre, mean, precision, shape=shape))
 
     def _step_identity(self) -> None:
         """One step of the spread refresh under way; its last folds the estimate in."""
