@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+import cv2
 import numpy as np
 
 from bridge.expression.fit import NOISE_FRACTION
@@ -80,7 +81,8 @@ class ResultMath:
         pu -= du
         pv = (cam[1] + ty) * fiz
         pv -= dv
-        sigma = NOISE_FRACTION * (float(du.max()) - float(du.min()) + 1e-6)  # du = x - cx: the extent of x
+        lo, hi = cv2.minMaxLoc(du)[:2]  # du = x - cx: the extent of x (one pass, not two reductions)
+        sigma = NOISE_FRACTION * (hi - lo + 1e-6)
         return np.asarray(t, np.float64), pu, pv, sigma
 
     def region_rms(self, pu: np.ndarray, pv: np.ndarray, sigma: float) -> np.ndarray:
