@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 
 from bridge.expression.fit import NOISE_FRACTION
-from bridge.expression.model import FLIP, MorphableModel, rotvec_from_matrix
+from bridge.expression.model import FLIP, MorphableModel, head_matrix, rotvec_from_matrix
 
 
 def eye_rotvec(yaw_deg: float, pitch_deg: float) -> tuple[float, float, float]:
@@ -27,8 +27,8 @@ def eye_rotvec(yaw_deg: float, pitch_deg: float) -> tuple[float, float, float]:
     rx, ry, rz = -sp * (1.0 + cy), sy * (1.0 + cp), sy * sp  # m21 - m12, m02 - m20, m10 - m01
     s = math.sqrt((rx * rx + ry * ry + rz * rz) * 0.25)
     c = min(max((cy + cp + cy * cp - 1.0) * 0.5, -1.0), 1.0)  # (trace - 1) / 2
-    if s < 1e-5:  # no rotation (an eye turned by pi is not a gaze)
-        return 0.0, 0.0, 0.0
+    if s < 1e-5:  # no rotation; or a half turn, where the formula turns: cv2's own branch
+        return (0.0, 0.0, 0.0) if c > 0 else tuple(rotvec_from_matrix(head_matrix(yaw_deg, pitch_deg, 0.0)).tolist())
     k = math.acos(c) / (2.0 * s)
     return rx * k, ry * k, rz * k
 

@@ -19,6 +19,8 @@ def test_rotation_vectors_are_cv2_rodrigues_in_float32():
         eye = cv2.Rodrigues(head_matrix(yaw, pitch, 0.0))[0].reshape(3)
         assert np.array_equal(np.array(eye_rotvec(yaw, pitch), np.float32), eye.astype(np.float32))
     assert not rotvec(np.eye(3)).any() and eye_rotvec(0.0, 0.0) == (0.0, 0.0, 0.0)
+    half_turn = cv2.Rodrigues(head_matrix(180.0, 0.0, 0.0))[0].reshape(3)
+    assert np.allclose(eye_rotvec(180.0, 0.0), half_turn)
     assert np.allclose(rotvec(head_matrix(180.0, 0.0, 0.0)), rotvec_from_matrix(head_matrix(180.0, 0.0, 0.0)))
 
 
