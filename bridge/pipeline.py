@@ -22,7 +22,7 @@ from bridge.blas_threads import single_threaded_blas
 from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError
 from bridge.frame import FaceFrame, Frame, versions_with
-from bridge.stages.describe import FaceDescriber, MeasuredFace, StageTimer
+from bridge.stages.describe import EMOTION_EVERY, FaceDescriber, MeasuredFace, StageTimer
 from bridge.stages.detection import FaceDetector
 from bridge.stages.emotion import EmotionClassifier
 from bridge.stages.geometry import Roi
@@ -61,9 +61,9 @@ class PipelineOptions:
     landmarks: str = "auto"
     expression: str = "regressor"  # or "fit"
     expression_model: str | None = None  # folder with a user ONNX model + manifest (docs: model contract)
-    # emotion on every Nth tracked frame, held between: every 3rd changes the 7 probabilities by 0.0027 on average
-    # on the sample and keeps the top class on 99.3% of frames (docs/PERFORMANCE.md), for a third of the cost
-    emotion_every: int = 3
+    # emotion on every Nth tracked frame, held between (stages/describe.py EMOTION_EVERY: every 4th keeps the top
+    # class on 100% of the sample's frames, for a quarter of the cost; docs/PERFORMANCE.md)
+    emotion_every: int = EMOTION_EVERY
     smoothing: float = 1.0  # One-Euro strength: 0 off, 1 the tuned default, 2 twice as smooth (FILTERS / 2)
     subject: str = "FaceBridge"
 

@@ -9,6 +9,7 @@ from bridge.sources import SOURCE_HELP
 DEFAULT_LLF = "127.0.0.1:11111"
 DEFAULT_VMC = "127.0.0.1:39539"
 DEFAULT_MONITOR = "127.0.0.1:8910"  # bridge.runtime.session.DEFAULT_MONITOR
+EMOTION_EVERY = 4  # bridge.stages.describe.EMOTION_EVERY (commands parse only: no numpy at parse time)
 
 
 def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,9 +46,9 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--expression-model", metavar="DIR",
                    help="use your own ONNX expression model (a folder with the model and its manifest; see "
                         "docs/FACE.md 'Expression model contract') instead of the shipped regressor")
-    p.add_argument("--emotion-every", type=int, default=3, metavar="N",
-                   help="classify emotion on every Nth frame and hold it between (default 3: it changes slowly; "
-                        "1 = every frame)")
+    p.add_argument("--emotion-every", type=int, default=EMOTION_EVERY, metavar="N",
+                   help=f"classify emotion on every Nth frame and hold it between (default {EMOTION_EVERY}: it "
+                        "changes slowly; 1 = every frame)")
     p.add_argument("--smoothing", type=float, default=1.0, metavar="STRENGTH",
                    help="One-Euro filter strength: 1 (default) as tuned, 2 twice as smooth (steadier at rest, more "
                         "lag on fast moves), 0.5 half as smooth, 0 off. Divides each filter's min cutoff and beta "

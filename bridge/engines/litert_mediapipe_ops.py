@@ -84,20 +84,17 @@ def transform_matrix(landmarks: np.ndarray, o: dict, subset: np.ndarray | None =
     rot = o.get("target_rotation_radians", 0.0) - math.atan2(float(right[1] - left[1]), float(right[0] - left[0]))
     c, s = math.cos(rot), math.sin(rot)
     p = landmarks[o["subset_idxs"] if subset is None else subset, :2].astype(np.float64)
-    uv = p @ np.array([[c, s], [-s, c]])  # (u, v) = (x c - y s, x s + y c)
-    u_lo, u_hi = cv2.minMaxLoc(uv[:, 0].copy())[:2]
-    v_lo, v_hi = cv2.minMaxLoc(uv[:, 1].copy())[:2]
+    uv = (p @ np.array([[c, s], [-s, c]])).T.copy()  # rows (u, v) = (x c - y s, x s + y c), each contiguous
+    u_lo, u_hi = cv2.minMaxLoc(uv[0])[:2]
+    v_lo, v_hi = cv2.minMaxLoc(uv[1])[:2]
     mu, mv = (u_hi + u_lo) / 2, (v_hi + v_lo) / 2
     cx, cy = mu * c + mv * s, -mu * s + mv * c  # the centre rotated back
     ow, oh = o["output_width"], o["output_height"]
     sx, sy = o["scale_x"] * (u_hi - u_lo) / ow, o["scale_y"] * (v_hi - v_lo) / oh
-    # shift(centre) @ rotation(-rot) @ scale @ shift(-output centre), multiplied out
-    m = np.zeros((4, 4))
-    m[0, 0], m[0, 1], m[1, 0], m[1, 1] = c * sx, s * sy, -s * sx, c * sy
-    m[0, 3] = cx - (c * sx * ow + s * sy * oh) / 2
-    m[1, 3] = cy - (-s * sx * ow + c * sy * oh) / 2
-    m[2, 2] = m[3, 3] = 1.0
-    return m.astype(np.float32)
+    # shift(centre) @ rotation(-rot) @ scale @ shift(-output centre), multiplied out (floats, rounded once)
+    return np.array([[c * sx, s * sy, 0.0, cx - (c * sx * ow + s * sy * oh) / 2],
+                     [-s * sx, c * sy, 0.0, cy - (-s * sx * ow + c * sy * oh) / 2],
+                     [0.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 1.0]], np.float32)
 
 
 class FeatureCrops:
@@ -124,7 +121,7 @@ class FeatureCrops:
         lo = np.floor(t)
         frac = (t - lo).astype(np.float32)
         # a sample on the last row or column has weight 0 on the next one: reading it clipped changes nothing
-        lo = np.clip(lo, 0, self.last).astype(np.intp)
+        lo = np.minimum(np.maximum(lo, 0), self.last).astype(np.intp)  # np.clip, without its wrapper's cost
         hi = np.minimum(lo + 1, self.last_i)
         lo *= self.stride
         hi *= self.stride

@@ -209,11 +209,14 @@ def run_steps(steps):
 
 def identity_update_steps(model: MorphableModel, identity: np.ndarray, weights: np.ndarray, rot: np.ndarray,
                           t: np.ndarray, xy: np.ndarray, focal: float, centre: tuple[float, float],
-                          prior_mean: np.ndarray, prior_precision: np.ndarray):
+                          prior_mean: np.ndarray, prior_precision: np.ndarray, shape: np.ndarray | None = None):
     """identity_update as a generator of IDENTITY_STEPS steps of about a third of its CPU each (each next() runs
-    one; the last returns the estimate through StopIteration), so a caller can spread it over frames."""
+    one; the last returns the estimate through StopIteration), so a caller can spread it over frames. shape: the
+    468 model points of this identity and these weights when the caller has them (model.shape(...)[:468], the
+    same values)."""
     sigma = NOISE_FRACTION * (np.ptp(xy[:, 0]) + 1e-6)
-    shape = model.shape(identity, weights)[:468]
+    if shape is None:
+        shape = model.shape(identity, weights)[:468]
     m = FLIP @ rot
     cam = shape @ m.T + t
     proj = project(cam, focal, centre)[:, :2]

@@ -11,6 +11,7 @@ from lip-sync.
 """
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,6 @@ from bridge.expression.contract import ModelContract, check_session, face_crop, 
 from bridge.expression.features import camera_for, landmark_features
 from bridge.expression.fit import (
     IDENTITY_FRAMES,
-    NOISE_FRACTION,
     ExpressionFit,
     identity_prior,
     identity_update_steps,
@@ -38,6 +38,7 @@ from bridge.expression.model import (
     rotvec_from_matrix,
     solve_translation,
 )
+from bridge.expression.result import result_math, rotvec
 from bridge.frame import MorphParams
 
 SHIPPED_DIR = Path(__file__).resolve().parent
@@ -51,9 +52,8 @@ IDENTITY_EVERY = 30
 def _unit_interval(values: np.ndarray) -> np.ndarray:
     """np.clip(np.nan_to_num(values), 0, 1), equal to it value for value, at a third of its numpy overhead."""
     out = np.minimum(np.maximum(values, 0.0), 1.0)
-    nan = np.isnan(out)
-    if nan.any():
-        out[nan] = 0.0
+    if math.isnan(float(out.sum())):  # NaN survives the clip, and only NaN makes the sum of values in [0, 1] NaN
+        out[np.isnan(out)] = 0.0
     return out
 
 
@@ -99,6 +99,7 @@ class ExpressionEstimator:
         self._identity_lock = threading.Lock()  # the refresher's fold against reset / set_identity
         self._generation = 0  # bumped by reset / set_identity: a refresh measured before them is dropped
         self._points_base: tuple[bytes, np.ndarray] | None = None  # (identity key, model.identity_points of it)
+        self._math = result_math(self.model)
         self.reset()
 
     @property
@@ -118,7 +119,7 @@ class ExpressionEstimator:
             self.identity = identity
             self._frames = 0
             self._updates = 0
-        self._last_points: np.ndarray | None = None
+        self._last_fit: tuple | None = None  # (xy, residual u, v) of the last result: its reprojection = xy + residual
         self._pending = None  # a spread identity refresh under way (a generator: one step a frame)
         self._waited = False  # its step waited on the last frame (observe's busy)
         if self._fit is not None:
@@ -167,7 +168,7 @@ class ExpressionEstimator:
         return self._finish_model(outputs, xy, focal, centre, busy)
 
     def _check(self, landmarks, image_size, iris):
-        lm = np.asarray(landmarks, dtype=np.float64)
+        lm = landmarks if isinstance(landmarks, np.ndarray) else np.asarray(landmarks, dtype=np.float64)
         if lm.ndim != 2 or lm.shape[0] != 468 or lm.shape[1] not in (2, 3):
             raise ExpressionInputError(f"landmarks have shape {lm.shape}, expected (468, 3)",
                                        "pass the face_landmark model's 468 points in image pixels")
@@ -178,22 +179,24 @@ class ExpressionEstimator:
                                        "pass the frame's (width, height) in pixels") from None
         if w <= 0 or h <= 0:
             raise ExpressionInputError(f"image_size {image_size!r} is not positive", "pass the frame's size")
-        xy = lm[:, :2].copy()
-        bad = None if np.isfinite(xy).all() else ~np.isfinite(xy).all(1)
-        if bad is not None:
+        xy = lm[:, :2].astype(np.float64)  # a copy
+        # one sum: finite values give a finite sum (or, past 1e308, an infinite one: then the mask finds none)
+        bad = None if math.isfinite(float(xy.sum())) else ~np.isfinite(xy).all(1)
+        if bad is not None and bad.any():
             # a few lost points: take them from the last frame's model reprojection
-            if self._last_points is None or bad.mean() > 0.25:
+            if self._last_fit is None or bad.mean() > 0.25:
                 raise ExpressionInputError(f"{int(bad.sum())} of 468 landmarks are not finite",
                                            "skip this frame; it has no usable face")
-            xy[bad] = self._last_points[bad]
+            last_xy, pu, pv = self._last_fit
+            xy[bad] = (last_xy + np.stack([pu, pv], 1))[bad]
         iris_xy = None
         if iris is not None:
-            ir = np.asarray(iris, dtype=np.float64)
+            ir = iris if isinstance(iris, np.ndarray) else np.asarray(iris, dtype=np.float64)
             if ir.shape[:2] != (2, 5) or ir.shape[-1] < 2:
                 raise ExpressionInputError(f"iris points have shape {ir.shape}, expected (2, 5, 2)",
                                            "pass [subject's left eye, right eye] x 5 points, centre first")
-            iris_xy = ir[:, 0, :2]
-            if not np.isfinite(iris_xy).all():
+            iris_xy = ir[:, 0, :2].astype(np.float64)
+            if not math.isfinite(float(iris_xy.sum())):
                 iris_xy = None
         return xy, iris_xy, (w, h)
 
@@ -284,7 +287,7 @@ class ExpressionEstimator:
         t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
         mean, precision = identity_prior(self.model)
         return (yield from identity_update_steps(self.model, identity.astype(np.float64), weights, rot, t, xy, focal,
-                                                 centre, mean, precision))
+                                                 centre, mean, precision, shape=shape))
 
     def _step_identity(self) -> None:
         """One step of the spread refresh under way; its last folds the estimate in."""
@@ -310,7 +313,7 @@ class ExpressionEstimator:
     def _rotation(self, c: ModelContract, out, xy, focal, centre, weights) -> np.ndarray:
         ypr = c.pick("head_rotation", out)
         if ypr is not None:
-            return head_matrix(*ypr[:3])
+            return head_matrix(*ypr[:3].tolist())
         aa = c.pick("head_rotation_axis_angle", out)
         if aa is not None:
             return cv2.Rodrigues(np.asarray(aa[:3], np.float64).reshape(3, 1))[0]
@@ -321,28 +324,22 @@ class ExpressionEstimator:
         return FLIP @ cv2.Rodrigues(rvec)[0]
 
     def _result(self, weights, rot, t, xy, focal, centre, point_error=None, with_confidence=True) -> ExpressionResult:
-        weights = np.clip(np.asarray(weights, np.float32), 0.0, 1.0)
+        weights = np.minimum(np.maximum(np.asarray(weights, np.float32), 0.0), 1.0)  # np.clip, a third the overhead
         identity = self.identity  # read once: a refresher may replace it meanwhile
-        rotated = self._face_points(identity, weights) @ (FLIP @ rot).T  # camera axes, before translation
-        if t is None:
-            t = solve_translation(rotated, xy, focal, centre)
-        cam = rotated + t  # model.to_camera
-        proj = focal * cam[:, :2] / cam[:, 2:3] + np.asarray(centre, np.float64)  # project()[:, :2]
-        self._last_points = proj
+        math_ = self._math
+        t, pu, pv, sigma = math_.pose_fit(self._face_points(identity, weights), rot, xy, focal, centre, t)
+        self._last_fit = (xy, pu, pv)  # the reprojection, built only when a later frame needs it (_check)
         if point_error is None:
-            sigma = NOISE_FRACTION * (np.ptp(xy[:, 0]) + 1e-6)
-            d = proj - xy
-            point_error = np.sqrt(np.einsum("ij,ij->i", d, d)) / sigma
-        rms = np.sqrt(self.model.region_average @ point_error ** 2)  # per region, in noise units
-        conf = 1.0 / (1.0 + (rms / 4.0) ** 2) if with_confidence else np.zeros(len(rms))
-        confidence = {name: round(float(v), 4) for name, v in zip(self.model.region_names, conf)}
+            rms = math_.region_rms(pu, pv, sigma)  # per region, in noise units
+        else:
+            rms = np.sqrt(self.model.region_average @ point_error ** 2)
+        confidence = {name: round(1.0 / (1.0 + (v / 4.0) ** 2), 4) if with_confidence else 0.0
+                      for name, v in zip(self.model.region_names, rms.tolist())}
         confidence["tongue"] = 0.0  # no visual basis: lip-sync owns tongueOut
-        left, right = self.model.eye_rotations(weights)
+        expression, jaw, left, right = math_.parameters(weights)
+        translation = t.astype(np.float32)
         morph = MorphParams(model_id=MODEL_ID, identity=identity[:self.model.num_ict_identity].copy(),
-                            expression=self.model.ict_expression(weights),
-                            jaw_rotation=self.model.jaw_rotation(weights),
-                            head_rotation=rotvec_from_matrix(rot).astype(np.float32),
-                            head_translation=np.asarray(t, np.float32), eye_rotation_left=left,
-                            eye_rotation_right=right)
+                            expression=expression, jaw_rotation=jaw, head_rotation=rotvec(rot).astype(np.float32),
+                            head_translation=translation, eye_rotation_left=left, eye_rotation_right=right)
         return ExpressionResult(blendshapes=weights, morph=morph, head_rotation=head_angles(rot).astype(np.float32),
-                                head_translation=np.asarray(t, np.float32), region_confidence=confidence)
+                                head_translation=translation.copy(), region_confidence=confidence)

@@ -25,6 +25,7 @@ from bridge.stages.landmarks import LANDMARK_SIZE, PIXEL_SCALE, IrisResult, Land
 MODEL = "face_landmark_with_attention"
 _LIPS = np.array(LIP_REFINEMENT)
 _EYES = np.array(EYE_REFINEMENT)  # (2, 71): [subject's left, right]
+_LIDS = np.ascontiguousarray(_EYES[:, :16])  # each eye's lid points: its irises' z is their mean
 # the model's outputs in that order: its "right" eye is the image's right = the subject's left
 _EYE_OUTPUTS = (("output_right_eye", "output_right_iris"), ("output_left_eye", "output_left_iris"))
 _XY_OUTPUTS = ("output_lips", *(name for pair in _EYE_OUTPUTS for name in pair))
@@ -58,7 +59,7 @@ class AttentionLandmarker:
         pts[:, :, :2] = xy[548:].reshape(2, 76, 2)
         z = points[:, 2]
         pts[:, :71, 2] = z[_EYES]
-        pts[:, 71:, 2] = z[_EYES[:, :16]].mean(axis=1, keepdims=True)
+        pts[:, 71:, 2] = np.add.reduce(z[_LIDS], axis=1, keepdims=True) / _LIDS.shape[1]  # .mean's own sum, by 16
         logit = float(out["conv_faceflag"].reshape(()))
         return LandmarkResult(points=points, presence=1.0 / (1.0 + math.exp(-logit)), roi=roi,
                               eyes=IrisResult(iris=pts[:, 71:], contour=pts[:, :71]))

@@ -7,6 +7,7 @@ last few seconds (a high percentile of the opening); a closed eye is a quarter o
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -22,13 +23,16 @@ REFRESH = 15  # frames between recomputing the open reference (a percentile over
 
 def eye_openings(points: np.ndarray) -> np.ndarray:
     """(2,) lid opening / eye width for the subject's left and right eye."""
-    d = points[_FROM, :2] - points[_TO, :2]  # per eye: the corners, then the three lid pairs
-    length = np.hypot(d[:, 0], d[:, 1]).reshape(2, 4).astype(np.float64).tolist()
-    return np.array([(gap1 + gap2 + gap3) / 3 / max(width, 1e-6) for width, gap1, gap2, gap3 in length], np.float32)
+    p = points[_ENDS].tolist()  # per eye: the corners, then the three lid pairs; both ends of each, one gather
+    n = len(_FROM)
+    length = [math.hypot(p[i][0] - p[n + i][0], p[i][1] - p[n + i][1]) for i in range(n)]
+    return np.array([(length[k + 1] + length[k + 2] + length[k + 3]) / 3 / max(length[k], 1e-6) for k in (0, 4)],
+                    np.float32)
 
 
 _FROM = np.array([[EYE_CORNERS[eye][0], *(u for u, _ in EYE_LID_PAIRS[eye])] for eye in range(2)]).reshape(-1)
 _TO = np.array([[EYE_CORNERS[eye][1], *(d for _, d in EYE_LID_PAIRS[eye])] for eye in range(2)]).reshape(-1)
+_ENDS = np.concatenate([_FROM, _TO])
 
 
 class BlinkEstimator:
@@ -56,9 +60,11 @@ class BlinkEstimator:
         opening = eye_openings(points)
         self._history.append(opening)
         self._refresh()
-        open_ref = self._open
-        closure = (open_ref - opening) / np.maximum(open_ref * (1 - CLOSED_FRACTION), 1e-6)
-        return np.clip((closure - DEAD_ZONE) / (1 - DEAD_ZONE), 0.0, 1.0).astype(np.float32)
+        weights = []  # two values: plain floats (numpy's per-call cost is most of the arithmetic on arrays of 2)
+        for ref, o in zip(self._open.tolist(), opening.tolist()):
+            closure = (ref - o) / max(ref * (1 - CLOSED_FRACTION), 1e-6)
+            weights.append(min(max((closure - DEAD_ZONE) / (1 - DEAD_ZONE), 0.0), 1.0))
+        return np.array(weights, np.float32)
 
 
 def eye_openings_rows(points: np.ndarray) -> np.ndarray:

@@ -23,7 +23,11 @@ from bridge.stages.filters import OneEuroFilter
 from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.head_pose import HeadPoseEstimator
 
-# (min cutoff Hz, beta) per filtered channel group
+# Emotion runs on every EMOTION_EVERY-th tracked frame and is held between (the filter smooths its steps): on the
+# sample against every frame, every 4th changes the 7 probabilities by 0.0026 on average (every 3rd: 0.0020) and
+# keeps the top class on 100% of frames, for a quarter of the model's cost (docs/PERFORMANCE.md, issue 18 sixth
+# pass). `facebridge run --emotion-every` and serve's DescribeRows share it.
+EMOTION_EVERY = 4
 # One-Euro (min cutoff Hz, beta) per channel group at smoothing strength 1; strength S divides both by S, so a
 # still face jitters less (lower cutoff) and fast motion lags more (smaller speed boost)
 BLINKS = np.array([ARKIT_INDEX["eyeBlinkLeft"], ARKIT_INDEX["eyeBlinkRight"]])
@@ -77,7 +81,7 @@ class FaceDescriber:
     subject; it may hold no inference session when the outputs come measured)."""
 
     def __init__(self, expression, subject: str = "FaceBridge", smoothing: float = 1.0,
-                 profile: CalibrationProfile | None = None, emotion_every: int = 3,
+                 profile: CalibrationProfile | None = None, emotion_every: int = EMOTION_EVERY,
                  model_versions=None) -> None:
         """model_versions: the dict the frames announce, or a function giving it (a live swap replaces it)."""
         self.expression = expression
@@ -129,10 +133,10 @@ class FaceDescriber:
         image_size: (width, height) when frame.image is not the frame (decoded elsewhere)."""
         timer = timer or StageTimer()
         w, h = image_size or (frame.image.shape[1], frame.image.shape[0])
-        out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
-                        subject=self.subject, image_size=(w, h), frame_rate=frame.fps,
-                        model_versions=self.model_versions)  # sinks (gRPC header) announce them
         if face is None:
+            out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
+                            subject=self.subject, image_size=(w, h), frame_rate=frame.fps,
+                            model_versions=self.model_versions)  # sinks (gRPC header) announce them
             self.tracked_count = 0
             self._lost(out)
             tap = self.calibration_tap
@@ -151,35 +155,35 @@ class FaceDescriber:
             expr = self.expression.estimate_outputs(points, (w, h), face.expression_outputs, iris=iris[:, :, :2],
                                                     busy=busy)
         timer.lap("expression")
-        blendshapes = np.asarray(expr.blendshapes, np.float32).copy()
+        blendshapes = np.array(expr.blendshapes, np.float32)  # a copy: the lids and filters write into it
         blinks = self.blink(points)  # lid opening against this subject's open eye
+        lids = np.maximum(blinks, blendshapes[BLINKS])
         if face.emotion is not None and self.wants_emotion(self.tracked_count):  # held between
             raw = np.asarray(face.emotion, np.float32).reshape(-1)  # read with blinks, open mouth and surprise
-            self._emotion = self.emotion_context(raw, blendshapes, np.maximum(blinks, blendshapes[BLINKS]),
-                                                 frame.t_media)
-        for eye, name in ((0, "eyeBlinkLeft"), (1, "eyeBlinkRight")):
-            blendshapes[ARKIT_INDEX[name]] = max(blendshapes[ARKIT_INDEX[name]], blinks[eye])
+            self._emotion = self.emotion_context(raw, blendshapes, lids, frame.t_media)
+        blendshapes[BLINKS] = lids
         t = frame.t_media
         emotion = self._emotion
         if self.smoothing:
             smoothed = self._filter(np.concatenate([blendshapes, ypr, translation, np.ravel(eyes), emotion]), t)
             blendshapes, ypr, translation, eyes, emotion = (smoothed[FILTER_SLICES[k]].copy() for k in FILTERS)
             eyes = eyes.reshape(2, 2)
-        out.face_found = True
-        out.blendshapes = blendshapes
-        out.head_rotation = ypr
-        out.head_translation = translation
-        out.eye_left, out.eye_right = eyes[0].copy(), eyes[1].copy()
-        out.morph = expr.morph if isinstance(expr.morph, MorphParams) else MorphParams()
+            # renormalised to sum to one after the filter (below)
+            emotion = np.maximum(emotion, 0.0)
+            emotion = (emotion / max(float(emotion.sum()), 1e-6)).astype(np.float32)
+        else:
+            emotion = self._emotion
         # Emotion is classified every Nth frame and held between; the filter smooths both the steps and the
         # classifier's own frame-to-frame jumps (up to 0.4 on a still face), renormalised to sum to one.
-        out.emotion = self._emotion
-        if self.smoothing:
-            emotion = np.clip(emotion, 0.0, None)
-            out.emotion = (emotion / max(float(emotion.sum()), 1e-6)).astype(np.float32)
-        out.confidence = float(face.presence)
-        out.region_confidence = dict(expr.region_confidence)
-        out.landmarks = points
+        # Every field given: the defaults' arrays would be made only to be replaced.
+        out = FaceFrame(seq=frame.seq, t_capture=frame.t_capture, t_capture_mono=frame.t_capture_mono,
+                        subject=self.subject, face_found=True, image_size=(w, h), blendshapes=blendshapes,
+                        head_rotation=ypr, head_translation=translation, eye_left=eyes[0].copy(),
+                        eye_right=eyes[1].copy(),
+                        morph=expr.morph if isinstance(expr.morph, MorphParams) else MorphParams(),
+                        emotion=emotion, confidence=float(face.presence),
+                        region_confidence=dict(expr.region_confidence), landmarks=points,
+                        model_versions=self.model_versions, frame_rate=frame.fps)
         tap = self.calibration_tap
         if tap is not None:
             raw = dataclasses.replace(out, blendshapes=out.blendshapes.copy())
@@ -189,8 +193,8 @@ class FaceDescriber:
         if self.profile is not None:
             self.profile.apply(out)
         # eye-look shapes follow the (calibrated) gaze angles
-        eye_look_shapes(out.blendshapes, np.stack([out.eye_left, out.eye_right]))
-        out.blendshapes = np.clip(out.blendshapes, 0.0, 1.0)
+        eye_look_shapes(out.blendshapes, [out.eye_left.tolist(), out.eye_right.tolist()])
+        out.blendshapes = np.minimum(np.maximum(out.blendshapes, 0.0), 1.0)  # np.clip, a third of its overhead
         timer.lap("filter")
         self._last = out
         return out

@@ -19,7 +19,7 @@ import numpy as np
 from bridge.expression.rows import ExpressionRows
 from bridge.frame import EMOTION_NAMES, NUM_BLENDSHAPES, FaceFrames, Frame
 from bridge.stages.blink import BlinkRows
-from bridge.stages.describe import BLINKS, FILTERS
+from bridge.stages.describe import BLINKS, EMOTION_EVERY, FILTERS
 from bridge.stages.emotion_context import EmotionContextRows
 from bridge.stages.filters import OneEuroRows
 from bridge.stages.gaze import eye_angles_rows, eye_look_shapes_rows
@@ -43,7 +43,8 @@ class MeasuredFaces:
 
 
 class DescribeRows:
-    def __init__(self, rows: int, smoothing: float = 1.0, emotion_every: int = 3, model_versions=None) -> None:
+    def __init__(self, rows: int, smoothing: float = 1.0, emotion_every: int = EMOTION_EVERY,
+                 model_versions=None) -> None:
         """model_versions: the dict the frames announce, or a function giving it."""
         self.rows = rows
         self.smoothing = smoothing

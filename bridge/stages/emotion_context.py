@@ -37,10 +37,10 @@ _E = {name: i for i, name in enumerate(EMOTION_NAMES)}
 
 def _ramp(x: float, lo_hi: tuple[float, float]) -> float:
     lo, hi = lo_hi
-    return float(np.clip((x - lo) / (hi - lo), 0.0, 1.0))
+    return min(max((x - lo) / (hi - lo), 0.0), 1.0)
 
 
-def _pair(w: np.ndarray, name: str) -> float:
+def _pair(w, name: str) -> float:
     return 0.5 * float(w[ARKIT_INDEX[f"{name}Left"]] + w[ARKIT_INDEX[f"{name}Right"]])
 
 
@@ -53,28 +53,28 @@ class EmotionContext:
     def reset(self) -> None:
         self._open: np.ndarray | None = None  # last reading with open eyes
         self._closed_since: float | None = None
-        self._rest: np.ndarray | None = None  # this subject's resting (brows, eyeWide): lowest recent reading
+        self._rest: tuple[float, float] | None = None  # this subject's resting (brows, eyeWide): lowest recent reading
         self._t: float | None = None
 
     def _raised(self, brows: float, eye_wide: float, t: float) -> tuple[float, float]:
         """(brows, eyeWide) above this subject's resting reading, which follows them down at once and climbs
         at most BASELINE_RISE a second."""
-        x = np.array([brows, eye_wide])
         if self._rest is None:
-            self._rest = x
+            self._rest = (brows, eye_wide)
         else:
             dt = max(0.0, t - self._t) if self._t is not None else 0.0
-            self._rest = np.minimum(x, self._rest + BASELINE_RISE * dt)
+            self._rest = tuple(min(v, rest + BASELINE_RISE * dt) for v, rest in zip((brows, eye_wide), self._rest))
         self._t = t
-        up = np.maximum(x - self._rest, 0.0)
-        return float(up[0]), float(up[1])
+        return max(brows - self._rest[0], 0.0), max(eye_wide - self._rest[1], 0.0)
 
     def __call__(self, probs: np.ndarray, weights: np.ndarray, blinks: np.ndarray, t: float) -> np.ndarray:
         """probs: (7,) classifier output; weights: (52,) raw ARKit weights; blinks: (2,) eyeBlink left/right;
-        t: media time, seconds. -> (7,) probabilities."""
-        p = np.asarray(probs, np.float64).copy()
-        w = np.asarray(weights, np.float64)
-        if float(np.mean(blinks)) >= CLOSED:
+        t: media time, seconds. -> (7,) probabilities. In plain floats: the same float64 arithmetic as numpy's
+        on these few values, at a fraction of its per-call cost."""
+        p = np.asarray(probs, np.float64).tolist()
+        w = np.asarray(weights, np.float64).tolist()
+        closed = float(np.mean(blinks)) >= CLOSED
+        if closed:
             self._closed_since = t if self._closed_since is None else self._closed_since
             if self._open is not None and t - self._closed_since <= HOLD_S:
                 return self._open.copy()
@@ -83,21 +83,21 @@ class EmotionContext:
         eye_wide = _pair(w, "eyeWide")
         surprise = 0.0  # shut eyes are not wide; nor do they tell where this face's lids rest
         if self._closed_since is None:
-            brows_up, eyes_up = self._raised(max(float(w[ARKIT_INDEX["browInnerUp"]]), _pair(w, "browOuterUp")),
-                                             eye_wide, t)
+            brows_up, eyes_up = self._raised(max(w[ARKIT_INDEX["browInnerUp"]], _pair(w, "browOuterUp")), eye_wide, t)
             surprise = _ramp(brows_up, SURPRISE_BROWS) * _ramp(eyes_up, SURPRISE_EYES)
         for source in ("fear", "neutral"):
             moved = SURPRISE_SHARE * surprise * p[_E[source]]
             p[_E[source]] -= moved
             p[_E["surprise"]] += moved
-        mouth = _ramp(float(w[ARKIT_INDEX["jawOpen"]]), MOUTH_OPEN)
-        support = min(1.0, max(float(w[ARKIT_INDEX["browInnerUp"]]), eye_wide) / FEAR_EVIDENCE)
+        mouth = _ramp(w[ARKIT_INDEX["jawOpen"]], MOUTH_OPEN)
+        support = min(1.0, max(w[ARKIT_INDEX["browInnerUp"]], eye_wide) / FEAR_EVIDENCE)
         moved = mouth * (1.0 - support) * p[_E["fear"]]
         p[_E["fear"]] -= moved
         p[_E["neutral"]] += moved
-        p = np.clip(p, 0.0, None)
-        p = (p / max(float(p.sum()), 1e-9)).astype(np.float32)
-        if float(np.mean(blinks)) < CLOSED:
+        p = [max(v, 0.0) for v in p]
+        total = max(sum(p), 1e-9)  # numpy sums 7 values in order too
+        p = np.array([v / total for v in p], np.float32)
+        if not closed:
             self._open = p.copy()
         return p
 

@@ -64,8 +64,8 @@ def eye_angles_rows(points: np.ndarray, iris_centres: np.ndarray) -> np.ndarray:
 
 
 def eye_look_shapes(blendshapes: np.ndarray, eyes: np.ndarray) -> None:
-    """Write eyeLook{In,Out,Up,Down}{Left,Right} from eye angles (in place)."""
-    angles = np.asarray(eyes, np.float64).tolist()
+    """Write eyeLook{In,Out,Up,Down}{Left,Right} from eye angles (in place); eyes: (2, 2) array or nested lists."""
+    angles = eyes if isinstance(eyes, (list, tuple)) else np.asarray(eyes, np.float64).tolist()
     for eye, ((yaw, pitch), (out_i, in_i, up_i, down_i)) in enumerate(zip(angles, _LOOK)):
         toward_left = _clip01(yaw / LOOK_RANGE_YAW)
         toward_right = _clip01(-yaw / LOOK_RANGE_YAW)

@@ -34,7 +34,7 @@ def rotation_to_ypr(rot: np.ndarray) -> np.ndarray:
     cy, sy = math.cos(yaw), math.sin(yaw)  # left_no_roll = (cy, 0, sy); up_no_roll = forward x left_no_roll
     ux, uy, uz = fy * sy, fz * cy - fx * sy, -fy * cy
     roll = math.atan2(lx * ux + ly * uy + lz * uz, lx * cy + lz * sy)
-    return np.degrees([yaw, pitch, -roll]).astype(np.float32)
+    return np.array([math.degrees(yaw), math.degrees(pitch), math.degrees(-roll)], np.float32)
 
 
 class HeadPoseEstimator:

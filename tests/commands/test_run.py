@@ -53,3 +53,12 @@ def test_help_describes_the_new_options():
     for option in ("--camera-size WxH", "--camera-fps FPS", "--mirror", "--smoothing STRENGTH",
                    "repeat it for several editors", "stop after N frames sent"):
         assert option in text, option
+
+
+def test_the_emotion_cadence_run_offers_is_the_describers():
+    from bridge.commands.run import EMOTION_EVERY
+    from bridge.pipeline import PipelineOptions
+    from bridge.stages import describe, describe_rows
+
+    assert EMOTION_EVERY == describe.EMOTION_EVERY == PipelineOptions().emotion_every
+    assert describe_rows.DescribeRows(1).emotion_every == describe.EMOTION_EVERY
