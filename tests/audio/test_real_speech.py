@@ -105,6 +105,34 @@ def test_an_alignment_that_leaves_words_out_is_a_failed_one():
             assert said == text.split(), (text, aligned)
 
 
+def test_phone_starts_are_on_our_frames_clock():
+    """pocketsphinx's frame f (a 25.6 ms window from f * 10 ms) is our frame f: a phone starting there has frame f
+    as its first, not f - 1."""
+    from bridge.audio import features
+
+    label = tool_module("label_real_speech")
+    for f in (1, 7, 250):
+        assert features.frame_center_s(f - 1) < label.phone_start_s(f) < features.frame_center_s(f)
+
+
+def test_a_pause_between_two_words_is_labelled_silence():
+    """With pocketsphinx's default silence probability the aligner stretched the words over a pause between them
+    (the cards' "four ... queen of clubs"); the optional silence must be taken where the audio is silent."""
+    pytest.importorskip("pocketsphinx")
+    from tests.helpers import espeak_or_skip
+
+    gen, espeak = espeak_or_skip()
+    label = tool_module("label_real_speech")
+    words = [gen.resample_to_16k(espeak.synth(w, "en-us")[0], espeak.sample_rate) for w in ("four", "queen")]
+    gap = np.zeros(4000, np.float32)  # 250 ms
+    pcm = np.concatenate([np.zeros(3200, np.float32), words[0], gap, words[1], np.zeros(3200, np.float32)])
+    events = label.Aligner().align(pcm, "four queen")
+    assert events is not None
+    mid = (3200 + len(words[0]) + len(gap) / 2) / 16000  # the middle of the pause
+    before = [p for p, t in events if t <= mid]
+    assert before[-1] == "_", events
+
+
 def test_sets_from_an_older_labeller_are_labelled_again_or_scored_as_they_are(tmp_path, capsys):
     from bridge.bench import lipsync
 
