@@ -86,9 +86,12 @@ def phone_start_s(frame: int) -> float:
 def force_align(decoder, pcm: np.ndarray, text: str):
     """pocketsphinx forced alignment of `text` in `pcm` (16 kHz floats): [(word, [(ARPAbet phone, start_s)])], or
     None when pocketsphinx cannot align it or aligns only part of the text. Two passes: the words, then the phones
-    within them."""
+    within them. The same for an utterance whatever the decoder aligned before."""
     raw = (np.clip(pcm, -1, 1) * 32767).astype(np.int16).tobytes()
     try:
+        # the feature front end starts afresh (its live cepstral mean and noise estimate): else they carry over from
+        # whatever the decoder aligned before, and an utterance aligned in one order failed in another (labels v3)
+        decoder.reinit_feat()
         decoder.set_align_text(text)
         decoder.start_utt()
         decoder.process_raw(raw, full_utt=True)

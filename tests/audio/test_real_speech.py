@@ -133,6 +133,21 @@ def test_a_pause_between_two_words_is_labelled_silence():
     assert before[-1] == "_", events
 
 
+@pytest.mark.skipif(not (REAL / "asterisk" / "agent-pass.wav").exists(),
+                    reason="recorded speech not fetched (python tools/fetch_real_data.py)")
+def test_an_alignment_does_not_depend_on_what_was_aligned_before():
+    """pocketsphinx's front end (live cepstral mean, noise estimate) carried over between utterances: the same
+    recording aligned differently (or not at all) after other ones; here after loud noise, 5 of its phones moved."""
+    pytest.importorskip("pocketsphinx")
+    label = tool_module("label_real_speech")
+    text = "please enter your password followed by the pound key"
+    pcm = label.load_pcm(REAL / "asterisk" / "agent-pass.wav")
+    fresh = label.Aligner().align(pcm, text)
+    used = label.Aligner()
+    used.align(np.random.default_rng(0).normal(0, 0.3, 48000).astype(np.float32), "goodbye")
+    assert fresh is not None and used.align(pcm, text) == fresh
+
+
 def test_sets_from_an_older_labeller_are_labelled_again_or_scored_as_they_are(tmp_path, capsys):
     from bridge.bench import lipsync
 
