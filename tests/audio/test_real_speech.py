@@ -105,6 +105,49 @@ def test_an_alignment_that_leaves_words_out_is_a_failed_one():
             assert said == text.split(), (text, aligned)
 
 
+def test_phone_starts_are_on_our_frames_clock():
+    """pocketsphinx's frame f (a 25.6 ms window from f * 10 ms) is our frame f: a phone starting there has frame f
+    as its first, not f - 1."""
+    from bridge.audio import features
+
+    label = tool_module("label_real_speech")
+    for f in (1, 7, 250):
+        assert features.frame_center_s(f - 1) < label.phone_start_s(f) < features.frame_center_s(f)
+
+
+def test_a_pause_between_two_words_is_labelled_silence():
+    """With pocketsphinx's default silence probability the aligner stretched the words over a pause between them
+    (the cards' "four ... queen of clubs"); the optional silence must be taken where the audio is silent."""
+    pytest.importorskip("pocketsphinx")
+    from tests.helpers import espeak_or_skip
+
+    gen, espeak = espeak_or_skip()
+    label = tool_module("label_real_speech")
+    words = [gen.resample_to_16k(espeak.synth(w, "en-us")[0], espeak.sample_rate) for w in ("four", "queen")]
+    gap = np.zeros(4000, np.float32)  # 250 ms
+    pcm = np.concatenate([np.zeros(3200, np.float32), words[0], gap, words[1], np.zeros(3200, np.float32)])
+    events = label.Aligner().align(pcm, "four queen")
+    assert events is not None
+    mid = (3200 + len(words[0]) + len(gap) / 2) / 16000  # the middle of the pause
+    before = [p for p, t in events if t <= mid]
+    assert before[-1] == "_", events
+
+
+@pytest.mark.skipif(not (REAL / "asterisk" / "agent-pass.wav").exists(),
+                    reason="recorded speech not fetched (python tools/fetch_real_data.py)")
+def test_an_alignment_does_not_depend_on_what_was_aligned_before():
+    """pocketsphinx's front end (live cepstral mean, noise estimate) carried over between utterances: the same
+    recording aligned differently (or not at all) after other ones; here after loud noise, 5 of its phones moved."""
+    pytest.importorskip("pocketsphinx")
+    label = tool_module("label_real_speech")
+    text = "please enter your password followed by the pound key"
+    pcm = label.load_pcm(REAL / "asterisk" / "agent-pass.wav")
+    fresh = label.Aligner().align(pcm, text)
+    used = label.Aligner()
+    used.align(np.random.default_rng(0).normal(0, 0.3, 48000).astype(np.float32), "goodbye")
+    assert fresh is not None and used.align(pcm, text) == fresh
+
+
 def test_sets_from_an_older_labeller_are_labelled_again_or_scored_as_they_are(tmp_path, capsys):
     from bridge.bench import lipsync
 
