@@ -115,18 +115,24 @@ def _finite(a: np.ndarray) -> np.ndarray:
 
 
 def encode_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dict] | None = None,
-                  blocks: tuple[str, ...] = ()) -> list[bytes]:
+                  blocks: tuple[str, ...] = (), stages: tuple[tuple[str, ...], np.ndarray] | None = None
+                  ) -> list[bytes]:
     """build_frame of every row of `frames`, serialised (row i under layout_ids[i], with latencies[i] if given,
     else the shared frames.latencies_ms; NaN and inf as 0); blocks: the morph blocks of Frame.parameters, in
-    order (convert.PARAMETER_BLOCKS' names)."""
+    order (convert.PARAMETER_BLOCKS' names). stages: every row's latencies as (keys, (n, len(keys)) values), in
+    place of `latencies` (no dict a row)."""
     n = len(frames)
     if not n:
         return []
-    if latencies is None:
-        latencies = [frames.latencies_ms] * n
-    keys = tuple(str(k) for k in latencies[0])
-    same_keys = all(len(row) == len(keys) and all(str(k) == key for k, key in zip(row, keys)) for row in latencies)
-    stages = np.array([list(row.values()) for row in latencies], np.float64) if same_keys else np.zeros((n, 0))
+    if stages is not None:
+        keys, same_keys, stages = tuple(stages[0]), True, np.asarray(stages[1], np.float64).reshape(n, -1)
+    else:
+        if latencies is None:
+            latencies = [frames.latencies_ms] * n
+        keys = tuple(str(k) for k in latencies[0])
+        same_keys = all(len(row) == len(keys) and all(str(k) == key for k, key in zip(row, keys))
+                        for row in latencies)
+        stages = np.array([list(row.values()) for row in latencies], np.float64) if same_keys else np.zeros((n, 0))
     common = np.concatenate([frames.blendshapes, frames.head_rotation[:, :3], frames.head_translation[:, :3],
                              frames.eyes.reshape(n, 4), frames.emotion], 1)
     doubles = np.stack([frames.t_capture, frames.t_capture_mono], 1).astype(np.float64)

@@ -95,7 +95,11 @@ class ImageDecoder:
         raise BadImage(f"unknown image encoding {encoding}; send JPEG (1), RAW_RGB (2) or RAW_BGR (3)")
 
     def decode(self, encoding: int, data: bytes, width: int = 0, height: int = 0, raw_ok: bool | None = None):
-        h, w = self.measure(encoding, data, width, height, raw_ok)
+        return self.decode_measured(encoding, data, self.measure(encoding, data, width, height, raw_ok))
+
+    def decode_measured(self, encoding: int, data: bytes, hw: tuple[int, int]):
+        """decode of an image `measure` already took (its (height, width) hw): no header read again."""
+        h, w = hw
         if encoding in (RAW_RGB, RAW_BGR):
             frame = np.frombuffer(bytearray(data), np.uint8).reshape(h, w, 3)  # writable, for torch
             return (frame[..., ::-1] if encoding == RAW_BGR else frame), (h, w)

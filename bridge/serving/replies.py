@@ -54,10 +54,13 @@ class PassReplies:
         described = describer.describe([state.describer for state in states], frames, faces, sizes)
         now = time.perf_counter()
         cpu = (time.thread_time() - cpu0) * 1000.0 / len(served)  # this pass's describe CPU, per frame
-        shared = described.latencies_ms
-        latencies = [{**shared, "decode": s.extra["decode_ms"], "wait": (s.submitted - s.received) * 1000.0,
-                      "track": (t0 - s.submitted) * 1000.0, "describe": (now - t0) * 1000.0, "describe_cpu": cpu,
-                      "server": (now - s.received) * 1000.0} for s in served]
+        shared = described.latencies_ms  # the pass's, per frame; then each frame's own stages
+        times = np.array([(s.extra["decode_ms"], s.received, s.submitted) for s in served], np.float64)
+        n = len(served)
+        stages = np.column_stack([np.broadcast_to(np.array(list(shared.values()), np.float64), (n, len(shared))),
+                                  times[:, 0], (times[:, 2] - times[:, 1]) * 1000.0, (t0 - times[:, 2]) * 1000.0,
+                                  np.full(n, (now - t0) * 1000.0), np.full(n, cpu), (now - times[:, 1]) * 1000.0])
+        keys = (*shared, "decode", "wait", "track", "describe", "describe_cpu", "server")
         replies: list[list[pb.TrackResponse | bytes]] = [[] for _ in served]
         layout_ids = []
         for i, (state, key) in enumerate(zip(states, layout_keys(described))):
@@ -66,6 +69,7 @@ class PassReplies:
                 state.header = build_header(described.frame(i), self.next_layout_id())
                 replies[i].append(pb.TrackResponse(header=state.header))
             layout_ids.append(state.header.layout_id)
-        for reply, frame in zip(replies, encode_frames(described, layout_ids, latencies, FRAME_BLOCKS)):
+        for reply, frame in zip(replies, encode_frames(described, layout_ids, blocks=FRAME_BLOCKS,
+                                                       stages=(keys, stages))):
             reply.append(frame)
         return replies

@@ -217,9 +217,8 @@ class TrackStreams:
             if stream.closed:
                 stream.abandon()
                 return
-            if decoded is None:
-                frame, hw = self.server.decoder.decode(image.encoding, image.data, image.width, image.height,
-                                                       raw_ok=state.raw_ok)
+            if decoded is None:  # measured on arrival (requests.image_size): the stream's size
+                frame, hw = self.server.decoder.decode_measured(image.encoding, image.data, state.stream_hw)
             elif isinstance(decoded, BadImage):
                 raise decoded
             else:
