@@ -14,6 +14,7 @@ import logging
 import time
 
 from bridge.serving.batcher import DeadlineBatcher
+from bridge.serving.decode import BadImage
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +33,11 @@ class JpegBatches:
 
     def _run(self, _streams, items: list) -> list:
         t0 = time.perf_counter()
-        decoded = self._decoder.decode_jpegs([data for data, *_ in items], [hw for _, hw, *_ in items])
+        try:
+            decoded = self._decoder.decode_jpegs([data for data, *_ in items], [hw for _, hw, *_ in items])
+        except Exception as e:  # noqa: BLE001 - every image is still answered (refused), never left waiting
+            log.warning("a batch of %d JPEGs could not be decoded: %s", len(items), e)
+            decoded = [BadImage(f"the JPEG could not be decoded ({str(e).splitlines()[0][:120]})")] * len(items)
         ms = (time.perf_counter() - t0) * 1000.0 / len(items)
         for (_, _, then, args), result in zip(items, decoded):
             try:

@@ -106,3 +106,18 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
         (frame, hw), ms = got[key]
         assert hw == (360, 480) and np.array_equal(frame, want) and ms > 0
     assert isinstance(got[2][0], BadImage) and "does not decode" in str(got[2][0])
+
+
+def test_a_batch_the_decoder_cannot_take_answers_every_image_as_refused():
+    import threading
+
+    from bridge.serving.decode_batch import JpegBatches
+
+    done, got = threading.Event(), []
+    batches = JpegBatches(ImageDecoder("cpu"))
+    try:  # no size to decode to: decode_jpegs itself fails, and the image is refused rather than left waiting
+        batches.submit(b"\xff\xd8 not measured", None, lambda decoded, ms: (got.append(decoded), done.set()))
+        assert done.wait(30)
+    finally:
+        batches.close()
+    assert isinstance(got[0], BadImage) and "could not be decoded" in str(got[0])
