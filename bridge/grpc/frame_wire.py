@@ -13,7 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from bridge.frame import FaceFrames, rate_fraction
+from bridge.frame import MORPH_BLOCKS, FaceFrames, rate_fraction
 
 # Frame field tags (number << 3 | wire type) of facebridge.v1.Frame
 _SUBJECT, _LAYOUT, _SEQ, _CAPTURE, _SOURCE, _TIMECODE = b"\x0a", b"\x10", b"\x18", b"\x21", b"\x29", b"\x32"
@@ -115,12 +115,12 @@ def _finite(a: np.ndarray) -> np.ndarray:
 
 
 def encode_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dict] | None = None,
-                  blocks: tuple[str, ...] = (), stages: tuple[tuple[str, ...], np.ndarray] | None = None
+                  blocks: tuple[str, ...] = MORPH_BLOCKS, stages: tuple[tuple[str, ...], np.ndarray] | None = None
                   ) -> list[bytes]:
     """build_frame of every row of `frames`, serialised (row i under layout_ids[i], with latencies[i] if given,
     else the shared frames.latencies_ms; NaN and inf as 0); blocks: the morph blocks of Frame.parameters, in
-    order (convert.PARAMETER_BLOCKS' names). stages: every row's latencies as (keys, (n, len(keys)) values), in
-    place of `latencies` (no dict a row)."""
+    order (convert.PARAMETER_BLOCKS' names, MORPH_BLOCKS). stages: every row's latencies as (keys,
+    (n, len(keys)) values), in place of `latencies` (no dict a row)."""
     n = len(frames)
     if not n:
         return []
