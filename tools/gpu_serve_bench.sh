@@ -23,7 +23,8 @@
 # (a pass of DESCRIBE_STREAMS streams described and its replies built, against one stream at a time; T_DESCRIBE 300).
 #
 # Where one serve process's CPU goes (`profile`): py-spy carried in WHEELS, PROFILE_STREAMS (128) streams, SPY_S (8)
-# seconds with --gil then all threads; profile-top.txt summarised by tools/pyspy_top.py.
+# seconds with --gil then all threads; profile-top.txt summarised by tools/pyspy_top.py (SPY: py-spy elsewhere;
+# on the 2-core VM: RUNNERS=cpu WHEELS= SPY=.venv/bin/py-spy PYTHON=.venv/bin/python).
 #
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
 #   bash tools/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
@@ -112,7 +113,7 @@ case "$MODE" in
   profile)  # where one serve process's CPU goes: py-spy (a wheel in WHEELS) on it while bench serve loads it
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
-    port=50999 spy=/tmp/site/bin/py-spy
+    port=50999 spy=${SPY:-/tmp/site/bin/py-spy}
     # --prewarm: the batched service is built and its CUDA graphs captured (for every batch bucket up to
     # --max-streams) before it listens, not on the first stream
     "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams "${PROFILE_STREAMS:-128}" \

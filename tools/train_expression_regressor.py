@@ -43,7 +43,7 @@ class Regressor(nn.Module):
     """Standardise -> MLP -> (blendshapes in [0,1] with tongueOut = 0, head rotation degrees).
 
     Identity is not an output: one frame of 2D landmarks says little about it, so the stage estimates it over
-    many frames by least squares (bridge/expression/fit.py, identity_update)."""
+    many frames by least squares (bridge/expression/identity.py, identity_refresh)."""
 
     def __init__(self, mean: np.ndarray, std: np.ndarray, hidden: int = 256):
         super().__init__()

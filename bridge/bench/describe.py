@@ -71,6 +71,7 @@ def _served(n: int, k: int, hw, states):
 
 def _rows_trial(faces, hw, n: int, frames: int) -> dict:
     from bridge.expression.refresh import IdentityRefresher
+    from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.runtime.serve import PassDescriber, model_versions
     from bridge.serving.replies import PassReplies
     from bridge.serving.track import StreamState
@@ -94,7 +95,7 @@ def _rows_trial(faces, hw, n: int, frames: int) -> dict:
             s.request.seq = k + 2
             s.request.media_time = s.request.capture_time = (k + 2) / 30
         replies_k = finish(None, served, faces_k)
-        describe_ms += replies_k[0][-1].frame.latencies_ms["describe_cpu"] * n  # the pass's, up to its replies
+        describe_ms += pb.Frame.FromString(replies_k[0][-1]).latencies_ms["describe_cpu"] * n  # up to its replies
     cpu = time.thread_time() - cpu0
     wall = time.perf_counter() - t0
     refresher.drain()

@@ -35,6 +35,9 @@ def add_parser(sub) -> None:
                    help="GPU runners: how host threads wait for the GPU (default block: they sleep in the driver; "
                         "CUDA's own auto spins a core through every wait, which starves the host work of several "
                         "serve processes sharing a GPU)")
+    p.add_argument("--jpeg-batches", choices=("auto", "on", "off"), default="auto",
+                   help="decode every JPEG waiting in one call on one thread (auto, the default: with GPU runners, "
+                        "one batched nvJPEG decode), or each on the decode workers (off)")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
     p.add_argument("--frame-sizes", default="", metavar="WxH[,WxH]",
@@ -108,6 +111,7 @@ def serve_config(args):
                        prewarm=_sizes(args.prewarm), identity_workers=args.identity_workers,
                        write_deadline_s=args.write_deadline, idle_timeout_s=args.idle_timeout,
                        frame_sizes=frame_sizes, decode_workers=args.decode_workers, cuda_wait=args.cuda_wait,
+                       jpeg_batches={"auto": None, "on": True, "off": False}[args.jpeg_batches],
                        updates=None if args.updates == "off" else args.updates)
 
 

@@ -134,7 +134,7 @@ class MorphableModel:
         self._id468 = np.ascontiguousarray(self._id_flat[:, :1404])
         self._exp468 = np.ascontiguousarray(self._exp_flat[:, :1404])
         # the identity modes of the 468 points laid out point by point, (468, 3, 101): the identity update's
-        # Jacobian is one batched (2 x 3) @ (3 x 101) product per point (fit.identity_update)
+        # Jacobian is one batched (2 x 3) @ (3 x 101) product per point (identity.identity_refresh_steps)
         self.identity_by_point = np.ascontiguousarray(self.identity_basis[:, :468].transpose(1, 2, 0))
         self._base: tuple[bytes, np.ndarray] | None = None  # (identity key, its points): one attribute, so a
         # thread that reads it never pairs one subject's key with another's points (one model serves every stream)

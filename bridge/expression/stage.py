@@ -22,13 +22,8 @@ import numpy as np
 from bridge.errors import FaceBridgeError
 from bridge.expression.contract import ModelContract, check_session, face_crop, load_contract
 from bridge.expression.features import camera_for, landmark_features
-from bridge.expression.fit import (
-    IDENTITY_FRAMES,
-    ExpressionFit,
-    identity_prior,
-    identity_update_steps,
-    run_steps,
-)
+from bridge.expression.fit import IDENTITY_FRAMES, ExpressionFit
+from bridge.expression.identity import identity_refresh, identity_refresh_steps
 from bridge.expression.model import (
     FLIP,
     MODEL_ID,
@@ -36,7 +31,6 @@ from bridge.expression.model import (
     head_matrix,
     load_model,
     rotvec_from_matrix,
-    solve_translation,
 )
 from bridge.expression.result import result_math, rotvec
 from bridge.frame import MorphParams
@@ -269,25 +263,39 @@ class ExpressionEstimator:
         self._fold_identity(self._identity_estimate(self.identity, weights, rot, xy, focal, centre))
 
     def refresh_identity(self, observation) -> None:
-        """The refresher's side (its own thread): one observation handed over by `_finish_model`, estimated and
-        folded in unless the subject was reset or restored since."""
-        generation, identity, weights, rot, xy, focal, centre = observation
-        frame = self._identity_estimate(identity, weights, rot, xy, focal, centre)
-        with self._identity_lock:
-            if generation == self._generation:
-                self._fold_identity(frame)
+        """The refresher's side (its own thread): one observation handed over by `observe`, estimated and folded
+        in unless the subject was reset or restored since."""
+        ExpressionEstimator.refresh_identities([self], [observation])
+
+    @staticmethod
+    def refresh_identities(engines: list, observations: list) -> None:
+        """refresh_identity of many engines (each at most once), their observations' least-squares problems
+        stacked and solved together (bridge/expression/identity.py: the same estimate each gets alone)."""
+        groups: dict[int, list[int]] = {}
+        for i, engine in enumerate(engines):  # every engine of a process shares one model (load_model)
+            groups.setdefault(id(engine.model), []).append(i)
+        estimates = [None] * len(engines)
+        for members in groups.values():  # all estimated before any is folded in: a failure folds none
+            _, identity, weights, rot, xy, focal, centre = zip(*(observations[i] for i in members))
+            frames = identity_refresh(engines[members[0]].model, np.stack(identity), np.stack(weights),
+                                      np.stack(rot), np.stack(xy), np.array(focal), np.array(centre))
+            for i, frame in zip(members, frames):
+                estimates[i] = frame
+        for engine, observation, frame in zip(engines, observations, estimates):
+            with engine._identity_lock:
+                if observation[0] == engine._generation:
+                    engine._fold_identity(frame)
 
     def _identity_estimate(self, identity, weights, rot, xy, focal, centre) -> np.ndarray:
-        """One frame's least-squares identity, pose and expression held (about 1 ms of CPU, one BLAS thread)."""
-        return run_steps(self._identity_steps(identity, weights, rot, xy, focal, centre))
+        """One frame's least-squares identity, pose and expression held (identity.identity_refresh, one row)."""
+        return identity_refresh(self.model, identity[None], weights[None], rot[None], xy[None], [focal],
+                                [centre])[0]
 
     def _identity_steps(self, identity, weights, rot, xy, focal, centre):
-        """_identity_estimate as IDENTITY_STEPS steps (fit.identity_update_steps)."""
-        shape = self._face_points(identity, weights)
-        t = solve_translation(shape @ (FLIP @ rot).T, xy, focal, centre)
-        mean, precision = identity_prior(self.model)
-        return (yield from identity_update_steps(self.model, identity.astype(np.float64), weights, rot, t, xy, focal,
-                                                 centre, mean, precision, shape=shape))
+        """_identity_estimate as IDENTITY_STEPS steps (identity.identity_refresh_steps)."""
+        frames = yield from identity_refresh_steps(self.model, identity[None], weights[None], rot[None], xy[None],
+                                                   [focal], [centre])
+        return frames[0]
 
     def _step_identity(self) -> None:
         """One step of the spread refresh under way; its last folds the estimate in."""

@@ -5,7 +5,8 @@ import math
 
 import numpy as np
 
-from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, VISEME_NAMES, FaceFrame, FaceFrames, rate_fraction
+from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, VISEME_NAMES, FaceFrame, FaceFrames
+from bridge.grpc.frame_wire import encode_frames
 from bridge.grpc.gen import facebridge_pb2 as pb
 
 # Morphable-model blocks in the order they are concatenated in Frame.parameters, with their units.
@@ -18,6 +19,7 @@ PARAMETER_BLOCKS: tuple[tuple[str, str], ...] = (
     ("eye_rotation_left", "rad (axis-angle)"),
     ("eye_rotation_right", "rad (axis-angle)"),
 )
+FRAME_BLOCKS = tuple(name for name, _ in PARAMETER_BLOCKS)
 
 
 def layout_key(frame: FaceFrame) -> tuple:
@@ -102,100 +104,9 @@ def build_frame(frame: FaceFrame, layout_id: int) -> pb.Frame:
 
 def build_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dict] | None = None) -> list[pb.Frame]:
     """build_frame of every row of `frames` (row i under layout_ids[i], with latencies[i] if given, else the
-    shared frames.latencies_ms), the same messages: the float arrays of all rows are laid out in protobuf's wire
-    format at once (packed floats, the head and eye messages, the maps) and each message takes its own bytes in
-    one parse, instead of one Python float at a time."""
-    n = len(frames)
-    finite = lambda a: np.where(np.isfinite(a), a, 0.0).astype("<f4")  # noqa: E731 NaN/inf -> 0, as build_frame
-    head = np.concatenate([finite(frames.head_rotation[:, :3]), finite(frames.head_translation[:, :3])], 1)
-    eyes = finite(frames.eyes.reshape(n, 4))
-    fixed = [_packed(8, finite(frames.blendshapes)), _packed(12, finite(frames.emotion)),
-             _message(9, [(1, head[:, 0]), (2, head[:, 1]), (3, head[:, 2])],
-                      (4, [(1, head[:, 3]), (2, head[:, 4]), (3, head[:, 5])])),
-             _message(10, [(1, eyes[:, 0]), (2, eyes[:, 1])]), _message(11, [(1, eyes[:, 2]), (2, eyes[:, 3])])]
-    found = frames.face_found
-    if latencies is None:
-        latencies = [frames.latencies_ms] * n
-    keys = [str(k) for k in latencies[0]] if n else []
-    same_keys = all(len(row) == len(keys) and all(str(k) == key for k, key in zip(row, keys)) for row in latencies)
-    if keys and same_keys:  # the latencies map in the wire bytes too (every row has the same stages)
-        fixed.append(_float_map(17, keys, finite(np.array([list(row.values()) for row in latencies], np.float64))))
-    wire = np.concatenate(fixed, 1)
-    tails = {}  # the rows with a face: their parameters and region confidence
-    if found.any():
-        rows = np.flatnonzero(found)
-        blocks = np.concatenate([frames.morph[name][rows].reshape(len(rows), -1) for name, _ in PARAMETER_BLOCKS], 1)
-        names = [str(name) for name in frames.region_names]
-        tail = np.concatenate([_packed(14, finite(blocks)), _float_map(16, names,
-                                                                       finite(frames.region_confidence[rows]))], 1)
-        tails = dict(zip(rows.tolist(), tail))
-    lost = _packed(14, np.zeros((1, 15), "<f4"))[0].tobytes()  # MorphParams(): jaw, head and eyes, zeros
-    seconds = frames.t_capture % 86400.0
-    rates = {r: rate_fraction(r) for r in set(frames.frame_rate.tolist())}
-    confidence = np.where(np.isfinite(frames.confidence), frames.confidence, 0.0).tolist()
-    out = []
-    for i in range(n):
-        num, den = rates[float(frames.frame_rate[i])]
-        tc = float(seconds[i]) * num / den
-        whole = math.floor(tc)
-        msg = pb.Frame(subject=frames.subject[i], layout_id=layout_ids[i], seq=max(int(frames.seq[i]), 0),
-                       capture_time=float(frames.t_capture[i]), source_time=float(frames.t_capture_mono[i]),
-                       timecode=pb.Timecode(frame=whole, subframe=tc - whole, rate_numerator=num,
-                                            rate_denominator=den),
-                       face_found=bool(found[i]), confidence=confidence[i])
-        msg.MergeFromString(wire[i].tobytes() + (tails[i].tobytes() if found[i] else lost))
-        if not same_keys:
-            msg.latencies_ms.update({str(k): _finite(v) for k, v in latencies[i].items()})
-        out.append(msg)
-    return out
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def _columns(parts: list, n: int) -> np.ndarray:
-    """(n, bytes) uint8: each part either constant bytes (the same in every row) or float32 values (n,) or (n, k)."""
-    cols = []
-    for part in parts:
-        if isinstance(part, bytes):
-            cols.append(np.broadcast_to(np.frombuffer(part, np.uint8), (n, len(part))))
-        else:
-            cols.append(np.ascontiguousarray(part, "<f4").reshape(n, -1).view(np.uint8))
-    return np.concatenate(cols, 1)
-
-
-def _packed(field: int, values: np.ndarray) -> np.ndarray:
-    """A packed repeated float field of each row: tag, length, the little-endian floats."""
-    n, k = values.shape
-    return _columns([_varint(field << 3 | 2) + _varint(4 * k), values], n)
-
-
-def _float_map(field: int, keys: list[str], values: np.ndarray) -> np.ndarray:
-    """A map<string, float> field of each row, every row with the same keys: one entry message per key."""
-    parts = []
-    for j, key in enumerate(keys):
-        name = key.encode()
-        entry = b"\x0a" + _varint(len(name)) + name + b"\x15"
-        parts += [_varint(field << 3 | 2) + _varint(len(entry) + 4) + entry, values[:, j]]
-    return _columns(parts, len(values))
-
-
-def _message(field: int, floats: list, child: tuple | None = None) -> np.ndarray:
-    """A sub-message of float fields (number, (n,) values), and optionally one sub-message (number, its floats)."""
-    n = len(floats[0][1])
-    parts = []
-    for number, values in floats:
-        parts += [_varint(number << 3 | 5), values]
-    body = _columns(parts, n)
-    if child is not None:
-        body = np.concatenate([body, _message(child[0], child[1])], 1)
-    return np.concatenate([_columns([_varint(field << 3 | 2) + _varint(body.shape[1])], n), body], 1)
+    shared frames.latencies_ms), the same messages: each parsed from what frame_wire.encode_frames lays out for all
+    rows at once (what `facebridge serve` sends as it is, without a message per frame)."""
+    return [pb.Frame.FromString(data) for data in encode_frames(frames, layout_ids, latencies, FRAME_BLOCKS)]
 
 
 def _finite(x) -> float:

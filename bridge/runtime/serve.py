@@ -54,6 +54,7 @@ class ServeConfig:
     updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
     decode_workers: int = 0  # JPEG decode threads; 0: one a core, at most 8
     cuda_wait: str = "block"  # GPU runners: how host threads wait for the GPU (bridge/engines/cuda_wait.py)
+    jpeg_batches: bool | None = None  # every JPEG waiting decoded in one call (None: when decoding on the GPU)
 
 
 class PassDescriber:
@@ -200,7 +201,8 @@ def build_server(config: ServeConfig):
                                  tls_key=config.tls_key, replica=config.replica, runners=config.runners,
                                  write_deadline_s=config.write_deadline_s,
                                  idle_timeout_s=config.idle_timeout_s, frame_sizes=config.frame_sizes,
-                                 decode_workers=config.decode_workers or None)
+                                 decode_workers=config.decode_workers or None,
+                                 batched_jpeg=config.jpeg_batches)
     except BaseException:
         refresher.close()
         if releases is not None:
@@ -247,7 +249,7 @@ def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(lin
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         ready(f"facebridge serve: listening on {server.address} ({config.runners} runners, decode "
-              f"{server.decoder.name}, up to {config.max_streams} streams)")
+              f"{server.decoder_name}, up to {config.max_streams} streams)")
         last = time.monotonic()
         while not stop.wait(0.5):
             if status and time.monotonic() - last >= 5.0:

@@ -6,7 +6,10 @@ frames that arrive while a batch runs form the next one, which is how batches gr
 `max_wait_s` optionally waits a little for a fuller batch, but never past the oldest frame's deadline.
 Results come back through futures, and per stream in submission order (batches run in FIFO order). With
 `finish`, each batch's results go through `finish` on a second thread, as one unit, while the next batch runs (the
-device is never idle while the host describes a pass).
+device is never idle while the host describes a pass). With `merge` too, batches that queued for the finishing
+thread while it was busy are finished together, as one unit (their results merged, when no stream is in two of
+them): the finishing step's fixed cost per call is paid once for all of them, so a finisher that falls behind
+catches up instead of queueing small units.
 """
 from __future__ import annotations
 
@@ -30,11 +33,16 @@ class _Pending:
 class DeadlineBatcher:
     def __init__(self, run_batch: Callable[[list[Any], list[Any]], Any], max_batch: int = 256,
                  max_wait_s: float = 0.0, name: str = "batcher",
-                 finish: Callable[[list[Any], list[Any], Any], list[Any]] | None = None):
+                 finish: Callable[[list[Any], list[Any], Any], list[Any]] | None = None,
+                 merge: Callable[[list[Any]], Any] | None = None):
         """`run_batch(streams, items) -> results` (same length and order as items); with `finish`, run_batch may
-        return anything and `finish(streams, items, that) -> results` makes the results, on its own thread."""
+        return anything and `finish(streams, items, that) -> results` makes the results, on its own thread.
+        `merge(thats) -> that`: what run_batch returned for several batches as one (for batches taken in order:
+        merge of their results in that order)."""
         self._run_batch = run_batch
         self._finish = finish
+        self._merge = merge
+        self.finish_sizes: deque[int] = deque(maxlen=100_000)  # items per finish call (for benchmarks)
         self._finishing: deque = deque()
         self._finish_cond = threading.Condition()
         self.max_batch = max_batch
@@ -111,16 +119,40 @@ class DeadlineBatcher:
             with self._finish_cond:
                 while not self._finishing:
                     self._finish_cond.wait()
-                job = self._finishing.popleft()
-            if job is None:
-                return
-            batch, results = job
+                jobs = [self._finishing.popleft()]
+                if jobs[0] is None:
+                    return
+                if self._merge is not None:
+                    jobs += _disjoint_prefix(self._finishing, {p.stream for p in jobs[0][0]})
+            if len(jobs) == 1:
+                batch, results = jobs[0]
+            else:
+                batch = [p for job, _ in jobs for p in job]
+                try:
+                    results = self._merge([r for _, r in jobs])
+                except Exception as e:  # noqa: BLE001 - those batches fail their own frames, never the finisher
+                    _fail(batch, e)
+                    continue
+            self.finish_sizes.append(len(batch))
             try:
                 results = self._finish([p.stream for p in batch], [p.item for p in batch], results)
             except Exception as e:  # noqa: BLE001 - one bad batch fails its own frames, never the finisher
                 _fail(batch, e)
                 continue
             _resolve(batch, results)
+
+
+def _disjoint_prefix(queue: deque, streams: set) -> list:
+    """Take from the front of `queue` the batches that share no stream with `streams` or each other (stopping at
+    the first that does, or at the close marker), so each stream's results stay in submission order."""
+    taken = []
+    while queue and queue[0] is not None:
+        others = {p.stream for p in queue[0][0]}
+        if others & streams:
+            break
+        streams |= others
+        taken.append(queue.popleft())
+    return taken
 
 
 def _resolve(batch: list[_Pending], results) -> None:

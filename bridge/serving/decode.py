@@ -95,11 +95,40 @@ class ImageDecoder:
         raise BadImage(f"unknown image encoding {encoding}; send JPEG (1), RAW_RGB (2) or RAW_BGR (3)")
 
     def decode(self, encoding: int, data: bytes, width: int = 0, height: int = 0, raw_ok: bool | None = None):
-        h, w = self.measure(encoding, data, width, height, raw_ok)
+        return self.decode_measured(encoding, data, self.measure(encoding, data, width, height, raw_ok))
+
+    def decode_measured(self, encoding: int, data: bytes, hw: tuple[int, int]):
+        """decode of an image `measure` already took (its (height, width) hw): no header read again."""
+        h, w = hw
         if encoding in (RAW_RGB, RAW_BGR):
             frame = np.frombuffer(bytearray(data), np.uint8).reshape(h, w, 3)  # writable, for torch
             return (frame[..., ::-1] if encoding == RAW_BGR else frame), (h, w)
         return self._jpeg(data, h, w)
+
+    def decode_jpegs(self, datas: list[bytes], sizes: list[tuple[int, int]]) -> list:
+        """Many JPEGs already measured (`measure`: (height, width) each) -> each one's (frame, (h, w)), or the
+        BadImage it is. On the GPU all in one nvJPEG call (torchvision's decode_jpeg of a list: one batched
+        decode, one call's Python overhead); if that call refuses the batch (it gives no partial results), each
+        is decoded alone so a bad image costs only itself. On the CPU each alone (OpenCV)."""
+        if self.gpu_jpeg and len(datas) > 1:
+            torch = self._torch
+            try:
+                frames = self._decode_jpeg([torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas],
+                                           device=self.device)
+            except RuntimeError:
+                frames = None  # one of them is bad: each alone below
+            if frames is not None:
+                # (H, W, 3) views of nvJPEG's (3, H, W): the pass's stack makes them contiguous in its own copy
+                return [(f.permute(1, 2, 0), hw) if tuple(f.shape[1:]) == hw else
+                        BadImage(f"the JPEG decodes to {f.shape[2]}x{f.shape[1]}, not {hw[1]}x{hw[0]}")
+                        for f, hw in zip(frames, sizes)]
+        out = []
+        for data, (h, w) in zip(datas, sizes):
+            try:
+                out.append(self._jpeg(data, h, w))
+            except BadImage as e:
+                out.append(e)
+        return out
 
     def _jpeg(self, data: bytes, h: int, w: int):
         if self.gpu_jpeg:

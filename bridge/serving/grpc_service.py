@@ -27,10 +27,11 @@ from bridge.errors import FaceBridgeError
 from bridge.grpc import access
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.serving.decode import ImageDecoder
+from bridge.serving.decode_batch import JpegBatches
 from bridge.serving.event_loop import ServeLoop
 from bridge.serving.leases import IDLE_TIMEOUT_S, WRITE_DEADLINE_S, WriteDeadline
 from bridge.serving.streams import StreamTable
-from bridge.serving.track import TrackStreams
+from bridge.serving.track import TrackStreams, serialize_response
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +63,12 @@ class FaceServeServer:
                  device: str = "cpu", token: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
                  default_subject: str = "FaceBridge", write_deadline_s: float = WRITE_DEADLINE_S,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S, frame_sizes=(), decode_workers: int | None = None) -> None:
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, frame_sizes=(), decode_workers: int | None = None,
+                 batched_jpeg: bool | None = None) -> None:
         """frame_sizes: the (height, width) sizes images may have (each builds a batched service on first use);
         empty: any, up to the table's max_sizes. decode_workers: JPEG decode threads (default: one a core, at
-        most DECODE_WORKERS)."""
+        most DECODE_WORKERS). batched_jpeg: every JPEG waiting decoded in one call on one thread (JpegBatches;
+        default: when the decoder decodes on the GPU, nvJPEG's batched decode), else on the decode workers."""
         host = check_listen(address, token, tls_cert, tls_key)
         loopback = access.is_loopback(host)
         if token and not tls_cert and not loopback:
@@ -87,12 +90,18 @@ class FaceServeServer:
         access.one_line_grpc_logs()  # gRPC's own records of bad requests: one line each
         workers = decode_workers or max(1, min(DECODE_WORKERS, os.cpu_count() or 1))
         self._decode_pool = futures.ThreadPoolExecutor(workers, thread_name_prefix="serve-decode")
+        if batched_jpeg is None:
+            batched_jpeg = self.decoder.gpu_jpeg
+        self._jpeg_batches = JpegBatches(self.decoder, max(1, table.max_streams)) if batched_jpeg else None
+        self.decoder_name = f"{self.decoder.name}, batched" if batched_jpeg else self.decoder.name
         self._loop = ServeLoop()
         try:
             self.port = self._loop.call(self._start(address, token, tls_cert, tls_key), timeout=60)
         except BaseException:
             self._loop.stop()
             self._decode_pool.shutdown(wait=False)
+            if self._jpeg_batches is not None:
+                self._jpeg_batches.close()
             raise
         self.address = f"{host}:{self.port}"
         self.replica = replica or self.address
@@ -102,7 +111,7 @@ class FaceServeServer:
 
     async def _start(self, address: str, token: str | None, tls_cert: str | None, tls_key: str | None) -> int:
         """On the loop: the grpc.aio server with Track, GetServeStatus, health and reflection, listening."""
-        track = TrackStreams(self, self._loop.loop, self._decode_pool)
+        track = TrackStreams(self, self._loop.loop, self._decode_pool, self._jpeg_batches)
         self._server = grpc.aio.server(
             interceptors=[access.AioBearerTokenInterceptor(token)] if token else [],
             maximum_concurrent_rpcs=self.table.max_streams + 16,  # past max_streams: our refusal, then gRPC's
@@ -112,7 +121,7 @@ class FaceServeServer:
                      ("grpc.so_reuseport", 0)])  # a second server on the same port must fail, not share it
         methods = {  # deserializers that never raise: a malformed request is refused by us (one line)
             "Track": grpc.stream_stream_rpc_method_handler(track.Track, access.lenient(pb.TrackRequest),
-                                                           pb.TrackResponse.SerializeToString),
+                                                           serialize_response),
             "GetServeStatus": grpc.unary_unary_rpc_method_handler(
                 self._get_serve_status, access.lenient(pb.GetServeStatusRequest),
                 pb.GetServeStatusResponse.SerializeToString)}
@@ -134,7 +143,7 @@ class FaceServeServer:
             max_streams=s["max_streams"], frames_received=s["received"], frames_served=s["served"],
             stale_dropped=s["stale"], late_dropped=s["late"], bad_frames=s["bad"], streams_refused=s["refused"],
             passes=s["passes"], mean_batch=s["mean_batch"], latency_ms_p50=s["latency_ms_p50"],
-            latency_ms_p99=s["latency_ms_p99"], server_version=__version__, decoder=self.decoder.name,
+            latency_ms_p99=s["latency_ms_p99"], server_version=__version__, decoder=self.decoder_name,
             streams_evicted=s["evicted"], streams_invalid=s["invalid"],
             model_versions={str(k): str(v) for k, v in (s.get("model_versions") or {}).items()},
             release=str(s.get("release") or ""))
@@ -162,7 +171,7 @@ class FaceServeServer:
     def stats(self) -> dict:
         """Live streams, totals, recent latency: what GetServeStatus answers and the metrics read."""
         return {**self.table.stats(), "replica": self.replica, "runners": self.runners,
-                "decoder": self.decoder.name, "evicted": self.leases.evicted, "invalid": self.invalid,
+                "decoder": self.decoder_name, "evicted": self.leases.evicted, "invalid": self.invalid,
                 **self.status_extra()}
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -184,6 +193,8 @@ class FaceServeServer:
             log.warning("the gRPC server did not stop cleanly: %s", e)
         self._loop.stop()
         self._decode_pool.shutdown(wait=True)
+        if self._jpeg_batches is not None:
+            self._jpeg_batches.close()
         self.table.close()
         self._stopped.set()
         for fn in self._on_close:

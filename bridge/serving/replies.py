@@ -1,11 +1,13 @@
 """PassReplies: every stream's reply to one batched pass made at once: the pass described in one call, its Frames
-encoded together, a header first for a stream whose layout changed.
+serialised together (bridge/grpc/frame_wire.py: bytes, no message object per frame), a header first for a stream
+whose layout changed.
 
 Each batched service finishes its passes through `for_service(rows)` (on the batcher's second thread, while the
 next pass runs on the device), with its own pass describer from `make_describer(rows)`: an object whose
 `open(subject)` gives a stream's handle (with `close()`, called when the stream ends) and whose
 `describe(handles, frames, faces, sizes) -> FaceFrames` describes one pass (injected by bridge/runtime/serve.py,
-so serving/ never imports the stages). The stream coroutines only add their counters and send what is made here.
+so serving/ never imports the stages). The stream coroutines only add their counters (frame_wire.frame_response
+for a Frame's bytes) and send what is made here.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ import time
 import numpy as np
 
 from bridge.frame import Frame
-from bridge.grpc.convert import build_frames, build_header, layout_keys
+from bridge.grpc.convert import FRAME_BLOCKS, build_header, layout_keys
+from bridge.grpc.frame_wire import encode_frames
 from bridge.grpc.gen import facebridge_pb2 as pb
 
 
@@ -36,7 +39,8 @@ class PassReplies:
         describer = self._make_describer(rows)
         return lambda slots, served, faces: self._finish(describer, served, faces)
 
-    def _finish(self, describer, served: list, faces) -> list[list[pb.TrackResponse]]:
+    def _finish(self, describer, served: list, faces) -> list[list[pb.TrackResponse | bytes]]:
+        """Each served frame's responses: a StreamHeader message when its layout changed, then its Frame's bytes."""
         t0, cpu0 = time.perf_counter(), time.thread_time()
         states = [s.extra["state"] for s in served]
         for state in states:
@@ -50,11 +54,14 @@ class PassReplies:
         described = describer.describe([state.describer for state in states], frames, faces, sizes)
         now = time.perf_counter()
         cpu = (time.thread_time() - cpu0) * 1000.0 / len(served)  # this pass's describe CPU, per frame
-        shared = described.latencies_ms
-        latencies = [{**shared, "decode": s.extra["decode_ms"], "wait": (s.submitted - s.received) * 1000.0,
-                      "track": (t0 - s.submitted) * 1000.0, "describe": (now - t0) * 1000.0, "describe_cpu": cpu,
-                      "server": (now - s.received) * 1000.0} for s in served]
-        replies: list[list[pb.TrackResponse]] = [[] for _ in served]
+        shared = described.latencies_ms  # the pass's, per frame; then each frame's own stages
+        times = np.array([(s.extra["decode_ms"], s.received, s.submitted) for s in served], np.float64)
+        n = len(served)
+        stages = np.column_stack([np.broadcast_to(np.array(list(shared.values()), np.float64), (n, len(shared))),
+                                  times[:, 0], (times[:, 2] - times[:, 1]) * 1000.0, (t0 - times[:, 2]) * 1000.0,
+                                  np.full(n, (now - t0) * 1000.0), np.full(n, cpu), (now - times[:, 1]) * 1000.0])
+        keys = (*shared, "decode", "wait", "track", "describe", "describe_cpu", "server")
+        replies: list[list[pb.TrackResponse | bytes]] = [[] for _ in served]
         layout_ids = []
         for i, (state, key) in enumerate(zip(states, layout_keys(described))):
             if key != state.layout:
@@ -62,6 +69,7 @@ class PassReplies:
                 state.header = build_header(described.frame(i), self.next_layout_id())
                 replies[i].append(pb.TrackResponse(header=state.header))
             layout_ids.append(state.header.layout_id)
-        for reply, frame in zip(replies, build_frames(described, layout_ids, latencies)):
-            reply.append(pb.TrackResponse(frame=frame))
+        for reply, frame in zip(replies, encode_frames(described, layout_ids, blocks=FRAME_BLOCKS,
+                                                       stages=(keys, stages))):
+            reply.append(frame)
         return replies

@@ -12,7 +12,9 @@ and the uploads now overlap the pass that is running. A pass then gathers its fr
 
 With `finish_pass`, the futures give what it makes of a whole pass at once instead (`facebridge serve`: the pass
 described and its replies built, on the batcher's second thread while the next pass runs): it gets the streams,
-the tags submitted with the frames and the pass's `StreamFaces` (every result as one array per field).
+the tags submitted with the frames and the pass's `StreamFaces` (every result as one array per field). Passes that
+queued while it was busy come to it as one (DeadlineBatcher's merge), so a describing thread that falls behind
+describes the passes waiting together and pays its fixed cost per call once.
 """
 from __future__ import annotations
 
@@ -115,7 +117,8 @@ class MultiStreamFaceService:
         self._pass_lock = pass_lock
         self._finish_pass = finish_pass
         self._batcher = DeadlineBatcher(self._run, max_batch=self._max_batch, max_wait_s=max_wait_s,
-                                        name="face-service", finish=self._finish if finish_pass else None)
+                                        name="face-service", finish=self._finish if finish_pass else None,
+                                        merge=np.concatenate if finish_pass else None)
 
     # --- the caller's side ----------------------------------------------------------------------------------
     def submit(self, stream: int, frame, tag=None) -> Future:

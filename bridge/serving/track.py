@@ -22,6 +22,7 @@ from collections import deque
 import grpc
 
 from bridge.grpc import access
+from bridge.grpc.frame_wire import frame_response, replica_field
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.serving.decode import JPEG, BadImage
 from bridge.serving.requests import StreamRefused, first_subject, image_size
@@ -62,12 +63,14 @@ class StreamState:
 
 class TrackStreams:
     """The Track method of `server` (a FaceServeServer: table, decoder, leases, replica, frame sizes, counters),
-    run on `loop`, JPEG decoded in `decode_pool`."""
+    run on `loop`, JPEG decoded in `decode_pool`, or with every JPEG waiting by `jpeg_batches` (a JpegBatches:
+    a decoder on the GPU)."""
 
-    def __init__(self, server, loop: asyncio.AbstractEventLoop, decode_pool) -> None:
+    def __init__(self, server, loop: asyncio.AbstractEventLoop, decode_pool, jpeg_batches=None) -> None:
         self.server = server
         self.loop = loop
         self.decode_pool = decode_pool
+        self.jpeg_batches = jpeg_batches
 
     async def Track(self, request_iterator, context) -> None:
         server = self.server
@@ -192,21 +195,34 @@ class TrackStreams:
             state.invalid = True
 
     def _submit(self, stream: LiveStream, todo, state: StreamState) -> None:
-        """The image whose turn it is: decoded and submitted here (raw: a copy) or by a decode worker (JPEG)."""
-        if todo.request.encoding == JPEG:
-            self.decode_pool.submit(self._decode_and_submit, stream, todo, state)
-        else:
+        """The image whose turn it is: decoded and submitted here (raw: a copy), by a decode worker, or with the
+        other JPEGs waiting (measured on arrival as the stream's size) by the JPEG batches."""
+        if todo.request.encoding != JPEG:
             self._decode_and_submit(stream, todo, state)
+        elif self.jpeg_batches is not None:
+            self.jpeg_batches.submit(todo.request.data, state.stream_hw, self._decoded, stream, todo, state)
+        else:
+            self.decode_pool.submit(self._decode_and_submit, stream, todo, state)
 
-    def _decode_and_submit(self, stream: LiveStream, todo, state: StreamState) -> None:
+    def _decoded(self, decoded, decode_ms: float, stream: LiveStream, todo, state: StreamState) -> None:
+        """A JPEG decoded with others (JpegBatches' thread): submitted as a decode worker would."""
+        self._decode_and_submit(stream, todo, state, decoded, decode_ms)
+
+    def _decode_and_submit(self, stream: LiveStream, todo, state: StreamState, decoded=None,
+                           decode_ms: float | None = None) -> None:
+        """decoded: the image already decoded ((frame, hw), or the BadImage it is), in decode_ms."""
         image = todo.request
         t0 = time.perf_counter()
         try:
             if stream.closed:
                 stream.abandon()
                 return
-            frame, hw = self.server.decoder.decode(image.encoding, image.data, image.width, image.height,
-                                                   raw_ok=state.raw_ok)
+            if decoded is None:  # measured on arrival (requests.image_size): the stream's size
+                frame, hw = self.server.decoder.decode_measured(image.encoding, image.data, state.stream_hw)
+            elif isinstance(decoded, BadImage):
+                raise decoded
+            else:
+                frame, hw = decoded
             if stream.service is None:
                 try:
                     stream.bind(hw)
@@ -218,7 +234,8 @@ class TrackStreams:
             elif hw != state.frame_hw:
                 raise BadImage(f"the image size changed from {state.frame_hw[1]}x{state.frame_hw[0]} to "
                                f"{hw[1]}x{hw[0]}; open a new stream for another camera mode")
-            decode_ms = (time.perf_counter() - t0) * 1000.0
+            if decode_ms is None:
+                decode_ms = (time.perf_counter() - t0) * 1000.0
             stream.submit(todo, frame, {"decode_ms": decode_ms, "hw": hw, "state": state})
             state.refused_in_a_row = 0
         except (BadImage, ValueError) as e:
@@ -246,7 +263,7 @@ class TrackStreams:
         if state.fatal is None:
             state.fatal = fatal
 
-    def _respond(self, stream: LiveStream, done) -> list[pb.TrackResponse]:
+    def _respond(self, stream: LiveStream, done) -> list:
         """The responses made for one served image (a header first when the layout changed, then its Frame)."""
         try:
             responses = done.future.result()
@@ -257,8 +274,13 @@ class TrackStreams:
         stream.count_served((time.perf_counter() - done.received) * 1000.0)
         return [self._counters(stream, response) for response in responses]
 
-    def _counters(self, stream: LiveStream, response: pb.TrackResponse) -> pb.TrackResponse:
+    def _counters(self, stream: LiveStream, response):
+        """The response with the stream's counters: a message has them set; a Frame's bytes (replies.py) are wrapped
+        as a serialised TrackResponse with them."""
         c = stream.counters
+        if isinstance(response, bytes):
+            return frame_response(response, c.received, c.stale, c.late, c.bad, replica_field(self.server.replica),
+                                  stream.slot if stream.slot is not None else 0, time.time())
         response.received, response.stale_dropped, response.late_dropped = c.received, c.stale, c.late
         response.bad_frames = c.bad
         response.replica = self.server.replica
@@ -267,3 +289,8 @@ class TrackStreams:
             response.frame.dropped_frames = c.stale + c.late
             response.frame.send_time = time.time()
         return response
+
+
+def serialize_response(response) -> bytes:
+    """Track's response serializer: a TrackResponse message, or one already serialised (a Frame's, _counters)."""
+    return response if isinstance(response, bytes) else response.SerializeToString()

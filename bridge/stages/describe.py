@@ -33,12 +33,12 @@ EMOTION_EVERY = 4
 BLINKS = np.array([ARKIT_INDEX["eyeBlinkLeft"], ARKIT_INDEX["eyeBlinkRight"]])
 FILTERS = {"blendshapes": (2.0, 1.5), "head_rotation": (0.8, 0.05), "head_translation": (0.8, 0.05),
            "eyes": (1.5, 0.05), "emotion": (1.0, 0.5)}
-_WIDTHS = {"blendshapes": NUM_BLENDSHAPES, "head_rotation": 3, "head_translation": 3, "eyes": 4, "emotion": 7}
+FILTER_WIDTHS = {"blendshapes": NUM_BLENDSHAPES, "head_rotation": 3, "head_translation": 3, "eyes": 4, "emotion": 7}
 # the five filters run as one OneEuroFilter over their channels side by side, each channel with its own filter's
 # min cutoff and beta: the same arithmetic per channel (bit-equal), one call a frame instead of five
 FILTER_SLICES: dict[str, slice] = {}
 _at = 0
-for _name, _width in _WIDTHS.items():
+for _name, _width in FILTER_WIDTHS.items():
     FILTER_SLICES[_name] = slice(_at, _at + _width)
     _at += _width
 
@@ -95,8 +95,8 @@ class FaceDescriber:
         self.emotion_context = EmotionContext()  # blinks, open mouth, surprise (stages/emotion_context.py)
         strength = float(smoothing) or 1.0  # 0: off (no filter runs); S: FILTERS / S
         self._filter = OneEuroFilter(
-            np.concatenate([np.full(_WIDTHS[k], lo / strength) for k, (lo, _) in FILTERS.items()]),
-            np.concatenate([np.full(_WIDTHS[k], beta / strength) for k, (_, beta) in FILTERS.items()]))
+            np.concatenate([np.full(FILTER_WIDTHS[k], lo / strength) for k, (lo, _) in FILTERS.items()]),
+            np.concatenate([np.full(FILTER_WIDTHS[k], beta / strength) for k, (_, beta) in FILTERS.items()]))
         self._emotion = np.zeros(7, np.float32)
         self._last: FaceFrame | None = None
         self.tracked_count = 0  # consecutive frames with a face, this one included

@@ -61,6 +61,18 @@ def _lockstep(client, jpegs, first_seq: int = 0):
 
 
 def test_eight_streams_of_the_sample_get_the_facebridge_run_frames(server, clip):
+    _streams_get_the_run_frames(server, clip, STREAMS)
+
+
+def test_jpegs_decoded_in_batches_give_the_same_frames(clip):
+    """`--jpeg-batches on` (the default with GPU runners: one nvJPEG call for every JPEG waiting) on the CPU: the
+    same JpegBatches path, OpenCV decoding each image of a batch."""
+    with serve_process("--grpc", "127.0.0.1:0", "--max-streams", "4", "--jpeg-batches", "on") as (proc, addresses):
+        assert any("batched" in line for line in proc.lines if "listening on" in line)
+        _streams_get_the_run_frames(addresses[0], clip, 4)
+
+
+def _streams_get_the_run_frames(server, clip, streams: int) -> None:
     from bridge.frame import Frame
     from bridge.pipeline import FacePipeline, PipelineOptions
     from bridge.serving.client import TrackClient
@@ -76,12 +88,12 @@ def test_eight_streams_of_the_sample_get_the_facebridge_run_frames(server, clip)
         finally:
             client.close()
 
-    threads = [threading.Thread(target=stream, args=(i,)) for i in range(STREAMS)]
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(streams)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(600)
-    assert sorted(served) == list(range(STREAMS))
+    assert sorted(served) == list(range(streams))
 
     for half in range(2):  # what `facebridge run` computes for the same decoded frames (its FacePipeline)
         pipeline = FacePipeline(PipelineOptions(subject="reference"))
@@ -90,7 +102,7 @@ def test_eight_streams_of_the_sample_get_the_facebridge_run_frames(server, clip)
             seq = half * FRAMES + k
             reference.append(pipeline.process(Frame(image=decoded[seq], seq=seq, t_capture=1000.0 + seq / 30,
                                                     t_capture_mono=seq / 30, t_media=seq / 30)))
-        for i in range(half, STREAMS, 2):
+        for i in range(half, streams, 2):
             assert len({replica for _, replica in served[i]}) == 1  # the stream never moved
             for k, ((got, _), want) in enumerate(zip(served[i], reference)):
                 assert got.subject == f"Subject{i}" and got.face_found and want.face_found

@@ -5,6 +5,7 @@ import numpy as np
 
 from bridge.frame import MorphParams
 from bridge.grpc.convert import build_frame, build_header, parse_frame
+from bridge.grpc.gen import facebridge_pb2 as pb
 from tests.helpers import face_frame
 
 
@@ -57,3 +58,25 @@ def test_frames_encoded_together_are_the_messages_build_frame_makes():
     assert [dict(m.latencies_ms) for m in per_row] == [{"server": float(i)} for i in range(n)]
     mixed = [{"server": 1.0, "wait": 2.0}] + [{"wait": 3.0}] * (n - 1)  # rows with other stages: row by row
     assert [dict(m.latencies_ms) for m in build_frames(frames, [3] * n, mixed)] == mixed
+    from bridge.grpc.convert import FRAME_BLOCKS
+    from bridge.grpc.frame_wire import encode_frames
+
+    stages = np.array([[float(i), 0.5 * i] for i in range(n)])  # every row's stages as one array (serve's replies)
+    as_array = encode_frames(frames, [3] * n, blocks=FRAME_BLOCKS, stages=(("server", "wait"), stages))
+    as_dicts = build_frames(frames, [3] * n, [{"server": float(i), "wait": 0.5 * i} for i in range(n)])
+    assert [pb.Frame.FromString(data) for data in as_array] == as_dicts
+
+
+def test_an_encoded_frame_with_its_counters_is_the_track_response_serve_sends():
+    from bridge.grpc.frame_wire import frame_response, replica_field, varint
+
+    frame = pb.Frame(subject="S", layout_id=3, seq=9, curves=[0.5, 0.25], confidence=0.75)
+    frame.latencies_ms["describe"] = 1.5
+    got = pb.TrackResponse.FromString(frame_response(frame.SerializeToString(), 300, 200, 5, 1,
+                                                     replica_field("replica-α"), 17, 1700000000.25))
+    want = pb.TrackResponse(frame=frame, received=300, stale_dropped=200, late_dropped=5, bad_frames=1,
+                            replica="replica-α", stream_slot=17)
+    want.frame.dropped_frames, want.frame.send_time = 205, 1700000000.25
+    assert got == want
+    assert [varint(v) for v in (0, 127, 128, 300, 2**32)] == [b"\x00", b"\x7f", b"\x80\x01", b"\xac\x02",
+                                                               b"\x80\x80\x80\x80\x10"]

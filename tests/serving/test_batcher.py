@@ -83,3 +83,40 @@ def test_a_finish_stage_makes_each_batch_s_results_as_one_unit_on_its_own_thread
     with DeadlineBatcher(lambda streams, items: items, finish=broken) as batcher:
         with pytest.raises(RuntimeError, match="finish failed"):
             batcher.submit(0, 1).result(timeout=10)
+
+
+def test_batches_queued_for_a_busy_finisher_are_finished_together_in_order():
+    release, go, calls, ran = threading.Event(), threading.Event(), [], []
+
+    def finish(streams, items, raw):
+        calls.append(list(streams))
+        release.wait(30)  # the first finish holds the finisher while the next batches queue behind it
+        return [f"{s}:{x}" for s, x in zip(streams, raw)]
+
+    def run(streams, items):
+        ran.append(list(streams))
+        if streams == ["x"]:
+            go.wait(30)  # holds the worker while the frames after it queue, so they form batches of two
+        return list(items)
+
+    def wait_for(condition):
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    with DeadlineBatcher(run, max_batch=2, name="m", finish=finish, merge=lambda parts: sum(parts, [])) as batcher:
+        first = batcher.submit("a", 0)
+        wait_for(lambda: calls)
+        gate = batcher.submit("x", 9)
+        wait_for(lambda: len(ran) == 2)
+        # queued while the finisher is busy: two batches of distinct streams, then one sharing stream "b"
+        rest = [batcher.submit(s, i) for s, i in (("b", 1), ("c", 2), ("d", 3), ("e", 4), ("b", 5))]
+        go.set()
+        wait_for(lambda: len(batcher._finishing) == 4)  # x, (b, c), (d, e), (b)
+        release.set()
+        assert first.result(timeout=10) == "a:0" and gate.result(timeout=10) == "x:9"
+        assert [f.result(timeout=10) for f in rest] == ["b:1", "c:2", "d:3", "e:4", "b:5"]
+    assert ran[2:] == [["b", "c"], ["d", "e"], ["b"]]
+    # the batches queued behind the first finish as one call; b's second frame waits for the next, after its first
+    assert calls == [["a"], ["x", "b", "c", "d", "e"], ["b"]]
+    assert list(batcher.finish_sizes) == [1, 5, 1]

@@ -67,3 +67,57 @@ def test_an_image_is_sized_from_its_header_and_refused_before_any_pixel_work():
         decoder.measure(RAW_RGB, b"\0" * 480 * 360 * 3, 480, 360, raw_ok=False)
     with pytest.raises(BadImage, match="100000x100000 is outside"):
         decoder.measure(RAW_RGB, b"", 100000, 100000)
+
+
+def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself():
+    import threading
+    import time
+
+    from bridge.serving.client import encode_jpeg
+    from bridge.serving.decode_batch import JpegBatches
+
+    data = encode_jpeg(_sample_bgr())
+    want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+    gate, got = threading.Event(), {}
+    batches = JpegBatches(ImageDecoder("cpu"))
+
+    def then(decoded, ms, key):
+        if key == "first":
+            gate.wait(30)  # holds the batch thread: the images after it wait, then go as one batch
+        got[key] = (decoded, ms)
+
+    def wait_for(condition):
+        deadline = time.monotonic() + 30
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    try:
+        batches.submit(data, (360, 480), then, "first")
+        wait_for(lambda: len(batches.batch_sizes) == 1)
+        for key in range(4):  # image 2 claims a size it does not decode to: refused alone
+            batches.submit(data, (360, 480) if key != 2 else (480, 640), then, key)
+        gate.set()
+        wait_for(lambda: len(got) == 5)
+    finally:
+        gate.set()
+        batches.close()
+    assert list(batches.batch_sizes) == [1, 4]  # one decode_jpegs call a batch
+    for key in ("first", 0, 1, 3):
+        (frame, hw), ms = got[key]
+        assert hw == (360, 480) and np.array_equal(frame, want) and ms > 0
+    assert isinstance(got[2][0], BadImage) and "does not decode" in str(got[2][0])
+
+
+def test_a_batch_the_decoder_cannot_take_answers_every_image_as_refused():
+    import threading
+
+    from bridge.serving.decode_batch import JpegBatches
+
+    done, got = threading.Event(), []
+    batches = JpegBatches(ImageDecoder("cpu"))
+    try:  # no size to decode to: decode_jpegs itself fails, and the image is refused rather than left waiting
+        batches.submit(b"\xff\xd8 not measured", None, lambda decoded, ms: (got.append(decoded), done.set()))
+        assert done.wait(30)
+    finally:
+        batches.close()
+    assert isinstance(got[0], BadImage) and "could not be decoded" in str(got[0])

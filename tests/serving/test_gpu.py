@@ -272,6 +272,32 @@ def test_nvjpeg_on_the_serving_gpu_decodes_what_opencv_decodes():
 
 
 @needs_torch_cuda
+def test_nvjpeg_decodes_a_batch_in_one_call_and_refuses_only_the_bad_image():
+    import cv2
+
+    from bridge.engines.shipped import sample_frames
+    from bridge.serving.client import encode_jpeg
+    from bridge.serving.decode import BadImage, ImageDecoder
+
+    frames = sample_frames(3, step=5)
+    datas = [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR)) for f in frames]
+    decoder = ImageDecoder("cuda")
+    got = decoder.decode_jpegs(datas, [(360, 480)] * 3)  # one batched nvJPEG call
+    for data, (frame, hw) in zip(datas, got):
+        want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+        diff = np.abs(frame.cpu().numpy().astype(int) - want.astype(int))
+        assert hw == (360, 480) and frame.is_cuda and diff.mean() < 1.0 and diff.max() <= 16
+    broken = datas[1][:600] + bytes(len(datas[1]) - 602) + b"\xff\xd9"  # its header, then nothing decodable
+    mixed = decoder.decode_jpegs([datas[0], broken, datas[2]], [(360, 480)] * 3)  # nvJPEG refuses the batch
+    assert not isinstance(mixed[0], BadImage) and not isinstance(mixed[2], BadImage)
+    assert torch_equal(mixed[0][0], got[0][0]) and torch_equal(mixed[2][0], got[2][0])
+
+
+def torch_equal(a, b) -> bool:
+    return bool((a.contiguous() == b.contiguous()).all())
+
+
+@needs_torch_cuda
 def test_serve_with_torch_cuda_runners_gives_the_facebridge_run_frames():
     """The product path on the GPU (compiled fp16 runners, captured passes, nvJPEG) over real gRPC against the
     single-face pipeline on the same decoded frames; fp16 adds to the CPU tolerances of tests/e2e/test_serve.py."""

@@ -1,0 +1,50 @@
+"""JpegBatches: the JPEG images waiting to be decoded taken together and decoded in one call
+(ImageDecoder.decode_jpegs: one batched nvJPEG decode on the GPU), each then handed on, on one thread.
+
+With GPU runners each image's decode is mostly the Python side of torchvision's decode_jpeg (the GPU work is short),
+and one call a frame on a pool of workers held the interpreter lock for 17% of a serve process's frames (H200, fifth
+measurement). Here a DeadlineBatcher takes every image waiting whenever its thread is free (a lone image never waits
+for company), so the calls a second fall with the load instead of rising with it; an image the batch refuses is
+decoded alone, so a bad image costs only itself. On the CPU, `facebridge serve` keeps its pool of OpenCV workers
+(they decode in parallel, without the lock); this path serves a decoder that decodes on the GPU.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from bridge.serving.batcher import DeadlineBatcher
+from bridge.serving.decode import BadImage
+
+log = logging.getLogger(__name__)
+
+
+class JpegBatches:
+    def __init__(self, decoder, max_batch: int = 256, name: str = "serve-jpeg") -> None:
+        self._decoder = decoder
+        self._batcher = DeadlineBatcher(self._run, max_batch=max_batch, name=name)
+        self.batch_sizes = self._batcher.batch_sizes  # images per decode call (for benchmarks)
+
+    def submit(self, data: bytes, hw: tuple[int, int], then, *args) -> None:
+        """Decode `data` (a JPEG measured as (height, width) hw) with the others waiting, then call
+        `then(decoded, decode_ms, *args)` on this batcher's thread: decoded is (frame, hw) or the BadImage it is;
+        decode_ms the batch's decode time per image."""
+        self._batcher.submit(None, (data, hw, then, args))
+
+    def _run(self, _streams, items: list) -> list:
+        t0 = time.perf_counter()
+        try:
+            decoded = self._decoder.decode_jpegs([data for data, *_ in items], [hw for _, hw, *_ in items])
+        except Exception as e:  # noqa: BLE001 - every image is still answered (refused), never left waiting
+            log.warning("a batch of %d JPEGs could not be decoded: %s", len(items), e)
+            decoded = [BadImage(f"the JPEG could not be decoded ({str(e).splitlines()[0][:120]})")] * len(items)
+        ms = (time.perf_counter() - t0) * 1000.0 / len(items)
+        for (_, _, then, args), result in zip(items, decoded):
+            try:
+                then(result, ms, *args)
+            except Exception as e:  # noqa: BLE001 - one image's hand-over never costs the others theirs
+                log.warning("a decoded image could not be handed on: %s", e)
+        return [None] * len(items)
+
+    def close(self) -> None:
+        self._batcher.close()
