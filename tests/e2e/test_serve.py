@@ -65,7 +65,7 @@ def test_eight_streams_of_the_sample_get_the_facebridge_run_frames(server, clip)
 
 
 def test_jpegs_decoded_in_batches_give_the_same_frames(clip):
-    """`--jpeg-batches on` (the default with GPU runners: one nvJPEG call for every JPEG waiting) on the CPU: the
+    """`--jpeg-batches on` (`auto` with GPU runners: one nvJPEG call for every JPEG waiting) on the CPU: the
     same JpegBatches path, OpenCV decoding each image of a batch."""
     with serve_process("--grpc", "127.0.0.1:0", "--max-streams", "4", "--jpeg-batches", "on") as (proc, addresses):
         assert any("batched" in line for line in proc.lines if "listening on" in line)
