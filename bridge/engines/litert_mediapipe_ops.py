@@ -114,10 +114,12 @@ class FeatureCrops:
     def crops(self, feature: np.ndarray, matrices: list[np.ndarray]) -> np.ndarray:
         """(len(matrices), size, size, C) crops of `feature` (H, W, C)."""
         h, w, n, k = self.h, self.w, len(matrices), self.size * self.size
-        m = np.stack(matrices).astype(np.float64)[:, :2].transpose(1, 0, 2)  # (x row / y row, n, 4)
+        m = np.array(matrices, np.float64)[:, :2].transpose(1, 0, 2)  # (x row / y row, n, 4)
         t = (m[:, :, :1] * self.xs + m[:, :, 1:2] * self.ys
              + (m[:, :, 3:] + m[:, :, :1] * 0.5 + m[:, :, 1:2] * 0.5 - 0.5)).reshape(2, n * k)
-        inside = ((t >= 0) & (t <= self.last)).all(axis=0)
+        x_lo, x_hi = cv2.minMaxLoc(t[0])[:2]  # the per-sample mask only when some sample falls outside
+        y_lo, y_hi = cv2.minMaxLoc(t[1])[:2]
+        outside = not (x_lo >= 0 and y_lo >= 0 and x_hi <= w - 1 and y_hi <= h - 1)
         lo = np.floor(t)
         frac = (t - lo).astype(np.float32)
         # a sample on the last row or column has weight 0 on the next one: reading it clipped changes nothing
@@ -127,8 +129,8 @@ class FeatureCrops:
         hi *= self.stride
         f = feature.reshape(h * w, -1)
         c = f.shape[1]
-        corners = np.take(f, np.concatenate([lo[1] + lo[0], lo[1] + hi[0], hi[1] + lo[0], hi[1] + hi[0]]),
-                          axis=0).reshape(4, n * k, c)
+        corners = f.take(np.concatenate([lo[1] + lo[0], lo[1] + hi[0], hi[1] + lo[0], hi[1] + hi[0]]),
+                         axis=0).reshape(4, n * k, c)
         fx = np.repeat(frac[0][:, None], c, axis=1)
         fy = np.repeat(frac[1][:, None], c, axis=1)
         c0, c1, c2, c3 = corners
@@ -141,8 +143,8 @@ class FeatureCrops:
         out -= top
         out *= fy
         out += top
-        if not inside.all():
-            out[~inside] = 0.0
+        if outside:
+            out[~((t >= 0) & (t <= self.last)).all(axis=0)] = 0.0
         return out.reshape(n, self.size, self.size, c)
 
 

@@ -1,6 +1,7 @@
 """ONNX Runtime backend: CPU, and the CUDA execution provider when onnxruntime-gpu is installed.
 
-On the CPU provider the model is first rewritten in memory where that is exact and faster (onnx_passes.py)."""
+On the CPU provider the model is first rewritten in memory where that is exact and faster (onnx_passes.py,
+onnx_twins.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +11,7 @@ import onnxruntime as ort
 
 from bridge.engines.base import EngineUnavailable, TensorSpec
 from bridge.engines.onnx_passes import prelu_as_relu
+from bridge.engines.onnx_twins import twin_passes_as_batch
 from bridge.errors import ModelError
 
 _ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64",
@@ -38,7 +40,10 @@ class OrtSession:
         source: str | bytes = str(model_path)
         if providers is None:  # the CPU provider: exact rewrites of the ops it runs badly (onnx_passes.py)
             try:
-                source = prelu_as_relu(Path(model_path).read_bytes()) or source
+                original = Path(model_path).read_bytes()
+                data = prelu_as_relu(original) or original
+                data = twin_passes_as_batch(data) or data
+                source = source if data is original else data
             except Exception:  # noqa: BLE001 - an unreadable or odd file is ONNX Runtime's to report below
                 pass
         try:
