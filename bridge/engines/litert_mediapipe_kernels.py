@@ -4,8 +4,9 @@ Landmarks2TransformMatrix, TransformTensorBilinear and TransformLandmarks (media
 run between and after the two LiteRT parts of the cut attention mesh (litert_mediapipe_ops.py). On arrays this small
 numpy's cost is its per-call overhead, so each op is one loop here: float64 where the op's reference computes in
 double (the matrix, the sample positions), float32 for the blend, in the same order, no fused multiply-adds
-(fastmath off). `cache=True` keeps the machine code next to this module (__pycache__); where that folder cannot be
-written numba compiles again in each process (a few seconds at the session's load, `warm()`).
+(fastmath off). The machine code is cached next to this module (__pycache__), else in numba's user cache
+(~/.cache/numba, NUMBA_CACHE_DIR); where neither can be written the kernels compile again in each process (about
+3 s at the session's load, `warm()`), where numba alone would refuse to import them.
 """
 from __future__ import annotations
 
@@ -14,10 +15,16 @@ import math
 import numpy as np
 from numba import njit
 
-_JIT = {"cache": True, "nogil": True, "fastmath": False}
+
+def _compiled(f):
+    """njit, cached on disk where numba finds a folder it can write, else compiled in memory."""
+    try:
+        return njit(cache=True, nogil=True, fastmath=False)(f)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return njit(nogil=True, fastmath=False)(f)
 
 
-@njit(**_JIT)
+@_compiled
 def region_matrix(landmarks, subset, left, right, target_rotation, ow, oh, scale_x, scale_y, out):
     """Landmarks2TransformMatrix: `out` (4, 4) float32, output-crop pixels to feature-map pixels of the region."""
     dy = np.float32(landmarks[right, 1] - landmarks[left, 1])
@@ -41,7 +48,7 @@ def region_matrix(landmarks, subset, left, right, target_rotation, ow, oh, scale
     out[2, 2] = out[3, 3] = 1.0
 
 
-@njit(**_JIT)
+@_compiled
 def bilinear_crop(feature, m, out):
     """TransformTensorBilinear: `out` (S, S, C) float32 from `feature` (H, W, C) float32 by the (4, 4) matrix `m`:
     each output pixel's centre mapped, half a pixel back, bilinear, 0 where the sample falls outside the map."""
@@ -70,7 +77,7 @@ def bilinear_crop(feature, m, out):
                 out[yi, xi, k] = (bottom - top) * fy + top
 
 
-@njit(**_JIT)
+@_compiled
 def transform_points(points, m, out):
     """TransformLandmarks, 2-D: `out` (K, 2) float32 = points[:, :2] @ m[:2, :2].T + m[:2, 3]."""
     for i in range(points.shape[0]):
@@ -79,7 +86,7 @@ def transform_points(points, m, out):
         out[i, 1] = x * m[1, 0] + y * m[1, 1] + m[1, 3]
 
 
-@njit(**_JIT)
+@_compiled
 def region_crops(l0, l1, l2, subsets, starts, params, feature, mats, crops):
     """The three regions' matrices (`mats` (3, 4, 4)) and feature crops (`crops` (3, S, S, C)) in one call: region
     i's landmarks l<i>, its subset indices subsets[starts[i]:starts[i + 1]], params[i] = (left, right, target
@@ -93,11 +100,8 @@ def region_crops(l0, l1, l2, subsets, starts, params, feature, mats, crops):
 
 
 def warm() -> None:
-    """Compile (or load from the cache) each kernel for the session's array types, so no frame pays it."""
-    landmarks = np.zeros((468, 3), np.float32)
-    m = np.eye(4, dtype=np.float32)
-    region_matrix(landmarks, np.arange(4, dtype=np.intp), 0, 1, 0.0, 16, 16, 1.0, 1.0, m)
-    bilinear_crop(np.zeros((48, 48, 32), np.float32), m, np.empty((16, 16, 32), np.float32))
+    """Compile (or load from the cache) the session's two kernels for its array types, so no frame pays it."""
+    landmarks, m = np.zeros((468, 3), np.float32), np.eye(4, dtype=np.float32)
     transform_points(np.zeros((5, 2), np.float32), m, np.empty((5, 2), np.float32))
     region_crops(landmarks, landmarks, landmarks, np.arange(12, dtype=np.intp), np.array([0, 4, 8, 12], np.intp),
                  np.array([[0, 1, 0.0, 16, 16, 1.5, 1.5]] * 3), np.zeros((48, 48, 32), np.float32),
