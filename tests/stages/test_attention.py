@@ -1,4 +1,4 @@
-"""MediaPipe's attention mesh on stock LiteRT: the model through the registry, the custom ops done in numpy, and the
+"""MediaPipe's attention mesh on stock LiteRT: the model through the registry, the custom ops compiled (numba), and the
 landmark stage's conventions (the mesh index sets, the eye order of IrisResult); the ops' compiled loops held to
 references written from their definitions."""
 import math
