@@ -1,7 +1,7 @@
 """Measure MediaPipe's attention mesh (face_landmark_with_attention.tflite) as FaceBridge runs it on stock LiteRT.
 
 The model ships in bridge/models (manifest entry `face_landmark_with_attention`) and runs through
-bridge/engines/litert_mediapipe_ops.py (the graph cut at MediaPipe's custom ops, those done in numpy) in the
+bridge/engines/litert_mediapipe_ops.py (the graph cut at MediaPipe's custom ops, those done in numba) in the
 pipeline's attention landmark path (bridge/stages/attention.py, `--landmarks attention`, the default on a CPU).
 
     python tools/attention_mesh.py --time

@@ -127,7 +127,7 @@ def _litert_only(model_path: Path, backend: str, threads: int, strict: bool) -> 
     from bridge.engines.fastest import CHOSEN, Choice
     from bridge.engines.litert_backend import open_litert
 
-    why = "the only backend that runs it (MediaPipe's custom ops, done in numpy between two LiteRT parts)"
+    why = "the only backend that runs it (MediaPipe's custom ops, compiled (numba) between two LiteRT parts)"
     if backend not in ("auto", "litert"):
         if strict:
             raise EngineUnavailable(f"--backend {backend} cannot run {model_path.name}", "use --backend litert or auto")

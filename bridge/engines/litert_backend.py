@@ -40,7 +40,11 @@ def open_litert(model_path: str | Path, threads: int = 1):
         raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert")
     tflite, entry = _companion(Path(model_path))
     if entry["litert"].get("custom_ops") == "mediapipe":
-        from bridge.engines.litert_mediapipe_ops import MediaPipeAttentionSession
+        try:
+            from bridge.engines.litert_mediapipe_ops import MediaPipeAttentionSession
+        except ImportError as e:  # numba: the custom ops' compiled loops (litert_mediapipe_kernels.py)
+            raise EngineUnavailable(f"{e.name or 'numba'} is not installed (MediaPipe's ops on LiteRT)",
+                                    "pip install 'facebridge[litert]', or use --landmarks mesh+iris") from e
 
         return MediaPipeAttentionSession(tflite, entry, threads=threads)
     return LiteRtSession(model_path, threads=threads)

@@ -1,5 +1,6 @@
-"""MediaPipe's attention mesh on stock LiteRT: the model through the registry, the custom ops done in numpy, and the
-landmark stage's conventions (the mesh index sets, the eye order of IrisResult)."""
+"""MediaPipe's attention mesh on stock LiteRT: the model through the registry, the custom ops compiled (numba), and the
+landmark stage's conventions (the mesh index sets, the eye order of IrisResult); the ops' compiled loops held to
+references written from their definitions."""
 import math
 
 import numpy as np
@@ -63,7 +64,7 @@ def _bilinear_reference(feature: np.ndarray, m: np.ndarray, size: int = 16) -> n
 
 
 def test_feature_crops_follow_the_ops_definition_also_at_the_maps_edges():
-    from bridge.engines.litert_mediapipe_ops import FeatureCrops
+    from bridge.engines.litert_mediapipe_kernels import bilinear_crop
 
     rng = np.random.default_rng(0)
     feature = rng.normal(size=(48, 48, 32)).astype(np.float32)
@@ -74,21 +75,23 @@ def test_feature_crops_follow_the_ops_definition_also_at_the_maps_edges():
         m[:2, :2] = scale * np.array([[math.cos(a), -math.sin(a)], [math.sin(a), math.cos(a)]])
         m[:2, 3] = rng.uniform(-20, 60, 2)
         matrices.append(m)
-    got = FeatureCrops(48, 48).crops(feature, matrices)
-    for crop, m in zip(got, matrices):
+    for m in matrices:
+        crop = np.empty((16, 16, 32), np.float32)
+        bilinear_crop(feature, m, crop)
         assert np.abs(crop - _bilinear_reference(feature, m.astype(np.float64))).max() < 1e-4
 
 
 def test_transform_matrix_maps_the_crop_onto_the_regions_rotated_box():
     """Landmarks2TransformMatrix v2: the 16x16 output crop's corners land on the corners of the region's box,
     rotated so its two rotation points are level and scaled by scale_x, scale_y about its centre."""
-    from bridge.engines.litert_mediapipe_ops import transform_matrix
+    from bridge.engines.litert_mediapipe_kernels import region_matrix
 
     rng = np.random.default_rng(1)
     points = rng.uniform(10, 40, (468, 3)).astype(np.float32)
-    o = {"left_rotation_idx": 0, "right_rotation_idx": 1, "subset_idxs": list(range(10)), "output_width": 16,
-         "output_height": 16, "scale_x": 1.5, "scale_y": 1.5}
-    m = transform_matrix(points, o).astype(np.float64)
+    m = np.empty((4, 4), np.float32)
+    region_matrix(points, np.arange(10), 0, 1, 0.0, 16, 16, 1.5, 1.5, m)
+    assert (m[2:] == np.eye(4, dtype=np.float32)[2:]).all() and (m[:2, 2] == 0).all()
+    m = m.astype(np.float64)
     rot = -math.atan2(points[1, 1] - points[0, 1], points[1, 0] - points[0, 0])
     c, s = math.cos(rot), math.sin(rot)
     p = points[:10, :2].astype(np.float64)
@@ -100,6 +103,18 @@ def test_transform_matrix_maps_the_crop_onto_the_regions_rotated_box():
         rotated = np.array([image[0] * c - image[1] * s, image[0] * s + image[1] * c])
         want = centre + half * (np.array(corner) / 8.0 - 1.0)
         assert np.allclose(rotated, want, atol=1e-4)
+
+
+def test_transform_points_maps_each_point_by_the_matrix():
+    """TransformLandmarks v2, 2-D: each point's x, y through the matrix's rotation-scale part and shift."""
+    from bridge.engines.litert_mediapipe_kernels import transform_points
+
+    rng = np.random.default_rng(2)
+    points, m = rng.normal(size=(71, 2)).astype(np.float32), rng.normal(size=(4, 4)).astype(np.float32)
+    got = np.empty((71, 2), np.float32)
+    transform_points(points, m, got)
+    want = points.astype(np.float64) @ m[:2, :2].T.astype(np.float64) + m[:2, 3]
+    assert np.abs(got - want).max() < 1e-5
 
 
 def test_on_a_sample_frame_the_eyes_and_irises_follow_the_iris_models_conventions(landmarker):
