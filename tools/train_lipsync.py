@@ -256,6 +256,9 @@ def main(argv=None) -> int:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--real-share", type=float, default=0.3,
                    help="share of training crops from recorded speech (real_train.npz from tools/label_real_speech.py)")
+    p.add_argument("--real-sets", default="real_train",
+                   help="comma-separated recorded sets in --data that make up the recorded share (e.g. "
+                        "real_train,allison_wb_train; tools/label_wideband_speech.py)")
     p.add_argument("--voices-share", type=float, default=0.0,
                    help="share of crops from flite/festival voices (voices_train.npz from tools/gen_voice_data.py)")
     p.add_argument("--norm-tau", type=float, default=None,
@@ -273,7 +276,8 @@ def main(argv=None) -> int:
     all_mel = np.concatenate([u["mel"] for u in train])
     mean, std = all_mel.mean(0), all_mel.std(0) + 1e-3
     print(f"train: {len(train)} utterances, {len(all_mel) / 6000:.1f} min", flush=True)
-    real = load_set(data, "real_train") if (data / "real_train.npz").exists() and args.real_share > 0 else []
+    real_sets = [n for n in args.real_sets.split(",") if n and (data / f"{n}.npz").exists()]
+    real = [u for n in real_sets for u in load_set(data, n)] if args.real_share > 0 else []
     if real:
         print(f"recorded speech: {len(real)} utterances, {sum(len(u['mel']) for u in real) / 6000:.1f} min, "
               f"{args.real_share:.0%} of the crops", flush=True)
@@ -354,6 +358,7 @@ def main(argv=None) -> int:
                      "threads": 1, "seconds": train_seconds, "train_utterances": len(train),
                      "init": {"previous_model_sha256": init_sha} if args.init else None,
                      "lr": args.lr,
+                     "real_sets": real_sets if real else [],
                      "real_utterances": len(real), "real_share": args.real_share if real else 0.0,
                      "voices_utterances": len(voices), "voices_share": args.voices_share if voices else 0.0,
                      "perturb_share": args.perturb},
