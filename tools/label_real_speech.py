@@ -202,6 +202,23 @@ def other_recordings(real: Path, most: int):
             yield group, target, name, real / f"asterisk-{lang}" / f"{name}.wav", text, lang
 
 
+def aligned(aligner, items, load, skipped: dict):
+    """(item, words, pcm, events) for each item (..., path, text) whose text is in the dictionary and aligns; the
+    others are counted in `skipped` (not_in_dictionary, alignment_failed). load(path) -> 16 kHz float pcm."""
+    for item in items:
+        path, text = item[-2:]
+        words = clean_text(text, aligner.words)
+        if words is None:
+            skipped["not_in_dictionary"] += 1
+            continue
+        pcm = load(path)
+        events = aligner.align(pcm, words)
+        if events is None:
+            skipped["alignment_failed"] += 1
+            continue
+        yield item, words, pcm, events
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--real", type=Path, default=ROOT / "build" / "real")
@@ -217,16 +234,7 @@ def main(argv=None) -> int:
     sets = {"real_train": ([], []), "real_eval": ([], []), "synth_same_text": ([], [])}
     audio: list[np.ndarray] = []
     skipped = {"not_in_dictionary": 0, "alignment_failed": 0}
-    for group, name, wav, text in recordings(args.real):
-        words = clean_text(text, aligner.words)
-        if words is None:
-            skipped["not_in_dictionary"] += 1
-            continue
-        pcm = load_pcm(wav)
-        events = aligner.align(pcm, words)
-        if events is None:
-            skipped["alignment_failed"] += 1
-            continue
+    for (group, name, _, _), words, pcm, events in aligned(aligner, recordings(args.real), load_pcm, skipped):
         target = "real_train" if group == "asterisk_train" else "real_eval"
         sets[target][0].append(example(pcm, events))
         sets[target][1].append({"group": group, "name": name, "text": words, "seconds": round(len(pcm) / 16000, 2)})

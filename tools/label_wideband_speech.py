@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
-from label_real_speech import Aligner, clean_text, example, is_train, save_set  # noqa: E402
+from label_real_speech import Aligner, aligned, example, is_train, save_set  # noqa: E402
 
 from bridge.audio import features  # noqa: E402
 
@@ -71,16 +71,7 @@ def main(argv=None) -> int:
     aligner = Aligner()
     sets = {"allison_wb_train": ([], []), "allison_wb_eval": ([], [])}
     skipped = {"not_in_dictionary": 0, "alignment_failed": 0}
-    for name, path, text in prompts(args.real):
-        words = clean_text(text, aligner.words)
-        if words is None:
-            skipped["not_in_dictionary"] += 1
-            continue
-        pcm = decode_g722(path)
-        events = aligner.align(pcm, words)
-        if events is None:
-            skipped["alignment_failed"] += 1
-            continue
+    for (name, _, _), words, pcm, events in aligned(aligner, prompts(args.real), decode_g722, skipped):
         train = is_train(name)
         target = "allison_wb_train" if train else "allison_wb_eval"
         sets[target][0].append(example(pcm, events))
