@@ -5,21 +5,16 @@ import math
 
 import numpy as np
 
-from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, VISEME_NAMES, FaceFrame, FaceFrames
+from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, MORPH_BLOCKS, VISEME_NAMES, FaceFrame, FaceFrames
 from bridge.grpc.frame_wire import encode_frames
 from bridge.grpc.gen import facebridge_pb2 as pb
 
-# Morphable-model blocks in the order they are concatenated in Frame.parameters, with their units.
-PARAMETER_BLOCKS: tuple[tuple[str, str], ...] = (
-    ("identity", "coefficient"),
-    ("expression", "coefficient"),
-    ("jaw_rotation", "rad (axis-angle)"),
-    ("head_rotation", "rad (axis-angle)"),
-    ("head_translation", "cm"),
-    ("eye_rotation_left", "rad (axis-angle)"),
-    ("eye_rotation_right", "rad (axis-angle)"),
-)
-FRAME_BLOCKS = tuple(name for name, _ in PARAMETER_BLOCKS)
+# Morphable-model blocks in the order they are concatenated in Frame.parameters (frame.MORPH_BLOCKS, the order
+# frame_wire lays them out in), with their units.
+_UNITS = {"identity": "coefficient", "expression": "coefficient", "jaw_rotation": "rad (axis-angle)",
+          "head_rotation": "rad (axis-angle)", "head_translation": "cm", "eye_rotation_left": "rad (axis-angle)",
+          "eye_rotation_right": "rad (axis-angle)"}
+PARAMETER_BLOCKS: tuple[tuple[str, str], ...] = tuple((name, _UNITS[name]) for name in MORPH_BLOCKS)
 
 
 def layout_key(frame: FaceFrame) -> tuple:
@@ -106,7 +101,7 @@ def build_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dict
     """build_frame of every row of `frames` (row i under layout_ids[i], with latencies[i] if given, else the
     shared frames.latencies_ms), the same messages: each parsed from what frame_wire.encode_frames lays out for all
     rows at once (what `facebridge serve` sends as it is, without a message per frame)."""
-    return [pb.Frame.FromString(data) for data in encode_frames(frames, layout_ids, latencies, FRAME_BLOCKS)]
+    return [pb.Frame.FromString(data) for data in encode_frames(frames, layout_ids, latencies)]
 
 
 def _finite(x) -> float:

@@ -115,11 +115,10 @@ def _finite(a: np.ndarray) -> np.ndarray:
 
 
 def encode_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dict] | None = None,
-                  blocks: tuple[str, ...] = MORPH_BLOCKS, stages: tuple[tuple[str, ...], np.ndarray] | None = None
-                  ) -> list[bytes]:
+                  stages: tuple[tuple[str, ...], np.ndarray] | None = None) -> list[bytes]:
     """build_frame of every row of `frames`, serialised (row i under layout_ids[i], with latencies[i] if given,
-    else the shared frames.latencies_ms; NaN and inf as 0); blocks: the morph blocks of Frame.parameters, in
-    order (convert.PARAMETER_BLOCKS' names, MORPH_BLOCKS). stages: every row's latencies as (keys,
+    else the shared frames.latencies_ms; NaN and inf as 0), Frame.parameters' morph blocks in MORPH_BLOCKS' order
+    (convert.PARAMETER_BLOCKS'). stages: every row's latencies as (keys,
     (n, len(keys)) values), in place of `latencies` (no dict a row)."""
     n = len(frames)
     if not n:
@@ -146,7 +145,7 @@ def encode_frames(frames: FaceFrames, layout_ids: list[int], latencies: list[dic
         cols = [common[at]]
         parameters = 0
         if is_found:
-            cols.append(np.concatenate([frames.morph[name][at].reshape(len(at), -1) for name in blocks], 1))
+            cols.append(np.concatenate([frames.morph[name][at].reshape(len(at), -1) for name in MORPH_BLOCKS], 1))
             parameters = cols[-1].shape[1]
         cols.append(frames.confidence[at, None])
         if is_found:

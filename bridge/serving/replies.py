@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from bridge.frame import Frame
-from bridge.grpc.convert import FRAME_BLOCKS, build_header, layout_keys
+from bridge.grpc.convert import build_header, layout_keys
 from bridge.grpc.frame_wire import encode_frames
 from bridge.grpc.gen import facebridge_pb2 as pb
 
@@ -69,7 +69,6 @@ class PassReplies:
                 state.header = build_header(described.frame(i), self.next_layout_id())
                 replies[i].append(pb.TrackResponse(header=state.header))
             layout_ids.append(state.header.layout_id)
-        for reply, frame in zip(replies, encode_frames(described, layout_ids, blocks=FRAME_BLOCKS,
-                                                       stages=(keys, stages))):
+        for reply, frame in zip(replies, encode_frames(described, layout_ids, stages=(keys, stages))):
             reply.append(frame)
         return replies

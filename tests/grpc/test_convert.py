@@ -58,11 +58,10 @@ def test_frames_encoded_together_are_the_messages_build_frame_makes():
     assert [dict(m.latencies_ms) for m in per_row] == [{"server": float(i)} for i in range(n)]
     mixed = [{"server": 1.0, "wait": 2.0}] + [{"wait": 3.0}] * (n - 1)  # rows with other stages: row by row
     assert [dict(m.latencies_ms) for m in build_frames(frames, [3] * n, mixed)] == mixed
-    from bridge.grpc.convert import FRAME_BLOCKS
     from bridge.grpc.frame_wire import encode_frames
 
     stages = np.array([[float(i), 0.5 * i] for i in range(n)])  # every row's stages as one array (serve's replies)
-    as_array = encode_frames(frames, [3] * n, blocks=FRAME_BLOCKS, stages=(("server", "wait"), stages))
+    as_array = encode_frames(frames, [3] * n, stages=(("server", "wait"), stages))
     as_dicts = build_frames(frames, [3] * n, [{"server": float(i), "wait": 0.5 * i} for i in range(n)])
     assert [pb.Frame.FromString(data) for data in as_array] == as_dicts
 
