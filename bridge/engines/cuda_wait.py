@@ -15,11 +15,16 @@ SCHED_FLAGS = {"auto": 0x00, "spin": 0x01, "yield": 0x02, "block": 0x04}  # CU_C
 SCHED_MASK = 0x07
 
 
-def _driver():
+def _device(ordinal: int):
+    """(libcuda, CUdevice) of device `ordinal` with the driver started, or (None, why not)."""
     try:
-        return ctypes.CDLL("libcuda.so.1")
+        cuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
-        return None
+        return None, "no CUDA driver (libcuda.so.1)"
+    dev = ctypes.c_int()
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), ordinal) != 0:
+        return None, f"the CUDA driver has no device {ordinal}"
+    return cuda, dev
 
 
 def set_cuda_wait(mode: str, ordinal: int = 0) -> str:
@@ -29,12 +34,9 @@ def set_cuda_wait(mode: str, ordinal: int = 0) -> str:
     sure: once the primary context exists the driver keeps its flags (the words then say so)."""
     if mode not in SCHED_FLAGS:
         raise ValueError(f"unknown CUDA wait mode {mode!r}: use one of {', '.join(SCHED_FLAGS)}")
-    cuda = _driver()
+    cuda, dev = _device(ordinal)
     if cuda is None:
-        return "no CUDA driver (libcuda.so.1): nothing to set"
-    dev = ctypes.c_int()
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), ordinal) != 0:
-        return f"the CUDA driver has no device {ordinal}: nothing set"
+        return f"{dev}: nothing to set"
     set_flags = getattr(cuda, "cuDevicePrimaryCtxSetFlags_v2", None) or cuda.cuDevicePrimaryCtxSetFlags
     result = set_flags(dev, SCHED_FLAGS[mode])
     if result != 0:
@@ -45,11 +47,9 @@ def set_cuda_wait(mode: str, ordinal: int = 0) -> str:
 
 def current_cuda_wait(ordinal: int = 0) -> str | None:
     """The wait mode device `ordinal`'s primary context has (or will be created with); None without a driver."""
-    cuda = _driver()
-    dev, flags, active = ctypes.c_int(), ctypes.c_uint(), ctypes.c_int()
-    if cuda is None or cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(dev), ordinal) != 0:
-        return None
-    if cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) != 0:
+    cuda, dev = _device(ordinal)
+    flags, active = ctypes.c_uint(), ctypes.c_int()
+    if cuda is None or cuda.cuDevicePrimaryCtxGetState(dev, ctypes.byref(flags), ctypes.byref(active)) != 0:
         return None
     by_flag = {v: k for k, v in SCHED_FLAGS.items()}
     return by_flag.get(flags.value & SCHED_MASK, hex(flags.value & SCHED_MASK))
