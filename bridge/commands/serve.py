@@ -2,6 +2,8 @@
 Argument parsing only: the server is bridge/runtime/serve.py, the scale-out bridge/runtime/ray_serve.py."""
 from __future__ import annotations
 
+from bridge.engines.cuda_wait import SCHED_FLAGS
+
 DEFAULT_SERVE = "127.0.0.1:50061"
 
 
@@ -31,7 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--decode-workers", type=int, default=0, metavar="N",
                    help="threads that decode JPEG (default 0: one a core, at most 8); every stream's gRPC work runs "
                         "on one event loop beside them")
-    p.add_argument("--cuda-wait", choices=["block", "spin", "yield", "auto"], default="block",
+    p.add_argument("--cuda-wait", choices=sorted(SCHED_FLAGS), default="block",
                    help="GPU runners: how host threads wait for the GPU (default block: they sleep in the driver; "
                         "CUDA's own auto spins a core through every wait, which starves the host work of several "
                         "serve processes sharing a GPU)")
