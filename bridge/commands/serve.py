@@ -37,10 +37,9 @@ def add_parser(sub) -> None:
                    help="GPU runners: how host threads wait for the GPU (default block: they sleep in the driver; "
                         "CUDA's own auto spins a core through every wait, which starves the host work of several "
                         "serve processes sharing a GPU)")
-    p.add_argument("--jpeg-batches", choices=("auto", "on", "off"), default="off",
-                   help="decode every JPEG waiting in one call on one thread (on; auto: with GPU runners, one "
-                        "batched nvJPEG decode), or each on the decode workers (off, the default until the batched "
-                        "nvJPEG call is measured on a GPU)")
+    p.add_argument("--jpeg-batches", choices=("auto", "on", "off"), default="auto",
+                   help="decode every JPEG waiting in one call on one thread (auto, the default: with GPU runners, "
+                        "one batched nvJPEG decode; on: also on the CPU), or each on the decode workers (off)")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
     p.add_argument("--frame-sizes", default="", metavar="WxH[,WxH]",

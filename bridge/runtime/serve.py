@@ -54,7 +54,7 @@ class ServeConfig:
     updates: str | None = "auto"  # the update store to follow: "auto" (the user's), a folder, or None (off)
     decode_workers: int = 0  # JPEG decode threads; 0: one a core, at most 8
     cuda_wait: str = "block"  # GPU runners: how host threads wait for the GPU (bridge/engines/cuda_wait.py)
-    jpeg_batches: bool | None = False  # every JPEG waiting decoded in one call (None: when decoding on the GPU)
+    jpeg_batches: bool | None = None  # every JPEG waiting decoded in one call (None: when decoding on the GPU)
 
 
 class PassDescriber:

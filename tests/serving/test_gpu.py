@@ -267,8 +267,7 @@ def test_nvjpeg_on_the_serving_gpu_decodes_what_opencv_decodes():
     frame, hw = decoder.decode(JPEG, data)
     assert hw == (360, 480) and frame.is_cuda and tuple(frame.shape) == (360, 480, 3)
     want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-    diff = np.abs(frame.cpu().numpy().astype(int) - want.astype(int))
-    assert diff.mean() < 1.0 and diff.max() <= 16  # IDCT and chroma upsampling differ by a few levels
+    assert _near_opencv(frame, want)
 
 
 @needs_torch_cuda
@@ -285,12 +284,20 @@ def test_nvjpeg_decodes_a_batch_in_one_call_and_refuses_only_the_bad_image():
     got = decoder.decode_jpegs(datas, [(360, 480)] * 3)  # one batched nvJPEG call
     for data, (frame, hw) in zip(datas, got):
         want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
-        diff = np.abs(frame.cpu().numpy().astype(int) - want.astype(int))
-        assert hw == (360, 480) and frame.is_cuda and diff.mean() < 1.0 and diff.max() <= 16
+        assert hw == (360, 480) and frame.is_cuda and _near_opencv(frame, want)
     broken = datas[1][:600] + bytes(len(datas[1]) - 602) + b"\xff\xd9"  # its header, then nothing decodable
-    mixed = decoder.decode_jpegs([datas[0], broken, datas[2]], [(360, 480)] * 3)  # nvJPEG refuses the batch
+    # nvJPEG may refuse the batch, or decode the zeroed scan as an image (torchvision 0.26 on the H200 did):
+    # either way the good images come out as they did alone
+    mixed = decoder.decode_jpegs([datas[0], broken, datas[2]], [(360, 480)] * 3)
     assert not isinstance(mixed[0], BadImage) and not isinstance(mixed[2], BadImage)
     assert torch_equal(mixed[0][0], got[0][0]) and torch_equal(mixed[2][0], got[2][0])
+
+
+def _near_opencv(frame, want) -> bool:
+    # nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's (OpenCV upsamples 4:2:0 chroma with a triangle
+    # filter): a fraction of a level on average, but up to 30 levels at sharp colour edges (H200, 2026-12-02)
+    diff = np.abs(frame.cpu().numpy().astype(int) - want.astype(int))
+    return bool(diff.mean() < 1.0 and diff.max() <= 48)
 
 
 def torch_equal(a, b) -> bool:
