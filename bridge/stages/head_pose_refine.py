@@ -58,40 +58,101 @@ def _step(model, img, focal, cx, cy, rot, t):
             jtr[r] += ju[r] * ru + jv[r] * rv
             for c in range(6):
                 jtj[r, c] += ju[r] * ju[c] + jv[r] * jv[c]
-    return -np.linalg.solve(jtj, jtr)
+    return _solve_spd(jtj, jtr, -1.0)
+
+
+@compiled
+def _solve_spd(a, b, sign):
+    """sign * x where a x = b for a symmetric positive definite 6x6 a, by Cholesky (np.linalg.solve would compile
+    numba's LAPACK bindings: seconds more on a first start); NaN where a is not positive definite (the step is then
+    refused)."""
+    n = b.shape[0]
+    low = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1):
+            acc = a[i, j]
+            for k in range(j):
+                acc -= low[i, k] * low[j, k]
+            if i == j:
+                if not acc > 0.0:
+                    return np.full(n, math.nan)
+                low[i, i] = math.sqrt(acc)
+            else:
+                low[i, j] = acc / low[j, j]
+    y = np.empty(n)
+    for i in range(n):
+        acc = b[i]
+        for k in range(i):
+            acc -= low[i, k] * y[k]
+        y[i] = acc / low[i, i]
+    x = np.empty(n)
+    for i in range(n - 1, -1, -1):
+        acc = y[i]
+        for k in range(i + 1, n):
+            acc -= low[k, i] * x[k]
+        x[i] = acc / low[i, i]
+    for i in range(n):
+        x[i] *= sign
+    return x
+
+
+@compiled
+def _matmul3(a, b):
+    """a @ b for 3x3 matrices, in loops (numba's @ would compile its BLAS bindings: seconds on a first start)."""
+    out = np.zeros((3, 3))
+    for i in range(3):
+        for j in range(3):
+            out[i, j] = a[i, 0] * b[0, j] + a[i, 1] * b[1, j] + a[i, 2] * b[2, j]
+    return out
 
 
 @compiled
 def _rotvec_matrix(w):
-    """Rodrigues' formula (head_pose.rotvec_matrices for one vector)."""
+    """Rodrigues' formula (head_pose.rotvec_matrices for one vector: its first three values)."""
     theta = math.sqrt(w[0] * w[0] + w[1] * w[1] + w[2] * w[2])
     d = max(theta, 1e-300)
     k0, k1, k2 = w[0] / d, w[1] / d, w[2] / d
     s, c = math.sin(theta), 1.0 - math.cos(theta)
-    skew = np.array([[0.0, -k2, k1], [k2, 0.0, -k0], [-k1, k0, 0.0]])
-    return np.eye(3) + s * skew + c * (skew @ skew)
+    skew = np.zeros((3, 3))
+    skew[0, 1], skew[0, 2], skew[1, 0], skew[1, 2], skew[2, 0], skew[2, 1] = -k2, k1, k2, -k0, -k1, k0
+    square = _matmul3(skew, skew)
+    out = np.empty((3, 3))
+    for i in range(3):
+        for j in range(3):
+            out[i, j] = (1.0 if i == j else 0.0) + s * skew[i, j] + c * square[i, j]
+    return out
 
 
 @compiled
 def refine(model, img, focal, cx, cy, rot, t, rot_out, t_out):
     """Refine (rot, t) on the model points (P, 3) against their image points (P, 2) into rot_out, t_out; False when
     the pose at hand is not finite (the caller solves from scratch then)."""
+    # scalar loops, no array expressions: each of those would compile numba's ufunc machinery (seconds, once)
     cost = _cost(model, img, focal, cx, cy, rot, t)
     if not math.isfinite(cost):
         return False
-    rot_out[:] = rot
-    t_out[:] = t
+    for i in range(3):
+        t_out[i] = t[i]
+        for j in range(3):
+            rot_out[i, j] = rot[i, j]
+    new_t = np.empty(3)
     for _ in range(ITERATIONS):
         step = _step(model, img, focal, cx, cy, rot_out, t_out)
-        new_rot = _rotvec_matrix(step[:3]) @ rot_out
-        new_t = t_out + step[3:]
+        new_rot = _matmul3(_rotvec_matrix(step), rot_out)
+        largest = 0.0
+        for i in range(3):
+            new_t[i] = t_out[i] + step[3 + i]
+        for i in range(6):
+            largest = max(largest, abs(step[i]))
         new_cost = _cost(model, img, focal, cx, cy, new_rot, new_t)
         if not (math.isfinite(new_cost) and new_cost <= cost):
             break  # the step would raise the error: the pose at hand is the minimum
-        rot_out[:] = new_rot
-        t_out[:] = new_t
+        for i in range(3):
+            t_out[i] = new_t[i]
+            for j in range(3):
+                rot_out[i, j] = new_rot[i, j]
         cost = new_cost
-        if np.abs(step).max() <= STOP:
+        if largest <= STOP:
             break
     return True
 
