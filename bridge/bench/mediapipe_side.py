@@ -6,7 +6,8 @@ core and drives it over stdin/stdout, one JSON line each way, so the two sides t
 
   -> {"frames": "/tmp/x.npy", "refine": true}         load the frames (N, H, W, 3) uint8 BGR; open FaceMesh
   <- {"ready": true, "mediapipe": "0.10.21"}
-  -> {"run": [start, count]}                          track frames start .. start+count-1 (wrapping around)
+  -> {"run": [start, count], "period_s": 0.0}         track frames start .. start+count-1 (wrapping around),
+                                                      one a period_s tick when it is not 0 (idle between)
   <- {"ms": [...], "cpu_ms": [...], "found": [...]}   FaceMesh.process() wall and CPU time (all of its threads)
                                                       per frame, face found or not
   -> {"quit": true}
@@ -37,8 +38,13 @@ def main() -> int:
             reply = {"ready": True, "mediapipe": mp.__version__}
         elif "run" in msg:
             start, count = msg["run"]
+            period = float(msg.get("period_s", 0.0))
             ms, cpu_ms, found = [], [], []
+            due = time.perf_counter()
             for i in range(start, start + count):
+                if period:  # the same clock as side_by_side.paced
+                    due = max(due + period, time.perf_counter())
+                    time.sleep(max(0.0, due - time.perf_counter()))
                 rgb = frames[i % len(frames)]
                 c0, t0 = time.process_time(), time.perf_counter()
                 result = mesh.process(rgb)

@@ -47,7 +47,24 @@ def add_arguments(p) -> None:
     p.add_argument("--mediapipe-python", metavar="PATH", help="MediaPipe's Python (default .venv-mediapipe)")
     p.add_argument("--mediapipe-variants", default="refine",
                    help="refine (478 points with iris, default), plain (468), or both: refine,plain")
+    p.add_argument("--pace", type=_frame_rate, default=0.0, metavar="FPS",
+                   help="side by side: each side takes its frames at this rate, idle between them as with a camera "
+                        "(default 0: frame after frame; 30 is a webcam, the core cooling between frames)")
     monitor_cost.add_arguments(p)
+
+
+def _frame_rate(text: str) -> float:
+    """--pace: 0 (frame after frame) or a frame rate up to 1000."""
+    import argparse
+
+    try:
+        fps = float(text)
+    except ValueError:
+        fps = -1.0
+    if not (fps == 0 or 1 <= fps <= 1000):
+        raise argparse.ArgumentTypeError(f"{text} is not a frame rate: give 0 (frame after frame) or 1-1000 (30: a "
+                                         "webcam)")
+    return fps
 
 
 def _percentiles(values) -> dict:
@@ -125,7 +142,8 @@ def run(args) -> dict:
         _say("side by side with MediaPipe: loading the models")
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision,
                                                 landmarks=args.landmarks))
-        side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","))
+        side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","),
+                                pace_fps=args.pace)
         from bridge.engines.fastest import CHOSEN
 
         side |= {"cores": cores, "backends": _backends(pipeline), "landmarks": pipeline.landmark_path,

@@ -8,6 +8,15 @@ timed over process() (everything it streams: landmarks, iris, head pose, gaze, e
 MediaPipe over FaceMesh.process() (478 landmarks with refine_landmarks, nothing else). Both wall time and CPU
 time (time.process_time: every thread of the process) are taken per frame; on a machine that other jobs load, CPU
 time is the steadier figure, and it is what a game on the same PC loses.
+
+The first frame of each turn finds the caches full of the other side's code and data (1.5-1.9x a side's median
+here): one frame in CHUNK, 3.3%, so in the plain p99 these frames are all there is. Each side's summary therefore
+also gives `steady` (every frame but the first of a turn: the tracker's own spread) and `after_switch` (those first
+frames alone: what a core shared with a game costs the first frame after it), and the per-frame CPU times.
+
+With --pace FPS each side takes its frames on a clock of FPS, idle between them, as a tracker fed by a camera is:
+after every idle gap the caches and predictors have cooled (on the 2-core VMs here a frame then costs 1.7-1.9x
+what it costs frame after frame, for both programs), so the paced figures are what a 30 fps webcam costs.
 """
 from __future__ import annotations
 
@@ -63,8 +72,8 @@ class MediaPipeSide:
                                   "mediapipe' (run `make mediapipe-venv` again if it fails)")
         return json.loads(line)
 
-    def run(self, start: int, count: int) -> tuple[list[float], list[float], list[bool]]:
-        reply = self._ask({"run": [start, count]})
+    def run(self, start: int, count: int, period_s: float = 0.0) -> tuple[list[float], list[float], list[bool]]:
+        reply = self._ask({"run": [start, count], "period_s": period_s})
         return reply["ms"], reply["cpu_ms"], reply["found"]
 
     def close(self) -> None:
@@ -82,6 +91,16 @@ def _summary(ms: list[float]) -> dict:
             "p99_over_median": round(p99 / median, 3) if median else None}
 
 
+def _cpu_summary(cpu: list[float]) -> dict:
+    """CPU time per frame: all frames, then split into the first frame of each turn (after_switch) and the rest
+    (steady), with the frames themselves."""
+    first = np.arange(len(cpu)) % CHUNK == 0
+    values = np.asarray(cpu)
+    return _summary(cpu) | {"steady": _summary(values[~first].tolist()),
+                            "after_switch": _summary(values[first].tolist()),
+                            "per_frame_ms": [round(v, 3) for v in cpu]}
+
+
 def _cpu_of(values: list[float] | None, frames: int) -> dict:
     """A stage's CPU time: median per run, and per frame averaged over all frames (emotion runs on every 3rd, the
     identity update inside expression on some): the per-frame means add up to the frame's CPU time."""
@@ -91,8 +110,21 @@ def _cpu_of(values: list[float] | None, frames: int) -> dict:
             "cpu_per_frame_ms": round(float(np.sum(values)) / frames, 3)}
 
 
-def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: list[str]) -> dict:
-    """Interleave FaceBridge's process() with each MediaPipe variant ("refine", "plain") over n frames."""
+def paced(period_s: float):
+    """Before each frame, wait for its tick of a clock with this period (0: no wait); a late frame is not made
+    up for, the clock just moves on (mediapipe_side.py keeps the same clock)."""
+    due = time.perf_counter()
+    while True:
+        if period_s:
+            due = max(due + period_s, time.perf_counter())
+            time.sleep(max(0.0, due - time.perf_counter()))
+        yield
+
+
+def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: list[str], pace_fps: float = 0.0) -> dict:
+    """Interleave FaceBridge's process() with each MediaPipe variant ("refine", "plain") over n frames; pace_fps:
+    each side's frames on a clock of that rate (0: frame after frame)."""
+    period = 1.0 / pace_fps if pace_fps else 0.0
     images = np.stack([f.image for f in frames])
     with tempfile.TemporaryDirectory() as tmp:
         frames_path = Path(tmp) / "frames.npy"
@@ -118,8 +150,9 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
                 chunk = {}
                 for who in order:
                     if who == "ours":
-                        ms = []
+                        ms, clock = [], paced(period)
                         for i in range(start, start + count):
+                            next(clock)
                             c0, t0 = time.process_time(), time.perf_counter()
                             out = pipeline.process(frames[i % len(frames)])
                             ms.append((time.perf_counter() - t0) * 1000.0)
@@ -131,7 +164,7 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
                                 stage_cpu.setdefault(stage, []).append(v)
                         ours += ms
                     else:
-                        ms, cpu, hit = sides[who].run(start, count)
+                        ms, cpu, hit = sides[who].run(start, count, period)
                         for kept, new in zip(theirs[who], (ms, cpu, hit)):
                             kept.extend(new)
                     chunk[who] = float(np.median(ms))
@@ -140,8 +173,8 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
         finally:
             for side in sides.values():
                 side.close()
-    result = {"chunk_frames": CHUNK, "mediapipe": next(iter(sides.values())).version,
-              "facebridge": _summary(ours) | {"cpu": _summary(ours_cpu),
+    result = {"chunk_frames": CHUNK, "pace_fps": pace_fps, "mediapipe": next(iter(sides.values())).version,
+              "facebridge": _summary(ours) | {"cpu": _cpu_summary(ours_cpu),
                                               "face_found_ratio": round(found / len(ours), 4),
                                               "stages": {k: {"median_ms": percentiles(v, (50,))[0], "runs": len(v)}
                                                          | _cpu_of(stage_cpu.get(k), len(ours))
@@ -149,15 +182,19 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
     for v in variants:
         ms, cpu, hit = theirs[v]
         ratios = chunk_ratio[v]
-        result[f"mediapipe_{v}"] = _summary(ms) | {"cpu": _summary(cpu),
+        result[f"mediapipe_{v}"] = _summary(ms) | {"cpu": _cpu_summary(cpu),
                                                    "face_found_ratio": round(float(np.mean(hit)), 4)}
         result[f"ratio_vs_{v}"] = {"median_of_all_frames": round(result["facebridge"]["median_ms"] / percentiles(
             ms, (50,))[0], 3), "cpu_median": round(float(np.median(ours_cpu) / np.median(cpu)), 3),
             "per_chunk_median": round(float(np.median(ratios)), 3),
             "per_chunk_min": round(float(np.min(ratios)), 3), "per_chunk_max": round(float(np.max(ratios)), 3)}
+    def spread(side: dict) -> str:  # CPU p99 over median, all frames and steady
+        return f"CPU p99/median {side['cpu']['p99_over_median']} (steady {side['cpu']['steady']['p99_over_median']})"
+
     print(f"side by side ({len(ours)} frames, one core {sorted(os.sched_getaffinity(0))}): FaceBridge median "
-          f"{result['facebridge']['median_ms']} ms, p99 {result['facebridge']['p99_ms']} ms; " + "; ".join(
-              f"MediaPipe {v} median {result[f'mediapipe_{v}']['median_ms']} ms, ratio "
-              f"{result[f'ratio_vs_{v}']['median_of_all_frames']} (CPU time {result[f'ratio_vs_{v}']['cpu_median']})"
-              for v in variants), file=sys.stderr)
+          f"{result['facebridge']['median_ms']} ms, p99 {result['facebridge']['p99_ms']} ms, "
+          f"{spread(result['facebridge'])}; " + "; ".join(
+              f"MediaPipe {v} median {result[f'mediapipe_{v}']['median_ms']} ms, {spread(result[f'mediapipe_{v}'])}, "
+              f"ratio {result[f'ratio_vs_{v}']['median_of_all_frames']} (CPU time "
+              f"{result[f'ratio_vs_{v}']['cpu_median']})" for v in variants), file=sys.stderr)
     return result

@@ -12,16 +12,10 @@ from __future__ import annotations
 
 import math
 
+import numba  # noqa: F401 - imported here so that a missing numba is an ImportError of this module (litert_backend)
 import numpy as np
-from numba import njit
 
-
-def _compiled(f):
-    """njit, cached on disk where numba finds a folder it can write, else compiled in memory."""
-    try:
-        return njit(cache=True, nogil=True, fastmath=False)(f)
-    except RuntimeError:  # "cannot cache function ...: no locator available"
-        return njit(nogil=True, fastmath=False)(f)
+from bridge.compiled import compiled as _compiled
 
 
 @_compiled

@@ -18,7 +18,7 @@ import numpy as np
 from bridge.expression.fit import NOISE_FRACTION, identity_prior
 from bridge.expression.model import FLIP, MorphableModel
 
-IDENTITY_STEPS = 3  # next() calls identity_refresh_steps takes
+IDENTITY_STEPS = 4  # next() calls identity_refresh_steps takes
 
 
 def identity_refresh(model: MorphableModel, identity: np.ndarray, weights: np.ndarray, rot: np.ndarray,
@@ -35,7 +35,7 @@ def identity_refresh(model: MorphableModel, identity: np.ndarray, weights: np.nd
 
 def identity_refresh_steps(model: MorphableModel, identity: np.ndarray, weights: np.ndarray, rot: np.ndarray,
                            xy: np.ndarray, focal: np.ndarray, centre: np.ndarray):
-    """identity_refresh as a generator of IDENTITY_STEPS steps of about a third of its CPU each (each next() runs
+    """identity_refresh as a generator of IDENTITY_STEPS steps of about a quarter of its CPU each (each next() runs
     one; the last returns the estimates through StopIteration), so a caller can spread it over frames."""
     ids = np.asarray(identity, np.float64)
     n = len(ids)
@@ -54,6 +54,7 @@ def identity_refresh_steps(model: MorphableModel, identity: np.ndarray, weights:
     f = focal[:, None, None]
     proj = f * cam[..., :2] * inv_z + centre[:, None, :]
     r = ((xy - proj) / sigma[:, None, None]).reshape(n, -1)  # point-major: u0, v0, u1, v1, ...
+    yield  # the Jacobian reads the 1.1 MB identity_by_point: its own step (a cold cache made it the largest)
     # d(u, v)/d(model point) per point, (n, 468, 2, 3), then through each point's identity modes (468, 3, 101):
     # the Jacobian's rows in the residual's order
     scale = (f / sigma[:, None, None]) * inv_z

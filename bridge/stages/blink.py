@@ -8,7 +8,6 @@ last few seconds (a high percentile of the opening); a closed eye is a quarter o
 from __future__ import annotations
 
 import math
-from collections import deque
 
 import numpy as np
 
@@ -19,6 +18,22 @@ DEFAULT_OPEN = 0.33  # opening / width of a typical open eye, used until the his
 CLOSED_FRACTION = 0.25  # a closed eye reads about a quarter of the open opening (lashes, lid thickness)
 DEAD_ZONE = 0.15  # openings within 15% of the open reference are not a blink (noise, gaze down)
 REFRESH = 15  # frames between recomputing the open reference (a percentile over the history)
+OPEN_PERCENTILE = 90
+
+
+def open_reference(history: np.ndarray, axis: int = 0) -> np.ndarray:
+    """np.percentile(history, OPEN_PERCENTILE, axis) (linear), value for value, as one sort and two rows: on a
+    warm core the same cost, but np.percentile's many Python layers ran cold every REFRESH frames (0.25 ms in the
+    pipeline against 0.03 isolated: the slowest frames of a run, docs/PERFORMANCE.md issue 18 ninth pass). The
+    history's order does not matter (a ring may hold it rotated)."""
+    ordered = np.sort(history, axis=axis)
+    virtual = (ordered.shape[axis] - 1) * (OPEN_PERCENTILE / 100)  # numpy's 'linear' method, its arithmetic
+    below = math.floor(virtual)
+    gamma = virtual - below
+    lo = np.take(ordered, below, axis=axis)
+    hi = np.take(ordered, min(below + 1, ordered.shape[axis] - 1), axis=axis)
+    step = hi - lo
+    return lo + step * gamma if gamma < 0.5 else hi - step * (1 - gamma)
 
 
 def eye_openings(points: np.ndarray) -> np.ndarray:
@@ -37,12 +52,13 @@ _ENDS = np.concatenate([_FROM, _TO])
 
 class BlinkEstimator:
     def __init__(self) -> None:
-        self._history: deque = deque(maxlen=HISTORY)
+        self._history = np.zeros((HISTORY, 2), np.float32)  # a ring: the last HISTORY openings
+        self._count = 0  # openings seen since the reset
         self._open = np.full(2, DEFAULT_OPEN, np.float32)
         self._since_refresh = 0
 
     def reset(self) -> None:
-        self._history.clear()
+        self._count = 0
         self._open = np.full(2, DEFAULT_OPEN, np.float32)
         self._since_refresh = 0
 
@@ -51,14 +67,15 @@ class BlinkEstimator:
 
     def _refresh(self) -> None:
         self._since_refresh += 1
-        if len(self._history) >= REFRESH and self._since_refresh >= REFRESH:
-            self._open = np.percentile(np.asarray(self._history), 90, axis=0).astype(np.float32)
+        if self._count >= REFRESH and self._since_refresh >= REFRESH:
+            self._open = open_reference(self._history[:min(self._count, HISTORY)]).astype(np.float32)
             self._since_refresh = 0
 
     def __call__(self, points: np.ndarray) -> np.ndarray:
         """(2,) blink weights in [0, 1] for the subject's left and right eye."""
         opening = eye_openings(points)
-        self._history.append(opening)
+        self._history[self._count % HISTORY] = opening
+        self._count += 1
         self._refresh()
         weights = []  # two values: plain floats (numpy's per-call cost is most of the arithmetic on arrays of 2)
         for ref, o in zip(self._open.tolist(), opening.tolist()):
@@ -99,9 +116,9 @@ class BlinkRows:
         due = rows[(np.minimum(self._count[rows], HISTORY) >= REFRESH) & (self._since[rows] >= REFRESH)]
         full = due[self._count[due] >= HISTORY]
         if len(full):
-            self._open[full] = np.percentile(self._history[full], 90, axis=1)
+            self._open[full] = open_reference(self._history[full], axis=1)
         for row in due[self._count[due] < HISTORY]:
-            self._open[row] = np.percentile(self._history[row, :self._count[row]], 90, axis=0)
+            self._open[row] = open_reference(self._history[row, :self._count[row]])
         self._since[due] = 0
         open_ref = self._open[rows]
         closure = (open_ref - opening) / np.maximum(open_ref * (1 - CLOSED_FRACTION), 1e-6)

@@ -31,5 +31,34 @@ def test_both_sides_track_the_same_frames_taking_turns(tmp_path, monkeypatch):
     assert side["facebridge"]["frames"] == side["mediapipe_refine"]["frames"] == 60
     assert side["facebridge"]["face_found_ratio"] == 1.0 and side["mediapipe_refine"]["face_found_ratio"] == 1.0
     assert side["backends"]["landmarks"] == "onnxruntime f32"
+    for who in ("facebridge", "mediapipe_refine"):  # the first frame of each turn apart from the rest
+        cpu = side[who]["cpu"]
+        assert cpu["after_switch"]["frames"] == 2 and cpu["steady"]["frames"] == 58
+        assert len(cpu["per_frame_ms"]) == 60 and cpu["after_switch"]["median_ms"] == pytest.approx(
+            (cpu["per_frame_ms"][0] + cpu["per_frame_ms"][30]) / 2, abs=1e-3)
     ratio = side["ratio_vs_refine"]
     assert ratio["per_chunk_min"] <= ratio["per_chunk_median"] <= ratio["per_chunk_max"]
+    assert side["pace_fps"] == 0
+
+
+@pytest.mark.skipif(not (ROOT / VENV / "bin" / "python").is_file(), reason="no .venv-mediapipe (make mediapipe-venv)")
+def test_paced_sides_take_each_frame_on_its_tick(tmp_path, monkeypatch):
+    import time
+
+    from bridge.cli import main
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "paced.json"
+    t0 = time.monotonic()
+    assert main(["bench", "pipeline", "--frames", "30", "--configs", "", "--against-mediapipe", "--pace", "100",
+                 "--json", str(out)]) == 0
+    side = json.loads(out.read_text())["results"]["side_by_side"]
+    assert side["pace_fps"] == 100 and side["facebridge"]["frames"] == side["mediapipe_refine"]["frames"] == 30
+    assert time.monotonic() - t0 >= 2 * 30 / 100  # both sides waited for their ticks: 30 frames at 100 fps each
+
+
+def test_a_pace_that_is_no_frame_rate_is_refused():
+    from bridge.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "pipeline", "--against-mediapipe", "--pace", "-5"])

@@ -52,3 +52,14 @@ def test_rows_blink_each_stream_as_its_own_estimator_would():
             singles[sel[0]].reset()
         want = np.stack([singles[i](points[k]) for k, i in enumerate(sel)])
         assert np.abs(rows(sel, points) - want).max() < 1e-6
+
+
+def test_the_open_reference_is_numpys_percentile_value_for_value():
+    from bridge.stages.blink import OPEN_PERCENTILE, open_reference
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 15, 16, 99, 149, 150):  # gamma below and above one half, one and two rows
+        history = (rng.random((3, n, 2)) * rng.uniform(0.1, 0.6) + 0.02).astype(np.float32)
+        assert np.array_equal(open_reference(history[0]), np.percentile(history[0], OPEN_PERCENTILE, axis=0))
+        assert np.array_equal(open_reference(history, axis=1), np.percentile(history, OPEN_PERCENTILE, axis=1))
+        assert open_reference(history[0]).dtype == np.float32

@@ -1,0 +1,70 @@
+"""Head pose (bridge/stages/head_pose.py): the compiled refine and cv2's iterative solver land on the same pose, frame
+after frame; a broken pose is solved afresh; without numba cv2's solver runs."""
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from bridge import compiled
+from bridge.stages.head_pose import CANONICAL_PATH, HeadPoseEstimator, camera_matrix
+
+needs_numba = pytest.mark.skipif(not compiled.available(), reason="numba is in the litert extra")
+
+
+def _turning_head(frames: int = 60) -> list[np.ndarray]:
+    """The canonical mesh turning, nodding and moving in front of a 640x480 camera, landmarks with 0.8 px noise."""
+    rng = np.random.default_rng(3)
+    model = np.load(CANONICAL_PATH).astype(np.float64)
+    k = camera_matrix(640, 480)
+    out = []
+    for i in range(frames):
+        rvec = np.radians([8 * np.sin(i / 9), 25 * np.sin(i / 13), 5 * np.cos(i / 7)])
+        tvec = np.array([2 * np.sin(i / 11), -1.0, 55 + 5 * np.sin(i / 17)])
+        img, _ = cv2.projectPoints(model, rvec, tvec, k, None)
+        noisy = img.reshape(-1, 2) + rng.normal(0, 0.8, (468, 2))
+        out.append(np.hstack([noisy, np.zeros((468, 1))]).astype(np.float32))
+    return out
+
+
+@needs_numba
+def test_the_compiled_refine_finds_cv2s_pose_frame_after_frame():
+    ours, cv2s = HeadPoseEstimator(), HeadPoseEstimator(compiled_refine=False)
+    assert ours._refine is not None and cv2s._refine is None
+    for points in _turning_head():
+        (ypr, t, rot), (ypr2, t2, rot2) = ours.estimate(points, 640, 480), cv2s.estimate(points, 640, 480)
+        assert np.abs(ypr - ypr2).max() < 1e-3 and np.abs(t - t2).max() < 1e-3  # degrees, cm
+        assert np.abs(rot - rot2).max() < 1e-4 and np.abs(rot @ rot.T - np.eye(3)).max() < 1e-9  # still a rotation
+
+
+@needs_numba
+def test_a_broken_last_pose_is_solved_afresh():
+    points = _turning_head(1)[0]
+    estimator = HeadPoseEstimator()
+    want = estimator.estimate(points, 640, 480)
+    estimator._rot = np.full((3, 3), np.nan)  # what a run of garbage landmarks could leave
+    got = estimator.estimate(points, 640, 480)
+    assert np.abs(got[0] - want[0]).max() < 1e-3 and np.isfinite(got[2]).all()
+
+
+def test_without_numba_cv2s_solver_refines(monkeypatch):
+    monkeypatch.setattr(compiled, "available", lambda: False)
+    estimator = HeadPoseEstimator()
+    assert estimator._refine is None
+    frames = _turning_head(5)
+    for points in frames:
+        ypr, t, _ = estimator.estimate(points, 640, 480)
+    assert abs(t[2] - (55 + 5 * np.sin(4 / 17))) < 1.0 and abs(ypr[0]) < 30
+
+
+def test_lost_landmarks_give_no_pose_and_the_next_good_frame_is_solved_afresh():
+    frames = _turning_head(3)
+    estimator = HeadPoseEstimator()
+    estimator.estimate(frames[0], 640, 480)
+    lost = frames[1].copy()
+    lost[33] = np.nan
+    ypr, t, rot = estimator.estimate(lost, 640, 480)
+    assert np.isnan(ypr).all() and np.isnan(t).all() and np.isnan(rot).all()
+    want = HeadPoseEstimator().estimate(frames[2], 640, 480)
+    got = estimator.estimate(frames[2], 640, 480)
+    assert np.abs(got[0] - want[0]).max() < 1e-6
