@@ -122,16 +122,25 @@ CV2_ROWS = 4  # passes refining at most this many rows use cv2's refine row by r
 
 class HeadPoseRows:
     """HeadPoseEstimator for many streams at once, one row per stream: a stream's first frame (or one after a
-    reset) is solved by SQPNP as there, and every other frame refined from its last pose by Gauss-Newton on the
-    reprojection error over all rows together, the least squares cv2's iterative solver minimises (the same
-    minimum, to STOP; a pass of at most CV2_ROWS rows refines with cv2 itself)."""
+    reset) is solved by SQPNP as there, and every other frame refined from its last pose. Where numba is installed
+    every row refines in one compiled call (head_pose_refine.refine_rows: each row exactly as HeadPoseEstimator
+    refines, the interpreter lock released); without it by Gauss-Newton on the reprojection error over all rows
+    together, the least squares cv2's iterative solver minimises (the same minimum, to STOP; a pass of at most
+    CV2_ROWS rows refines with cv2 itself, as HeadPoseEstimator then does)."""
 
     ITERATIONS = 20  # cv2's own count; a frame's refine from the last pose takes 4-8
     STOP = 1e-5  # rad, cm: a step this small ends the row (0.0006 degrees; the error left is a tenth of it)
 
-    def __init__(self, rows: int) -> None:
+    def __init__(self, rows: int, compiled_refine: bool | None = None) -> None:
+        """compiled_refine: None picks the compiled refine where numba is installed; False the numpy and cv2 one."""
         self.model = np.load(CANONICAL_PATH).astype(np.float64)
         self._rigid = np.ascontiguousarray(self.model[RIGID_POINTS])
+        self._refine_rows = None
+        if compiled.available() if compiled_refine is None else compiled_refine:
+            from bridge.stages import head_pose_refine
+
+            head_pose_refine.warm()
+            self._refine_rows = head_pose_refine.refine_rows
         self._rigid_t = np.ascontiguousarray(self._rigid.T)
         self._rot = np.zeros((rows, 3, 3))
         self._t = np.zeros((rows, 3))
@@ -144,12 +153,21 @@ class HeadPoseRows:
         """rows (n,), points (n, 468, 3), sizes (n, 2) width, height -> (yaw/pitch/roll deg (n, 3), translation
         (n, 3)), both float32."""
         img = np.ascontiguousarray(points[:, RIGID_POINTS, :2], dtype=np.float64)
-        img_t = np.ascontiguousarray(img.transpose(0, 2, 1))  # (n, 2, P), as _evaluate lays points out
         focal = sizes[:, 0].astype(np.float64)
         centre = sizes.astype(np.float64) / 2.0
         rot, t, has = self._rot[rows], self._t[rows], self._has[rows]
-        if has.sum() > CV2_ROWS:
-            r, tt = self._refine(img_t[has], focal[has], centre[has], rot[has], t[has])
+        if self._refine_rows is not None:
+            live = np.flatnonzero(has)
+            if len(live):
+                ok = np.empty(len(live), np.bool_)
+                new_rot, new_t = np.empty((len(live), 3, 3)), np.empty((len(live), 3))
+                self._refine_rows(self._rigid, img[live], focal[live], np.ascontiguousarray(centre[live]), rot[live],
+                                  t[live], new_rot, new_t, ok)
+                new_rot[~ok], new_t[~ok] = np.nan, np.nan  # solved afresh below
+                rot[live], t[live] = new_rot, new_t
+        elif has.sum() > CV2_ROWS:
+            img_t = np.ascontiguousarray(img[has].transpose(0, 2, 1))  # (n, 2, P), as _evaluate lays points out
+            r, tt = self._refine(img_t, focal[has], centre[has], rot[has], t[has])
             rot[has], t[has] = r, tt
         else:  # a few rows: cv2's own refine, row by row, is cheaper than numpy's per-call overhead
             for i in np.flatnonzero(has):

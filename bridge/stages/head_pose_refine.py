@@ -157,8 +157,19 @@ def refine(model, img, focal, cx, cy, rot, t, rot_out, t_out):
     return True
 
 
+@compiled
+def refine_rows(model, img, focal, centre, rot, t, rot_out, t_out, ok):
+    """`refine` of each row: img (n, P, 2), focal (n,), centre (n, 2), rot (n, 3, 3), t (n, 3) into rot_out, t_out,
+    ok (n,) bool. One call for a pass of many streams (HeadPoseRows), the interpreter lock released throughout; each
+    row's arithmetic is `refine`'s, so a stream gets the pose its own HeadPoseEstimator gives, bit for bit."""
+    for i in range(img.shape[0]):
+        ok[i] = refine(model, img[i], focal[i], centre[i, 0], centre[i, 1], rot[i], t[i], rot_out[i], t_out[i])
+
+
 def warm() -> None:
     """Compile (or load from the cache) for the estimator's array types, so no frame pays it."""
     model = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     img = np.array([[320.0, 240.0], [330.0, 240.0], [320.0, 250.0], [331.0, 251.0]])
     refine(model, img, 640.0, 320.0, 240.0, np.eye(3), np.array([0.0, 0.0, 60.0]), np.empty((3, 3)), np.empty(3))
+    refine_rows(model, img[None], np.array([640.0]), np.array([[320.0, 240.0]]), np.eye(3)[None],
+                np.array([[0.0, 0.0, 60.0]]), np.empty((1, 3, 3)), np.empty((1, 3)), np.empty(1, np.bool_))

@@ -2,8 +2,9 @@
 FaceFrames its own FaceDescriber (`facebridge run`) gives, on the sample as the batched tracker measures it, with
 passes of changing membership, lost faces, a calibrated subject and a row handed to a new stream.
 
-Measured: at most 0.0004 degrees of head rotation (the batched Gauss-Newton refine against cv2's iterative one),
-5e-5 cm, 7e-5 degrees of gaze, 3e-6 of a blendshape; emotion, region confidence and morph blocks within 1e-5.
+Measured: head pose bit-equal where numba is installed (both refine with head_pose_refine's loop), else at most
+0.0004 degrees (the batched Gauss-Newton refine against cv2's iterative one) and 5e-5 cm; 7e-5 degrees of gaze,
+3e-6 of a blendshape; emotion, region confidence and morph blocks within 1e-5.
 """
 from __future__ import annotations
 

@@ -68,3 +68,34 @@ def test_lost_landmarks_give_no_pose_and_the_next_good_frame_is_solved_afresh():
     want = HeadPoseEstimator().estimate(frames[2], 640, 480)
     got = estimator.estimate(frames[2], 640, 480)
     assert np.abs(got[0] - want[0]).max() < 1e-6
+
+
+def _rows_against_singles(compiled_refine: bool):
+    """Three streams of the turning head (different phases), in passes of changing membership: each row's pose
+    from HeadPoseRows and from the stream's own HeadPoseEstimator, (rows, singles) per pass."""
+    from bridge.stages.head_pose import HeadPoseRows
+
+    streams = [_turning_head(40)[k:] for k in (0, 7, 15)]
+    rows = HeadPoseRows(3, compiled_refine=compiled_refine)
+    singles = [HeadPoseEstimator(compiled_refine=compiled_refine) for _ in streams]
+    step = [0, 0, 0]
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        members = np.sort(rng.choice(3, size=rng.integers(1, 4), replace=False))
+        points = np.stack([streams[i][step[i]] for i in members])
+        ypr, t = rows.estimate(members, points, np.array([[640, 480]] * len(members)))
+        want = [singles[i].estimate(streams[i][step[i]], 640, 480) for i in members]
+        for i in members:
+            step[i] += 1
+        yield (ypr, t), (np.stack([w[0] for w in want]), np.stack([w[1] for w in want]))
+
+
+@needs_numba
+def test_rows_refine_each_stream_as_its_own_estimator_does_bit_for_bit():
+    for (ypr, t), (want_ypr, want_t) in _rows_against_singles(compiled_refine=True):
+        assert np.array_equal(ypr, want_ypr) and np.array_equal(t, want_t)
+
+
+def test_rows_without_numba_land_on_cv2s_pose():
+    for (ypr, t), (want_ypr, want_t) in _rows_against_singles(compiled_refine=False):
+        assert np.abs(ypr - want_ypr).max() < 1e-3 and np.abs(t - want_t).max() < 1e-3
