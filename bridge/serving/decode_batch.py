@@ -29,7 +29,7 @@ class JpegBatches:
         """Decode `data` (a JPEG measured as (height, width) hw) with the others waiting, then call
         `then(decoded, decode_ms, *args)` on this batcher's thread: decoded is (frame, hw) or the BadImage it is;
         decode_ms the batch's decode time per image."""
-        self._batcher.submit(None, (data, hw, then, args))
+        self._batcher.post(None, (data, hw, then, args))
 
     def _run(self, _streams, items: list) -> list:
         t0 = time.perf_counter()

@@ -120,3 +120,25 @@ def test_batches_queued_for_a_busy_finisher_are_finished_together_in_order():
     # the batches queued behind the first finish as one call; b's second frame waits for the next, after its first
     assert calls == [["a"], ["x", "b", "c", "d", "e"], ["b"]]
     assert list(batcher.finish_sizes) == [1, 5, 1]
+
+
+def test_posted_items_run_in_batches_with_no_future_and_a_failure_is_logged(caplog):
+    seen, done, failed = [], threading.Event(), threading.Event()
+
+    def hand_on(streams, items):  # like JpegBatches: each item is handed on by run_batch itself
+        if "bad" in items:
+            failed.set()
+            raise ValueError("bad batch")
+        seen.extend(items)
+        if len(seen) == 3:
+            done.set()
+        return [None] * len(items)
+
+    with DeadlineBatcher(hand_on, max_batch=8) as batcher:
+        assert batcher.post(None, "bad") is None
+        assert failed.wait(timeout=30)
+        for i in range(3):
+            batcher.post(None, i)
+        assert done.wait(timeout=30) and seen == [0, 1, 2]
+        assert batcher.submit(None, 9).result(timeout=30) is None  # submit still answers through its Future
+    assert "a batch failed for 1 posted items: bad batch" in caplog.text
