@@ -188,6 +188,7 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
             ms, (50,))[0], 3), "cpu_median": round(float(np.median(ours_cpu) / np.median(cpu)), 3),
             "per_chunk_median": round(float(np.median(ratios)), 3),
             "per_chunk_min": round(float(np.min(ratios)), 3), "per_chunk_max": round(float(np.max(ratios)), 3)}
+
     def spread(side: dict) -> str:  # CPU p99 over median, all frames and steady
         return f"CPU p99/median {side['cpu']['p99_over_median']} (steady {side['cpu']['steady']['p99_over_median']})"
 

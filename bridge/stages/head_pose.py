@@ -1,6 +1,7 @@
 """6-DoF head pose: PnP of the 468 landmarks against MediaPipe's canonical face mesh."""
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from bridge import compiled, mesh
 
+log = logging.getLogger(__name__)
 CANONICAL_PATH = Path(__file__).resolve().parents[1] / "data" / "canonical_face_468.npy"
 RIGID_POINTS = np.array(mesh.RIGID_POINTS)
 
@@ -37,6 +39,21 @@ def rotation_to_ypr(rot: np.ndarray) -> np.ndarray:
     return np.array([math.degrees(yaw), math.degrees(pitch), math.degrees(-roll)], np.float32)
 
 
+def _refine_kernels(wanted: bool | None):
+    """head_pose_refine, compiled and warm, where numba is installed (wanted None) or where asked (True); None for
+    the cv2 and numpy refines, also where the kernels fail to compile (said once in the log)."""
+    if not (compiled.available() if wanted is None else wanted):
+        return None
+    try:
+        from bridge.stages import head_pose_refine
+
+        head_pose_refine.warm()
+    except Exception as e:  # noqa: BLE001 - a broken numba costs the speed-up, never the stream
+        log.warning("head pose: the compiled refine is unavailable (%s); cv2's solver refines instead", e)
+        return None
+    return head_pose_refine
+
+
 class HeadPoseEstimator:
     """A face's first frame (or one after a reset) is solved by SQPNP; every other frame refines the last pose, by
     the compiled Gauss-Newton loop (head_pose_refine.py) where numba is installed, else by cv2's iterative solver:
@@ -50,14 +67,8 @@ class HeadPoseEstimator:
         self._rot: np.ndarray | None = None  # the last pose: model-to-camera rotation, translation (cm)
         self._t: np.ndarray | None = None
         self._rvec: np.ndarray | None = None  # the same pose as cv2 gives and takes it (its own refine)
-        self._refine = None
-        if compiled_refine is None:
-            compiled_refine = compiled.available()
-        if compiled_refine:
-            from bridge.stages import head_pose_refine
-
-            head_pose_refine.warm()
-            self._refine = head_pose_refine.refine
+        kernels = _refine_kernels(compiled_refine)
+        self._refine = kernels.refine if kernels else None
 
     def reset(self) -> None:
         self._rot = self._t = None
@@ -135,12 +146,8 @@ class HeadPoseRows:
         """compiled_refine: None picks the compiled refine where numba is installed; False the numpy and cv2 one."""
         self.model = np.load(CANONICAL_PATH).astype(np.float64)
         self._rigid = np.ascontiguousarray(self.model[RIGID_POINTS])
-        self._refine_rows = None
-        if compiled.available() if compiled_refine is None else compiled_refine:
-            from bridge.stages import head_pose_refine
-
-            head_pose_refine.warm()
-            self._refine_rows = head_pose_refine.refine_rows
+        kernels = _refine_kernels(compiled_refine)
+        self._refine_rows = kernels.refine_rows if kernels else None
         self._rigid_t = np.ascontiguousarray(self._rigid.T)
         self._rot = np.zeros((rows, 3, 3))
         self._t = np.zeros((rows, 3))

@@ -99,3 +99,19 @@ def test_rows_refine_each_stream_as_its_own_estimator_does_bit_for_bit():
 def test_rows_without_numba_land_on_cv2s_pose():
     for (ypr, t), (want_ypr, want_t) in _rows_against_singles(compiled_refine=False):
         assert np.abs(ypr - want_ypr).max() < 1e-3 and np.abs(t - want_t).max() < 1e-3
+
+
+@needs_numba
+def test_kernels_that_fail_to_compile_leave_cv2s_solver_and_say_so(monkeypatch, caplog):
+    from bridge.stages import head_pose_refine
+
+    def broken():
+        raise RuntimeError("numba: no target for this CPU")
+
+    monkeypatch.setattr(compiled, "available", lambda: True)
+    monkeypatch.setattr(head_pose_refine, "warm", broken)
+    estimator = HeadPoseEstimator()
+    assert estimator._refine is None and "cv2's solver refines instead" in caplog.text
+    for points in _turning_head(3):
+        ypr, t, _ = estimator.estimate(points, 640, 480)
+    assert np.isfinite(ypr).all() and 50 < t[2] < 60
