@@ -9,10 +9,11 @@ MediaPipe over FaceMesh.process() (478 landmarks with refine_landmarks, nothing 
 time (time.process_time: every thread of the process) are taken per frame; on a machine that other jobs load, CPU
 time is the steadier figure, and it is what a game on the same PC loses.
 
-The first frame of each turn finds the caches full of the other side's code and data (1.4-2.1x a side's median
-here): one frame in CHUNK, 3.3%, so in the plain p99 these frames are all there is. Each side's summary therefore
-also gives `steady` (every frame but the first of a turn: the tracker's own spread) and `after_switch` (those first
-frames alone: what a core shared with a game costs the first frame after it), and the per-frame CPU times.
+The first frame of each turn runs on a core the other side just had, its caches and predictors cold (1.4-2.1x a
+side's median here): one frame in CHUNK, 3.3%, so in the plain p99 these frames are all there is. Each side's
+summary therefore also gives `steady` (every frame but the first of a turn: the tracker's own spread) and
+`after_switch` (those first frames alone: what a core shared with a game costs the first frame after it), and the
+per-frame CPU times.
 
 With --pace FPS each side takes its frames on a clock of FPS, idle between them, as a tracker fed by a camera is:
 after every idle gap the caches and predictors have cooled (on the 2-core VMs here a frame then costs 1.7-1.9x
