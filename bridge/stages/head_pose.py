@@ -13,6 +13,9 @@ from bridge import compiled, mesh
 log = logging.getLogger(__name__)
 CANONICAL_PATH = Path(__file__).resolve().parents[1] / "data" / "canonical_face_468.npy"
 RIGID_POINTS = np.array(mesh.RIGID_POINTS)
+# The per-frame refine from the last pose, every implementation of it (compiled, numpy rows):
+REFINE_ITERATIONS = 20  # cv2's own count; a frame's refine from the last pose takes 3-8
+REFINE_STOP = 1e-5  # rad, cm: a step this small ends it (0.0006 degrees; the error left is a tenth of it)
 
 
 def camera_matrix(width: int, height: int, focal: float | None = None) -> np.ndarray:
@@ -94,7 +97,8 @@ class HeadPoseEstimator:
         """(rotation, translation) refined from the last pose, or (None, None) where the refine fails."""
         if self._refine is not None:
             rot, t = np.empty((3, 3)), np.empty(3)
-            if self._refine(obj, img, k[0, 0], k[0, 2], k[1, 2], self._rot, self._t, rot, t):
+            if self._refine(obj, img, k[0, 0], k[0, 2], k[1, 2], self._rot, self._t, rot, t, REFINE_ITERATIONS,
+                            REFINE_STOP):
                 return rot, t
             return None, None
         ok, rvec, tvec = cv2.solvePnP(obj, img, k, None, self._rvec.copy(), self._t.reshape(3, 1).copy(),
@@ -136,11 +140,8 @@ class HeadPoseRows:
     reset) is solved by SQPNP as there, and every other frame refined from its last pose. Where numba is installed
     every row refines in one compiled call (head_pose_refine.refine_rows: each row exactly as HeadPoseEstimator
     refines, the interpreter lock released); without it by Gauss-Newton on the reprojection error over all rows
-    together, the least squares cv2's iterative solver minimises (the same minimum, to STOP; a pass of at most
+    together, the least squares cv2's iterative solver minimises (the same minimum, to REFINE_STOP; a pass of at most
     CV2_ROWS rows refines with cv2 itself, as HeadPoseEstimator then does)."""
-
-    ITERATIONS = 20  # cv2's own count; a frame's refine from the last pose takes 4-8
-    STOP = 1e-5  # rad, cm: a step this small ends the row (0.0006 degrees; the error left is a tenth of it)
 
     def __init__(self, rows: int, compiled_refine: bool | None = None) -> None:
         """compiled_refine: None picks the compiled refine where numba is installed; False the numpy and cv2 one."""
@@ -169,7 +170,7 @@ class HeadPoseRows:
                 ok = np.empty(len(live), np.bool_)
                 new_rot, new_t = np.empty((len(live), 3, 3)), np.empty((len(live), 3))
                 self._refine_rows(self._rigid, img[live], focal[live], np.ascontiguousarray(centre[live]), rot[live],
-                                  t[live], new_rot, new_t, ok)
+                                  t[live], new_rot, new_t, ok, REFINE_ITERATIONS, REFINE_STOP)
                 new_rot[~ok], new_t[~ok] = np.nan, np.nan  # solved afresh below
                 rot[live], t[live] = new_rot, new_t
         elif has.sum() > CV2_ROWS:
@@ -193,18 +194,18 @@ class HeadPoseRows:
 
     def _refine(self, img, focal, centre, rot, t):
         """Gauss-Newton from (rot, t), the rotation updated as exp([w]x) rot, over the rows still moving: a row
-        stops when its step is below STOP (rad, cm) or would raise its error."""
+        stops when its step is below REFINE_STOP (rad, cm) or would raise its error."""
         rot, t = rot.copy(), t.copy()
         live = np.arange(len(rot))
         at = self._evaluate(img, focal, centre, rot, t)
-        for _ in range(self.ITERATIONS):
+        for _ in range(REFINE_ITERATIONS):
             step = self._step(focal[live], *at)
             new_rot = rotvec_matrices(step[:, :3]) @ rot[live]
             new_t = t[live] + step[:, 3:]
             new = self._evaluate(img[live], focal[live], centre[live], new_rot, new_t)
             take = np.isfinite(new[0]) & (new[0] <= at[0])
             rot[live[take]], t[live[take]] = new_rot[take], new_t[take]
-            going = take & (np.abs(step).max(1) > self.STOP)
+            going = take & (np.abs(step).max(1) > REFINE_STOP)
             live = live[going]
             if not len(live):
                 break

@@ -3,7 +3,7 @@ last frame's pose, the least squares cv2.solvePnP's iterative solver minimises, 
 streams (the same Jacobian, step, acceptance and stop), here for one.
 
 cv2's solver cost 0.12-0.15 ms a frame here, and about twice that on a frame after the core idled (its code and
-buffers cold); this loop costs a few microseconds and lands on the same minimum (within 0.001 degrees on the
+buffers cold); this loop costs about 9 microseconds a frame and lands on the same minimum (within 0.001 degrees on the
 sample: tests/stages/test_head_pose.py). Imported only where numba is (bridge/compiled.py).
 """
 from __future__ import annotations
@@ -13,9 +13,6 @@ import math
 import numpy as np
 
 from bridge.compiled import compiled
-
-ITERATIONS = 20  # cv2's own count; a frame's refine from the last pose takes 3-6
-STOP = 1e-5  # rad, cm: a step this small ends the refine (HeadPoseRows.STOP)
 
 
 @compiled
@@ -124,9 +121,10 @@ def _rotvec_matrix(w):
 
 
 @compiled
-def refine(model, img, focal, cx, cy, rot, t, rot_out, t_out):
-    """Refine (rot, t) on the model points (P, 3) against their image points (P, 2) into rot_out, t_out; False when
-    the pose at hand is not finite (the caller solves from scratch then)."""
+def refine(model, img, focal, cx, cy, rot, t, rot_out, t_out, iterations, stop):
+    """Refine (rot, t) on the model points (P, 3) against their image points (P, 2) into rot_out, t_out, at most
+    `iterations` steps, ending at a step below `stop` (head_pose.REFINE_ITERATIONS, REFINE_STOP: HeadPoseRows'
+    numpy refine takes the same); False when the pose at hand is not finite (the caller solves from scratch then)."""
     # scalar loops, no array expressions: each of those would compile numba's ufunc machinery (seconds, once)
     cost = _cost(model, img, focal, cx, cy, rot, t)
     if not math.isfinite(cost):
@@ -136,7 +134,7 @@ def refine(model, img, focal, cx, cy, rot, t, rot_out, t_out):
         for j in range(3):
             rot_out[i, j] = rot[i, j]
     new_t = np.empty(3)
-    for _ in range(ITERATIONS):
+    for _ in range(iterations):
         step = _step(model, img, focal, cx, cy, rot_out, t_out)
         new_rot = _matmul3(_rotvec_matrix(step), rot_out)
         largest = 0.0
@@ -152,24 +150,26 @@ def refine(model, img, focal, cx, cy, rot, t, rot_out, t_out):
             for j in range(3):
                 rot_out[i, j] = new_rot[i, j]
         cost = new_cost
-        if largest <= STOP:
+        if largest <= stop:
             break
     return True
 
 
 @compiled
-def refine_rows(model, img, focal, centre, rot, t, rot_out, t_out, ok):
+def refine_rows(model, img, focal, centre, rot, t, rot_out, t_out, ok, iterations, stop):
     """`refine` of each row: img (n, P, 2), focal (n,), centre (n, 2), rot (n, 3, 3), t (n, 3) into rot_out, t_out,
     ok (n,) bool. One call for a pass of many streams (HeadPoseRows), the interpreter lock released throughout; each
     row's arithmetic is `refine`'s, so a stream gets the pose its own HeadPoseEstimator gives, bit for bit."""
     for i in range(img.shape[0]):
-        ok[i] = refine(model, img[i], focal[i], centre[i, 0], centre[i, 1], rot[i], t[i], rot_out[i], t_out[i])
+        ok[i] = refine(model, img[i], focal[i], centre[i, 0], centre[i, 1], rot[i], t[i], rot_out[i], t_out[i],
+                       iterations, stop)
 
 
 def warm() -> None:
     """Compile (or load from the cache) for the estimator's array types, so no frame pays it."""
     model = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     img = np.array([[320.0, 240.0], [330.0, 240.0], [320.0, 250.0], [331.0, 251.0]])
-    refine(model, img, 640.0, 320.0, 240.0, np.eye(3), np.array([0.0, 0.0, 60.0]), np.empty((3, 3)), np.empty(3))
+    refine(model, img, 640.0, 320.0, 240.0, np.eye(3), np.array([0.0, 0.0, 60.0]), np.empty((3, 3)), np.empty(3), 20,
+           1e-5)
     refine_rows(model, img[None], np.array([640.0]), np.array([[320.0, 240.0]]), np.eye(3)[None],
-                np.array([[0.0, 0.0, 60.0]]), np.empty((1, 3, 3)), np.empty((1, 3)), np.empty(1, np.bool_))
+                np.array([[0.0, 0.0, 60.0]]), np.empty((1, 3, 3)), np.empty((1, 3)), np.empty(1, np.bool_), 20, 1e-5)
