@@ -48,6 +48,12 @@ def test_a_window_reads_busy_cores_and_the_dmon_means(tmp_path):
     assert dmon["samples"] == 2 and dmon["sm"] == {"mean": 75.0, "max": 80.0} and dmon["pwr"]["mean"] == 210.0
     assert dmon["jpg"] == {"mean": 30.0, "max": 30.0}  # a '-' is no reading, not a zero
     assert "64 streams: host busy 0.9 of 2 cores" in done.stdout
+    # the same window from the bench's JSON (measured_unix: the window its clients measured)
+    (tmp_path / "bench.json").write_text(json.dumps({"benchmark": "serve", "results": {"trials": [
+        {"streams": 64, "measured_unix": [t + 6, t + 23]}]}}))
+    again = _run("summarise", "--host", str(tmp_path / "host.jsonl"), "--dmon", str(tmp_path / "dmon.txt"),
+                 "--bench-json", str(tmp_path / "bench.json"))
+    assert again.returncode == 0 and again.stdout == done.stdout
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/stat"), reason="needs Linux's /proc/stat")

@@ -77,11 +77,13 @@ load_start() {  # LOAD=1: whole-host CPU (/proc/stat, tools/host_load.py) and nv
   return 0
 }
 
-load_summary() {  # NAME LOG SECS WARMUP: the load in each measured window of that bench log, to NAME-load.json
+load_summary() {  # NAME LOG SECS WARMUP [JSON]: the load in each window the bench measured, to NAME-load.json
   [ "${LOAD:-0}" = 1 ] || return 0
-  local d=() f
+  local d=() f where=(--log "$2" --secs "$3" --warmup "$4")
   for f in "$OUT/load-$MODE/dmon.txt" "$OUT/load-$MODE/gpm.txt"; do [ -s "$f" ] && d+=(--dmon "$f"); done
-  "$PY" tools/host_load.py summarise --host "$OUT/load-$MODE/host.jsonl" "${d[@]}" --log "$2" --secs "$3" --warmup "$4" \
+  # the bench's JSON says each count's window itself (measured_unix); the log's times are the fallback
+  [ -n "${5:-}" ] && grep -q measured_unix "$5" 2> /dev/null && where=(--bench-json "$5")
+  "$PY" tools/host_load.py summarise --host "$OUT/load-$MODE/host.jsonl" "${d[@]}" "${where[@]}" \
     --json "$OUT/$1-load.json" 2>&1 | tee -a "$OUT/$1.log"
 }
 
@@ -97,7 +99,7 @@ bench() {  # NAME LIMIT_S ARGS...: one `facebridge bench serve`; the .partial st
   local rc=${PIPESTATUS[0]}
   tail -60 "$OUT/$name.tlog" > "$OUT/$name.log"
   echo "$name: exit $rc" >> "$OUT/$name.log"
-  load_summary "$name" "$OUT/$name.tlog" "$SECONDS_PER_COUNT" 3
+  load_summary "$name" "$OUT/$name.tlog" "$SECONDS_PER_COUNT" 3 "$OUT/$name.json"
   if [ -f "$OUT/$name.json" ]; then rm -f "$OUT/$name.json.partial"; elif [ -f "$OUT/$name.json.partial" ]; then
     mv "$OUT/$name.json.partial" "$OUT/$name.json"; echo "$name: cut short, the counts that ended" | tee -a "$OUT/$name.log"; fi
   tail -8 "$OUT/$name.log"
@@ -170,7 +172,7 @@ case "$MODE" in
     { top -H -b -n 2 -d 3 -p "$spid" | tail -25 || ps -L -o tid,pcpu,comm -p "$spid"; } > "$OUT/profile-threads.txt" 2>&1
     "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 -f raw -o /tmp/all.txt --nonblocking > /dev/null 2>&1
     wait "$bpid"; kill "$spid"; load_stop
-    load_summary profile "$OUT/profile-bench.log" $(( ${SECS:-30} + 10 )) 10
+    load_summary profile "$OUT/profile-bench.log" $(( ${SECS:-30} + 10 )) 10 "$OUT/profile-bench.json"
     { "$PY" tools/pyspy_top.py /tmp/gil.txt; "$PY" tools/pyspy_top.py /tmp/all.txt; } > "$OUT/profile-top.txt" 2>&1
     cp /tmp/gil.txt "$OUT/profile-gil-raw.txt"; cp /tmp/all.txt "$OUT/profile-all-raw.txt"
     tail -3 "$OUT/profile-bench.log"; head -40 "$OUT/profile-top.txt" ;;

@@ -1,15 +1,16 @@
 """Whole-host CPU and GPU load beside a benchmark: sample while it runs, then summarise per measured window.
 
     python tools/host_load.py sample OUT.jsonl [--interval 1]        # /proc/stat (every cpu line) until killed
-    python tools/host_load.py summarise --host OUT.jsonl [--dmon DMON.txt ...] --log BENCH.log [--secs 20]
-        [--warmup 3] [--json OUT.json]
+    python tools/host_load.py summarise --host OUT.jsonl [--dmon DMON.txt ...] (--log BENCH.log [--secs 20]
+        [--warmup 3] | --bench-json BENCH.json) [--json OUT.json]
 
 `sample` appends one JSON line a sample: unix time and the jiffies of the host ('cpu') and of each core ('cpuN'),
 as /proc/stat gives them (user nice system idle iowait irq softirq steal). `summarise` takes the windows a
 `facebridge bench serve` measured from its log, each line prefixed by the unix time it was printed (as
 tools/gpu_serve_bench.sh writes it): a count's line "N streams x F fps for S s ..." is printed just before its
 client processes start, which begin 3 s later and are measured from `warmup` s after that to the count's end
-(bridge/bench/serve.py `_trial`), trimmed by a second each side here. Per window: busy cores of the whole host
+(bridge/bench/serve.py `_trial`), trimmed by a second each side here; or from the bench's JSON, whose counts carry
+the window they measured (`measured_unix`). Per window: busy cores of the whole host
 (user, system, irq + softirq, the rest), the busiest core, and the means of every `nvidia-smi dmon -o DT` column
 (sm, mem, power, clocks; GPM metrics when dmon was asked for them).
 """
@@ -56,6 +57,14 @@ def windows_from_log(path: str, secs: float, warmup: float, trim: float = 1.0) -
             seconds = float(m.group(4)) if m.group(4) else secs
             out.append({"streams": int(m.group(2)), "from": t + 3.0 + warmup + trim, "to": t + 3.0 + seconds - trim})
     return out
+
+
+def windows_from_json(path: str, trim: float = 1.0) -> list[dict]:
+    """The windows a `bench serve` JSON (or its .partial) says each count measured (`measured_unix`)."""
+    data = json.load(open(path))
+    trials = data.get("results", data).get("trials", [])
+    return [{"streams": t["streams"], "from": t["measured_unix"][0] + trim, "to": t["measured_unix"][1] - trim}
+            for t in trials if t.get("measured_unix")]
 
 
 def host_in(samples: list[dict], t0: float, t1: float) -> dict | None:
@@ -131,7 +140,9 @@ def summarise(args) -> dict:
     samples = [json.loads(x) for x in open(args.host) if x.strip()]
     dmons = {p: read_dmon(p) for p in (args.dmon or [])}
     result = {"windows": []}
-    for w in windows_from_log(args.log, args.secs, args.warmup):
+    windows = windows_from_json(args.bench_json) if args.bench_json else \
+        windows_from_log(args.log, args.secs, args.warmup)
+    for w in windows:
         entry = {"streams": w["streams"], "from_unix": round(w["from"], 1), "to_unix": round(w["to"], 1),
                  "host_cpu": host_in(samples, w["from"], w["to"])}
         for p, rows in dmons.items():
@@ -151,7 +162,9 @@ def main() -> None:
     m = sub.add_parser("summarise")
     m.add_argument("--host", required=True)
     m.add_argument("--dmon", action="append")
-    m.add_argument("--log", required=True)
+    where = m.add_mutually_exclusive_group(required=True)
+    where.add_argument("--log", help="a bench serve log, each line prefixed by its unix time")
+    where.add_argument("--bench-json", help="a bench serve JSON whose trials carry measured_unix (since serve8)")
     m.add_argument("--secs", type=float, default=20.0)
     m.add_argument("--warmup", type=float, default=3.0)
     m.add_argument("--json")

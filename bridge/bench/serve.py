@@ -196,6 +196,8 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         p.start()
     time.sleep(max(0.0, t0 + args.warmup - time.perf_counter()))
     cpu_start = _cpu_seconds(pids)
+    to_unix = time.time() - time.perf_counter()  # the measured window on the wall clock, for load sampled beside
+    measured_unix = [round(t0 + args.warmup + to_unix, 3), round(t0 + args.seconds + to_unix, 3)]
     killed = None
     if args.kill_replica_at is not None and len(pids) > 1:
         import signal
@@ -231,6 +233,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     measured_s = args.seconds - args.warmup
     return {
         "streams": n, "fps_per_stream": args.fps, "seconds": args.seconds, "in_flight": args.in_flight,
+        "measured_unix": measured_unix,
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
         "streams_p99_within_limit_any_share": sum(1 for p in p99s if p is not None and p <= P99_LIMIT_MS),
