@@ -22,6 +22,10 @@
 # The host path alone (issue 17), one short call: `describe` runs `facebridge bench describe` on this machine's CPU
 # (a pass of DESCRIBE_STREAMS streams described and its replies built, against one stream at a time; T_DESCRIBE 300).
 #
+# LOAD=1 (procs, profile): whole-host CPU (/proc/stat) and `nvidia-smi dmon` (utilisation, power, clocks; GPM SM
+# activity and occupancy) sampled each second beside the bench, summarised per measured window into NAME-load.json
+# by tools/host_load.py (every bench log line carries the unix time it was printed).
+#
 # Where one serve process's CPU goes (`profile`): py-spy carried in WHEELS, PROFILE_STREAMS (128) streams, SPY_S (8)
 # seconds with --gil then all threads; profile-top.txt summarised by tools/pyspy_top.py (SPY: py-spy elsewhere;
 # on the 2-core VM: RUNNERS=cpu WHEELS= SPY=.venv/bin/py-spy PYTHON=.venv/bin/python).
@@ -56,11 +60,46 @@ print('python', __import__('sys').version.split()[0], 'grpc', grpc.__version__, 
   [ "$rc" = 0 ] || { echo "preflight failed"; exit 3; }
 }
 
+stamp() {  # each line prefixed by the unix time it arrived (no fork a line: bash's EPOCHREALTIME)
+  while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done
+}
+
+load_start() {  # LOAD=1: whole-host CPU (/proc/stat, tools/host_load.py) and nvidia-smi dmon sampled each second
+  [ "${LOAD:-0}" = 1 ] || return 0
+  mkdir -p "$OUT/load-$MODE"
+  "$PY" tools/host_load.py sample "$OUT/load-$MODE/host.jsonl" & LOAD_PIDS=$!
+  if command -v nvidia-smi > /dev/null; then
+    nvidia-smi dmon -s pucm -o DT -d 1 > "$OUT/load-$MODE/dmon.txt" 2>&1 & LOAD_PIDS="$LOAD_PIDS $!"
+    # GPM (Hopper): graphics activity, SM activity, SM occupancy, tensor activity, DRAM bandwidth, as % of peak
+    nvidia-smi dmon --gpm-metrics 1,2,3,5,10 -o DT -d 1 > "$OUT/load-$MODE/gpm.txt" 2>&1 & LOAD_PIDS="$LOAD_PIDS $!"
+  fi
+  command -v mpstat > /dev/null && { mpstat -P ALL 1 > "$OUT/load-$MODE/mpstat.txt" 2>&1 & LOAD_PIDS="$LOAD_PIDS $!"; }
+  return 0
+}
+
+load_summary() {  # NAME LOG SECS WARMUP [JSON]: the load in each window the bench measured, to NAME-load.json
+  [ "${LOAD:-0}" = 1 ] || return 0
+  local d=() f where=(--log "$2" --secs "$3" --warmup "$4")
+  for f in "$OUT/load-$MODE/dmon.txt" "$OUT/load-$MODE/gpm.txt"; do [ -s "$f" ] && d+=(--dmon "$f"); done
+  # the bench's JSON says each count's window itself (measured_unix); the log's times are the fallback
+  [ -n "${5:-}" ] && grep -q measured_unix "$5" 2> /dev/null && where=(--bench-json "$5")
+  "$PY" tools/host_load.py summarise --host "$OUT/load-$MODE/host.jsonl" "${d[@]}" "${where[@]}" \
+    --json "$OUT/$1-load.json" 2>&1 | tee -a "$OUT/$1.log"
+}
+
+load_stop() {
+  [ -n "${LOAD_PIDS:-}" ] && kill $LOAD_PIDS 2> /dev/null; LOAD_PIDS=; return 0
+}
+
 bench() {  # NAME LIMIT_S ARGS...: one `facebridge bench serve`; the .partial stands in for a cut-short run
   local name=$1 limit=$2; shift 2
   timeout -k 20 "$limit" "$PY" -m bridge.cli bench serve --runners "$RUNNERS" --seconds "$SECONDS_PER_COUNT" \
-    --in-flight "${IN_FLIGHT:-0}" --json "$OUT/$name.json" "$@" 2>&1 | grep -v " INFO " | tail -60 > "$OUT/$name.log"
-  echo "$name: exit ${PIPESTATUS[0]}" >> "$OUT/$name.log"
+    --in-flight "${IN_FLIGHT:-0}" --json "$OUT/$name.json" "$@" 2>&1 | grep --line-buffered -v " INFO " | stamp \
+    > "$OUT/$name.tlog"
+  local rc=${PIPESTATUS[0]}
+  tail -60 "$OUT/$name.tlog" > "$OUT/$name.log"
+  echo "$name: exit $rc" >> "$OUT/$name.log"
+  load_summary "$name" "$OUT/$name.tlog" "$SECONDS_PER_COUNT" 3 "$OUT/$name.json"
   if [ -f "$OUT/$name.json" ]; then rm -f "$OUT/$name.json.partial"; elif [ -f "$OUT/$name.json.partial" ]; then
     mv "$OUT/$name.json.partial" "$OUT/$name.json"; echo "$name: cut short, the counts that ended" | tee -a "$OUT/$name.log"; fi
   tail -8 "$OUT/$name.log"
@@ -97,6 +136,7 @@ case "$MODE" in
       mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
       nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$OUT/env.txt"
     fi
+    load_start
     i=0
     IFS=';' read -ra variants <<< "${SERVE_ARGS:-}"
     for extra in "${variants[@]:-}"; do
@@ -104,6 +144,7 @@ case "$MODE" in
       bench "serve-${P}proc-$i" "${T_MANY:-200}" --streams "${STREAMS_N:-512}" --server-processes "$P" \
         --client-processes "${CLIENTS:-8}" --serve-args "$extra"
     done
+    load_stop
     [ "${MPS:-0}" = 1 ] && { echo quit | nvidia-cuda-mps-control; sleep 1; } ;;
   describe)
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
@@ -122,14 +163,18 @@ case "$MODE" in
     for _ in $(seq "${T_START:-240}"); do grep -q "listening on" "$OUT/profile-serve.log" && break; sleep 1; done
     timeout -k 10 $(( ${SECS:-30} + 120 )) "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
       --streams "${PROFILE_STREAMS:-128}" --seconds $(( ${SECS:-30} + 10 )) --warmup 10 --in-flight "${IN_FLIGHT:-1}" \
-      --client-processes "${CLIENTS:-4}" --json "$OUT/profile-bench.json" > "$OUT/profile-bench.log" 2>&1 & bpid=$!
+      --client-processes "${CLIENTS:-4}" --json "$OUT/profile-bench.json" 2>&1 | stamp > "$OUT/profile-bench.log" &
+    bpid=$!
+    load_start
     sleep 20
     # --gil: only the thread holding the interpreter lock (what the lock is spent on); then every thread
     "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 --gil -f raw -o /tmp/gil.txt --nonblocking > /dev/null 2>&1
     { top -H -b -n 2 -d 3 -p "$spid" | tail -25 || ps -L -o tid,pcpu,comm -p "$spid"; } > "$OUT/profile-threads.txt" 2>&1
     "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 -f raw -o /tmp/all.txt --nonblocking > /dev/null 2>&1
-    wait "$bpid"; kill "$spid"
+    wait "$bpid"; kill "$spid"; load_stop
+    load_summary profile "$OUT/profile-bench.log" $(( ${SECS:-30} + 10 )) 10 "$OUT/profile-bench.json"
     { "$PY" tools/pyspy_top.py /tmp/gil.txt; "$PY" tools/pyspy_top.py /tmp/all.txt; } > "$OUT/profile-top.txt" 2>&1
+    cp /tmp/gil.txt "$OUT/profile-gil-raw.txt"; cp /tmp/all.txt "$OUT/profile-all-raw.txt"
     tail -3 "$OUT/profile-bench.log"; head -40 "$OUT/profile-top.txt" ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;

@@ -32,6 +32,12 @@ P99_LIMIT_MS = 20.0
 # a stream counts as served within the limit only when it also got this share of its measured frames: latest
 # wins keeps an overloaded server's answers fresh, so p99 alone would pass a stream served a frame in ten
 MIN_SERVED_SHARE = 0.95
+# the server's stages a FaceFrame's latencies carry that the bench summarises: the first six always (decode, wait,
+# track, describe, the describing thread's CPU, received to replies made), then where the server measured them, how
+# wait and track split (bridge/serving/replies.py: JPEG batches' hand-off, queue, decode and hand-on; the batcher's
+# queue, the pass, its GPU time, the wait for the describing thread)
+STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_decode", "decode_queue",
+          "decode_batch", "to_service", "queue", "pass", "gpu", "to_describe")
 _STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
 
@@ -87,8 +93,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
 
     out = {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [], "replica": "",
            "stale": 0, "late": 0, "bad": 0,
-           "stages": {"decode": [], "wait": [], "track": [], "describe": [], "describe_cpu": [],
-                      "server": []}, "error": None,
+           "stages": {k: [] for k in STAGES[:6]}, "error": None,
            "reconnects": 0, "moved": 0, "replicas": []}
     loop = asyncio.get_running_loop()
     k, which = 0, stream_id % len(channels)
@@ -137,8 +142,10 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
                 frame = response.frame
                 if frame.source_time >= measure_from:
                     out["latency_ms"].append((time.perf_counter() - frame.source_time) * 1000.0)
-                    for stage, values in out["stages"].items():
-                        values.append(frame.latencies_ms.get(stage, 0.0))
+                    got = frame.latencies_ms
+                    for stage in STAGES:
+                        if stage in got:
+                            out["stages"].setdefault(stage, []).append(got[stage])
 
         try:
             await asyncio.gather(writer(), reader())
@@ -189,6 +196,8 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         p.start()
     time.sleep(max(0.0, t0 + args.warmup - time.perf_counter()))
     cpu_start = _cpu_seconds(pids)
+    to_unix = time.time() - time.perf_counter()  # the measured window on the wall clock, for load sampled beside
+    measured_unix = [round(t0 + args.warmup + to_unix, 3), round(t0 + args.seconds + to_unix, 3)]
     killed = None
     if args.kill_replica_at is not None and len(pids) > 1:
         import signal
@@ -215,14 +224,16 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     served_measured = sum(len(s["latency_ms"]) for s in streams)
     sent_measured = sum(s["sent_measured"] for s in streams)
     all_latency = [v for s in streams for v in s["latency_ms"]]
-    stages = {k: percentiles([v for s in streams for v in s["stages"][k]], (50,))[0] for k in streams[0]["stages"]}
-    stage_means = {k: round(float(np.mean(v)), 3) if (v := [x for s in streams for x in s["stages"][k]]) else None
-                   for k in streams[0]["stages"]}
+    names = [k for k in STAGES if any(k in s["stages"] for s in streams)]
+    stages = {k: percentiles([v for s in streams for v in s["stages"].get(k, ())], (50,))[0] for k in names}
+    stage_means = {k: round(float(np.mean(v)), 3) if (v := [x for s in streams for x in s["stages"].get(k, ())])
+                   else None for k in names}
     sent, served = sum(s["sent"] for s in streams), sum(s["served"] for s in streams)
     stale, late, bad = (sum(s[k] for s in streams) for k in ("stale", "late", "bad"))
     measured_s = args.seconds - args.warmup
     return {
         "streams": n, "fps_per_stream": args.fps, "seconds": args.seconds, "in_flight": args.in_flight,
+        "measured_unix": measured_unix,
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
         "streams_p99_within_limit_any_share": sum(1 for p in p99s if p is not None and p <= P99_LIMIT_MS),

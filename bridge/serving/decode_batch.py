@@ -12,11 +12,21 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import NamedTuple
 
 from bridge.serving.batcher import DeadlineBatcher
 from bridge.serving.decode import BadImage
 
 log = logging.getLogger(__name__)
+
+
+class DecodeTimes(NamedTuple):
+    """When an image was posted, its batch's decode began and ended (time.perf_counter() s), and the batch's decode
+    time per image (ms)."""
+    posted: float
+    started: float
+    ended: float
+    ms: float
 
 
 class JpegBatches:
@@ -27,9 +37,9 @@ class JpegBatches:
 
     def submit(self, data: bytes, hw: tuple[int, int], then, *args) -> None:
         """Decode `data` (a JPEG measured as (height, width) hw) with the others waiting, then call
-        `then(decoded, decode_ms, *args)` on this batcher's thread: decoded is (frame, hw) or the BadImage it is;
-        decode_ms the batch's decode time per image."""
-        self._batcher.post(None, (data, hw, then, args))
+        `then(decoded, times, *args)` on this batcher's thread: decoded is (frame, hw) or the BadImage it is;
+        times its DecodeTimes (the wait for the thread, the batch's decode)."""
+        self._batcher.post(None, (data, hw, then, args, time.perf_counter()))
 
     def _run(self, _streams, items: list) -> list:
         t0 = time.perf_counter()
@@ -38,10 +48,11 @@ class JpegBatches:
         except Exception as e:  # noqa: BLE001 - every image is still answered (refused), never left waiting
             log.warning("a batch of %d JPEGs could not be decoded: %s", len(items), e)
             decoded = [BadImage(f"the JPEG could not be decoded ({str(e).splitlines()[0][:120]})")] * len(items)
-        ms = (time.perf_counter() - t0) * 1000.0 / len(items)
-        for (_, _, then, args), result in zip(items, decoded):
+        t1 = time.perf_counter()
+        ms = (t1 - t0) * 1000.0 / len(items)
+        for (_, _, then, args, posted), result in zip(items, decoded):
             try:
-                then(result, ms, *args)
+                then(result, DecodeTimes(posted, t0, t1, ms), *args)
             except Exception as e:  # noqa: BLE001 - one image's hand-over never costs the others theirs
                 log.warning("a decoded image could not be handed on: %s", e)
         return [None] * len(items)

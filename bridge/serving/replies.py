@@ -22,6 +22,33 @@ from bridge.grpc.frame_wire import encode_frames
 from bridge.grpc.gen import facebridge_pb2 as pb
 
 
+def _split_stages(served: list, faces, t0: float) -> tuple[tuple[str, ...], np.ndarray | None]:
+    """Where a frame's wait and track went, where measured for every frame of the pass (ms, (n, k)): with JpegBatches'
+    DecodeTimes, wait = to_decode (the serve loop's hand-off to the JPEG thread) + decode_queue (its previous batch)
+    + decode_batch (this batch's decode) + to_service (the batch's images handed on before it, and submit); with the
+    service's pass timing, track = queue (the batcher's previous pass) + pass (this pass, taken to results on the
+    host; gpu: its GPU time) + to_describe (waiting for the describing thread)."""
+    cols, keys = [], []
+    decode = [s.extra.get("decode_times") for s in served]
+    if all(d is not None for d in decode):
+        d = np.array([(x.posted, x.started, x.ended) for x in decode], np.float64)
+        received = np.array([s.received for s in served], np.float64)
+        submitted = np.array([s.submitted for s in served], np.float64)
+        cols += [d[:, 0] - received, d[:, 1] - d[:, 0], d[:, 2] - d[:, 1], submitted - d[:, 2]]
+        keys += ["to_decode", "decode_queue", "decode_batch", "to_service"]
+    timing = getattr(faces, "timing", None)
+    if timing is not None:
+        submitted = np.array([s.submitted for s in served], np.float64)
+        cols += [timing[:, 0] - submitted, timing[:, 1] - timing[:, 0], t0 - timing[:, 1]]
+        keys += ["queue", "pass", "to_describe"]
+    if not cols:
+        return (), None
+    out = np.column_stack(cols) * 1000.0
+    if timing is not None and np.isfinite(timing[:, 2]).all():
+        out, keys = np.column_stack([out, timing[:, 2]]), [*keys, "gpu"]  # already ms
+    return tuple(keys), out
+
+
 class PassReplies:
     def __init__(self, make_describer) -> None:
         self._make_describer = make_describer
@@ -61,6 +88,9 @@ class PassReplies:
                                   times[:, 0], (times[:, 2] - times[:, 1]) * 1000.0, (t0 - times[:, 2]) * 1000.0,
                                   np.full(n, (now - t0) * 1000.0), np.full(n, cpu), (now - times[:, 1]) * 1000.0])
         keys = (*shared, "decode", "wait", "track", "describe", "describe_cpu", "server")
+        split_keys, split = _split_stages(served, faces, t0)
+        if split_keys:
+            keys, stages = (*keys, *split_keys), np.column_stack([stages, split])
         replies: list[list[pb.TrackResponse | bytes]] = [[] for _ in served]
         layout_ids = []
         for i, (state, key) in enumerate(zip(states, layout_keys(described))):

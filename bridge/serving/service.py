@@ -19,6 +19,7 @@ describes the passes waiting together and pays its fixed cost per call once.
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -55,9 +56,13 @@ class StreamFaces:
     emotion: np.ndarray  # (n, 7)
     blendshapes: np.ndarray  # (n, 52)
     expression_head: np.ndarray  # (n, 3)
+    # (n, 3) for each frame its pass's start and end (time.perf_counter() s, on the batcher's thread: from the
+    # batch taken to its results on the host) and the pass's GPU time (ms between CUDA events on its stream: with
+    # other processes' work under MPS, the time the GPU took for it; NaN without a GPU); None when not measured
+    timing: np.ndarray | None = None
 
     @classmethod
-    def of(cls, streams, rows: np.ndarray) -> StreamFaces:
+    def of(cls, streams, rows: np.ndarray, timing: np.ndarray | None = None) -> StreamFaces:
         values, start = {}, 0
         n = len(rows)
         for name, shape in RESULT_FIELDS:
@@ -65,7 +70,7 @@ class StreamFaces:
             values[name] = rows[:, start:start + size].reshape(n, *shape)
             start += size
         values["tracked"] = values["tracked"] > 0.5
-        return cls(streams=np.asarray(streams), **values)
+        return cls(streams=np.asarray(streams), timing=timing, **values)
 
 
 class MultiStreamFaceService:
@@ -116,9 +121,11 @@ class MultiStreamFaceService:
         self.frames = 0  # frames served, over all passes
         self._pass_lock = pass_lock
         self._finish_pass = finish_pass
+        self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if on_gpu \
+            else None  # the pass's GPU time (the worker's passes never overlap: one pair serves them all)
         self._batcher = DeadlineBatcher(self._run, max_batch=self._max_batch, max_wait_s=max_wait_s,
                                         name="face-service", finish=self._finish if finish_pass else None,
-                                        merge=np.concatenate if finish_pass else None)
+                                        merge=_merge_runs if finish_pass else None)
 
     # --- the caller's side ----------------------------------------------------------------------------------
     def submit(self, stream: int, frame, tag=None) -> Future:
@@ -163,20 +170,25 @@ class MultiStreamFaceService:
     # --- the worker's side -----------------------------------------------------------------------------------
     def _run(self, streams: list[int], items: list):
         frames = [frame for frame, _ in items]
+        timing = np.empty((len(frames), 3))
+        timing[:, 0] = time.perf_counter()
         if self._pass_lock is None:
-            rows = self._run_passes(streams, frames)
+            rows = self._run_passes(streams, frames, timing[:, 2])
         else:
             with self._pass_lock:
-                rows = self._run_passes(streams, frames)
+                rows = self._run_passes(streams, frames, timing[:, 2])
+        timing[:, 1] = time.perf_counter()
         if self._finish_pass is not None:
-            return rows
+            return rows, timing
         return [_unpack(stream, row) for stream, row in zip(streams, rows)]
 
-    def _finish(self, streams: list[int], items: list, rows: np.ndarray) -> list:
-        return self._finish_pass(streams, [tag for _, tag in items], StreamFaces.of(streams, rows))
+    def _finish(self, streams: list[int], items: list, run: tuple[np.ndarray, np.ndarray]) -> list:
+        rows, timing = run
+        return self._finish_pass(streams, [tag for _, tag in items], StreamFaces.of(streams, rows, timing))
 
-    def _run_passes(self, streams: list[int], frames: list) -> np.ndarray:
-        """The result rows of every frame, in their order: (n, RESULT_WIDTH)."""
+    def _run_passes(self, streams: list[int], frames: list, gpu_ms: np.ndarray) -> np.ndarray:
+        """The result rows of every frame, in their order: (n, RESULT_WIDTH); each frame's pass GPU time into
+        gpu_ms (n,)."""
         results = np.empty((len(frames), RESULT_WIDTH), np.float32)
         remaining = list(range(len(frames)))
         while remaining:  # one frame per stream per pass; a stream's later frames wait for the next pass
@@ -184,25 +196,39 @@ class MultiStreamFaceService:
             for i in remaining:
                 (later if streams[i] in seen else now).append(i)
                 seen.add(streams[i])
-            results[now] = self._pass([streams[i] for i in now], [frames[i] for i in now])
+            results[now], gpu_ms[now] = self._pass([streams[i] for i in now], [frames[i] for i in now])
             remaining = later
         return results
 
-    def _pass(self, streams: list[int], frames: list) -> np.ndarray:
+    def _pass(self, streams: list[int], frames: list) -> tuple[np.ndarray, float]:
+        """(result rows, the pass's GPU time in ms: NaN without a GPU)."""
         torch = self._torch
         n = len(streams)
         batch = self.tracker.frame_buffer(n)  # a captured pass's own input buffer saves a copy
         batch = self._staging[:n] if batch is None else batch
         if self._upload_stream is not None:  # every frame of this pass was queued for upload before it was submitted
             torch.cuda.current_stream().wait_stream(self._upload_stream)
+        if self._events is not None:
+            self._events[0].record()
         torch.stack(frames, out=batch)  # `submit` made every frame a tensor on this device
         index = torch.tensor(streams, device=self.device)
         self.tracker.step(batch, index)
         out = self._results_host[:n]
         out.copy_(self.tracker.packed_results(index))  # one copy back per pass (waits for the pass)
+        gpu_ms = float("nan")
+        if self._events is not None:
+            start, end = self._events
+            end.record()
+            end.synchronize()  # at once: the copy back has waited for the pass already
+            gpu_ms = start.elapsed_time(end)
         self.passes += 1
         self.frames += n
-        return out.numpy().copy()
+        return out.numpy().copy(), gpu_ms
+
+
+def _merge_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Several passes' (rows, timing) as one, in their order (DeadlineBatcher's merge)."""
+    return np.concatenate([rows for rows, _ in runs]), np.concatenate([timing for _, timing in runs])
 
 
 def _unpack(stream: int, row: np.ndarray) -> StreamFace:

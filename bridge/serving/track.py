@@ -97,7 +97,7 @@ class TrackStreams:
                 if todo is not None:
                     self._submit(stream, todo, state)
                 if done is not None:
-                    await self._send(state, self._respond(stream, done))
+                    await self._send(state, self._respond(stream, done, state))
                 if state.refusals:  # at once, each with its reason
                     await self._send(state, self._refusals(stream, state))
                 if stream.counters.late > state.reported_late:  # a late drop is reported at once
@@ -204,13 +204,15 @@ class TrackStreams:
         else:
             self.decode_pool.submit(self._decode_and_submit, stream, todo, state)
 
-    def _decoded(self, decoded, decode_ms: float, stream: LiveStream, todo, state: StreamState) -> None:
-        """A JPEG decoded with others (JpegBatches' thread): submitted as a decode worker would."""
-        self._decode_and_submit(stream, todo, state, decoded, decode_ms)
+    def _decoded(self, decoded, times, stream: LiveStream, todo, state: StreamState) -> None:
+        """A JPEG decoded with others (JpegBatches' thread, times its DecodeTimes): submitted as a decode worker
+        would."""
+        self._decode_and_submit(stream, todo, state, decoded, times.ms, times)
 
     def _decode_and_submit(self, stream: LiveStream, todo, state: StreamState, decoded=None,
-                           decode_ms: float | None = None) -> None:
-        """decoded: the image already decoded ((frame, hw), or the BadImage it is), in decode_ms."""
+                           decode_ms: float | None = None, times=None) -> None:
+        """decoded: the image already decoded ((frame, hw), or the BadImage it is), in decode_ms (times: its
+        DecodeTimes, from JpegBatches)."""
         image = todo.request
         t0 = time.perf_counter()
         try:
@@ -236,7 +238,7 @@ class TrackStreams:
                                f"{hw[1]}x{hw[0]}; open a new stream for another camera mode")
             if decode_ms is None:
                 decode_ms = (time.perf_counter() - t0) * 1000.0
-            stream.submit(todo, frame, {"decode_ms": decode_ms, "hw": hw, "state": state})
+            stream.submit(todo, frame, {"decode_ms": decode_ms, "hw": hw, "state": state, "decode_times": times})
             state.refused_in_a_row = 0
         except (BadImage, ValueError) as e:
             stream.count_bad()
@@ -263,13 +265,22 @@ class TrackStreams:
         if state.fatal is None:
             state.fatal = fatal
 
-    def _respond(self, stream: LiveStream, done) -> list:
-        """The responses made for one served image (a header first when the layout changed, then its Frame)."""
+    def _respond(self, stream: LiveStream, done, state: StreamState) -> list:
+        """The responses made for one served image (a header first when the layout changed, then its Frame). An
+        image whose pass failed is answered too, by an ImageRefused naming the failure (sent with the refusals
+        right after): a client that holds its next frame until this one is answered (`run --remote`, one frame
+        in flight) goes on at once instead of waiting for an answer that never comes. It counts as a bad frame,
+        not as one of the client's images refused in a row (the server failed, not the image)."""
         try:
             responses = done.future.result()
         except Exception as e:  # noqa: BLE001 - a failed pass fails its own frames only
             stream.count_bad()
-            log.warning("face stream %d: the batched pass failed (%s)", stream.number, e)
+            reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            if stream.counters.bad == 1 or stream.counters.bad % 100 == 0:
+                log.warning("face stream %d: the batched pass failed (%s); %d bad so far", stream.number, reason,
+                            stream.counters.bad)
+            state.refusals.append((int(done.request.seq), f"image {done.request.seq}: the server could not "
+                                   f"describe its pass ({reason}); the frame is lost, the stream goes on"))
             return []
         stream.count_served((time.perf_counter() - done.received) * 1000.0)
         return [self._counters(stream, response) for response in responses]

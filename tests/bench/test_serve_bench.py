@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 from tests.helpers import facebridge_cmd, subprocess_env
 
@@ -30,6 +31,9 @@ def test_bench_serve_writes_each_count_and_its_counters_add_up(tmp_path):
     assert trial["replica_moves_within_a_stream"] == 0 and trial["reconnects"] == 0
     assert 0 <= trial["served_share"]["min"] <= trial["served_share"]["p50"] <= 1
     assert trial["streams_within_p99_limit"] <= trial["streams_p99_within_limit_any_share"] <= 2
+    start, end = trial["measured_unix"]  # the window its clients measured, on the wall clock (6 s, 2 not measured)
+    assert abs(end - start - 4.0) < 0.01 and end < time.time()
+    assert {"queue", "pass", "to_describe"} <= set(trial["server_stage_ms_p50"])  # the track stage split
 
 
 def test_bench_serve_in_flight_holds_frames_back_at_the_sender(tmp_path):

@@ -69,10 +69,23 @@ def test_jpegs_decoded_in_batches_give_the_same_frames(clip):
     same JpegBatches path, OpenCV decoding each image of a batch."""
     with serve_process("--grpc", "127.0.0.1:0", "--max-streams", "4", "--jpeg-batches", "on") as (proc, addresses):
         assert any("batched" in line for line in proc.lines if "listening on" in line)
-        _streams_get_the_run_frames(addresses[0], clip, 4)
+        _streams_get_the_run_frames(addresses[0], clip, 4, jpeg_batched=True)
 
 
-def _streams_get_the_run_frames(server, clip, streams: int) -> None:
+def _stages_add_up(frame, jpeg_batched: bool) -> None:
+    """A served frame's wait and track, as the parts bridge/serving/replies.py splits them into (ms)."""
+    got = frame.latencies_ms
+    assert abs(got["queue"] + got["pass"] + got["to_describe"] - got["track"]) < 0.01
+    assert min(got["queue"], got["to_describe"]) >= 0 and got["pass"] > 0
+    assert "gpu" not in got  # CPU runners: no GPU time to give
+    if jpeg_batched:
+        parts = ("to_decode", "decode_queue", "decode_batch", "to_service")
+        assert abs(sum(got[k] for k in parts) - got["wait"]) < 0.01 and min(got[k] for k in parts) >= 0
+    else:
+        assert "decode_batch" not in got
+
+
+def _streams_get_the_run_frames(server, clip, streams: int, jpeg_batched: bool = False) -> None:
     from bridge.frame import Frame
     from bridge.pipeline import FacePipeline, PipelineOptions
     from bridge.serving.client import TrackClient
@@ -106,6 +119,7 @@ def _streams_get_the_run_frames(server, clip, streams: int) -> None:
             assert len({replica for _, replica in served[i]}) == 1  # the stream never moved
             for k, ((got, _), want) in enumerate(zip(served[i], reference)):
                 assert got.subject == f"Subject{i}" and got.face_found and want.face_found
+                _stages_add_up(got, jpeg_batched)
                 assert np.abs(got.head_rotation - want.head_rotation).max() < (2.0 if k < 6 else 0.6)
                 assert np.abs(got.head_translation - want.head_translation).max() < 1.5
                 gaze = np.r_[got.eye_left - want.eye_left, got.eye_right - want.eye_right]

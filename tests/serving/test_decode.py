@@ -81,10 +81,10 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
     gate, got = threading.Event(), {}
     batches = JpegBatches(ImageDecoder("cpu"))
 
-    def then(decoded, ms, key):
+    def then(decoded, times, key):
         if key == "first":
             gate.wait(30)  # holds the batch thread: the images after it wait, then go as one batch
-        got[key] = (decoded, ms)
+        got[key] = (decoded, times)
 
     def wait_for(condition):
         deadline = time.monotonic() + 30
@@ -103,8 +103,12 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
         batches.close()
     assert list(batches.batch_sizes) == [1, 4]  # one decode_jpegs call a batch
     for key in ("first", 0, 1, 3):
-        (frame, hw), ms = got[key]
-        assert hw == (360, 480) and np.array_equal(frame, want) and ms > 0
+        (frame, hw), times = got[key]
+        assert hw == (360, 480) and np.array_equal(frame, want) and times.ms > 0
+        assert times.posted <= times.started < times.ended
+    # the four waited for the first image's hand-on (the gate): posted before their batch began, decoded together
+    assert len({got[key][1].started for key in (0, 1, 2, 3)}) == 1
+    assert got[0][1].started >= got["first"][1].ended
     assert isinstance(got[2][0], BadImage) and "does not decode" in str(got[2][0])
 
 
@@ -116,7 +120,7 @@ def test_a_batch_the_decoder_cannot_take_answers_every_image_as_refused():
     done, got = threading.Event(), []
     batches = JpegBatches(ImageDecoder("cpu"))
     try:  # no size to decode to: decode_jpegs itself fails, and the image is refused rather than left waiting
-        batches.submit(b"\xff\xd8 not measured", None, lambda decoded, ms: (got.append(decoded), done.set()))
+        batches.submit(b"\xff\xd8 not measured", None, lambda decoded, times: (got.append(decoded), done.set()))
         assert done.wait(30)
     finally:
         batches.close()

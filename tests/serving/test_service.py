@@ -86,3 +86,40 @@ def test_face_service_serves_without_graphs_when_capture_is_impossible(caplog):
         face = service.submit(0, sample_frames(1)[0]).result(timeout=60)
     assert not service.graphs and face.tracked
     assert "CUDA-graph capture failed" in caplog.text and "eager passes" in caplog.text
+
+
+def test_a_finished_pass_carries_each_frames_pass_timing_through_merged_passes():
+    """finish_pass gets each frame's pass start and end (perf_counter) and GPU time (NaN on the CPU), also for
+    passes merged for a describing thread that fell behind (each frame keeps its own pass's times)."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    from bridge.engines.shipped import sample_frames
+
+    clip = sample_frames(3, step=1)
+    gate, seen = threading.Event(), []
+
+    def finish(streams, tags, faces):
+        if tags[0] == "first":
+            gate.wait(60)  # holds the describing thread: the next passes queue for it and come merged
+        seen.append((list(tags), faces.timing.copy(), time.perf_counter()))
+        return list(tags)
+
+    with _service(torch, finish_pass=finish) as service:
+        t0 = time.perf_counter()
+        first = service.submit(0, clip[0], tag="first")
+        while not service.passes:
+            time.sleep(0.001)
+        later = [service.submit(s, clip[s], tag=f"s{s}") for s in (1, 2)]
+        while service.passes < 2 or (service.passes < 3 and service.frames < 3):
+            time.sleep(0.001)
+        time.sleep(0.05)
+        gate.set()
+        assert first.result(timeout=60) == "first" and [f.result(timeout=60) for f in later] == ["s1", "s2"]
+    assert [tags for tags, _, _ in seen][0] == ["first"] and sorted(seen[1][0]) == ["s1", "s2"]
+    assert len(seen) == 2  # the passes after the first were finished as one call
+    for tags, timing, finished in seen:
+        assert timing.shape == (len(tags), 3)
+        assert (t0 <= timing[:, 0]).all() and (timing[:, 0] < timing[:, 1]).all() and (timing[:, 1] <= finished).all()
+        assert np.isnan(timing[:, 2]).all()  # no GPU
+    assert seen[1][1][0, 1] > seen[0][1][0, 1]  # the first pass's end came before the later ones'
