@@ -265,7 +265,11 @@ class ExpressionEstimator:
     def _update_identity(self, weights, rot, xy, focal, centre) -> None:
         """The per-subject identity: this frame's least-squares estimate folded into the running mean."""
         self.identity_work += 1
-        self._fold_identity(self._identity_estimate(self.identity, weights, rot, xy, focal, centre))
+        try:
+            estimate = self._identity_estimate(self.identity, weights, rot, xy, focal, centre)
+        except np.linalg.LinAlgError:  # points no camera fits (all in one place): this frame tells nothing
+            return
+        self._fold_identity(estimate)
 
     def refresh_identity(self, observation) -> None:
         """The refresher's side (its own thread): one observation handed over by `observe`, estimated and folded
@@ -310,6 +314,8 @@ class ExpressionEstimator:
         except StopIteration as done:
             self._pending = None
             self._fold_identity(done.value)
+        except np.linalg.LinAlgError:  # as in _update_identity: that frame's refresh is dropped
+            self._pending = None
 
     def _fold_identity(self, frame: np.ndarray) -> None:
         self._updates += 1
