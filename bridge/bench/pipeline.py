@@ -23,6 +23,7 @@ import numpy as np
 
 from bridge.bench import monitor_cost
 from bridge.bench.common import comma_list, percentiles, positive_int, reporter, table
+from bridge.bench.side_by_side import PERIODIC
 from bridge.engines.select import BACKENDS
 
 CONFIGS = ("one_core", "two_stage")
@@ -50,6 +51,10 @@ def add_arguments(p) -> None:
     p.add_argument("--pace", type=_frame_rate, default=0.0, metavar="FPS",
                    help="side by side: each side takes its frames at this rate, idle between them as with a camera "
                         "(default 0: frame after frame; 30 is a webcam, the core cooling between frames)")
+    p.add_argument("--without", type=comma_list(PERIODIC, "periodic work", allow_empty=True), default=[],
+                   help="side by side, a diagnosis: leave out periodic work (emotion, identity: the emotion model on "
+                        "every 4th frame, the identity refresh's steps every 30 frames) to see the spread of the "
+                        "frames without it; such a run no longer streams everything")
     monitor_cost.add_arguments(p)
 
 
@@ -143,7 +148,7 @@ def run(args) -> dict:
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision,
                                                 landmarks=args.landmarks))
         side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","),
-                                pace_fps=args.pace)
+                                pace_fps=args.pace, without=tuple(args.without))
         from bridge.engines.fastest import CHOSEN
 
         side |= {"cores": cores, "backends": _backends(pipeline), "landmarks": pipeline.landmark_path,

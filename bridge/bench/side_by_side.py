@@ -15,6 +15,12 @@ summary therefore also gives `steady` (every frame but the first of a turn: the 
 `after_switch` (those first frames alone: what a core shared with a game costs the first frame after it), and the
 per-frame CPU times.
 
+What our slow frames are made of: each of our frames is also marked by the periodic work it carried (`kinds`: the
+emotion model, which runs on every 4th frame, and a step of the identity refresh, which runs in steps every 30
+frames), and `by_kind` gives each kind's frames, median CPU and how many of the slowest 1% (the frames at or above
+the p99) it holds. `without` (--without emotion,identity) leaves that periodic work out, to measure the spread
+without it: a diagnosis, since those runs no longer stream everything FaceBridge streams.
+
 With --pace FPS each side takes its frames on a clock of FPS, idle between them, as a tracker fed by a camera is:
 after every idle gap the caches and predictors have cooled (on the 2-core VMs here a frame then costs 1.7-1.9x
 what it costs frame after frame, for both programs), so the paced figures are what a 30 fps webcam costs.
@@ -36,6 +42,7 @@ from bridge.errors import FaceBridgeError
 
 CHUNK = 30
 VENV = ".venv-mediapipe"
+PERIODIC = ("emotion", "identity")  # the periodic work --without can leave out
 
 
 def mediapipe_python(explicit: str | None) -> Path:
@@ -102,6 +109,21 @@ def _cpu_summary(cpu: list[float]) -> dict:
                             "per_frame_ms": [round(v, 3) for v in cpu]}
 
 
+def frame_kind(emotion: bool, identity: bool) -> str:
+    """The periodic work one of our frames carried: plain, emotion, identity or emotion+identity."""
+    return "+".join(name for name, ran in zip(PERIODIC, (emotion, identity)) if ran) or "plain"
+
+
+def _by_kind(cpu: list[float], kinds: list[str]) -> dict:
+    """Per kind of frame: how many, their median CPU ms, and how many of the slowest 1% (at or above the p99)."""
+    values = np.asarray(cpu)
+    labels = np.asarray(kinds)
+    slowest = values >= percentiles(cpu, (99,))[0]
+    return {kind: {"frames": int((labels == kind).sum()),
+                   "median_ms": percentiles(values[labels == kind].tolist(), (50,))[0],
+                   "of_slowest_1pct": int((slowest & (labels == kind)).sum())} for kind in sorted(set(kinds))}
+
+
 def _cpu_of(values: list[float] | None, frames: int) -> dict:
     """A stage's CPU time: median per run, and per frame averaged over all frames (emotion runs on every 3rd, the
     identity update inside expression on some): the per-frame means add up to the frame's CPU time."""
@@ -122,16 +144,23 @@ def paced(period_s: float):
         yield
 
 
-def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: list[str], pace_fps: float = 0.0) -> dict:
+def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: list[str], pace_fps: float = 0.0,
+                     without: tuple[str, ...] = ()) -> dict:
     """Interleave FaceBridge's process() with each MediaPipe variant ("refine", "plain") over n frames; pace_fps:
-    each side's frames on a clock of that rate (0: frame after frame)."""
+    each side's frames on a clock of that rate (0: frame after frame); without: periodic work left out (PERIODIC),
+    a diagnosis."""
     period = 1.0 / pace_fps if pace_fps else 0.0
+    expression = pipeline.expression
     images = np.stack([f.image for f in frames])
     with tempfile.TemporaryDirectory() as tmp:
         frames_path = Path(tmp) / "frames.npy"
         np.save(frames_path, images)
         sides = {v: MediaPipeSide(python, frames_path, refine=(v == "refine")) for v in variants}
         try:
+            if "emotion" in without:  # then only a face's first tracked frame runs it
+                pipeline.describer.emotion_every = n + 2
+            if "identity" in without:  # the first second's refreshes still run, in the warm-up turn below
+                expression.identity_every = n + CHUNK + 2
             for side in sides.values():  # warm-up: first detection, allocators
                 side.run(0, CHUNK)
             for f in frames[:CHUNK]:
@@ -141,6 +170,7 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
             stage_cpu: dict[str, list[float]] = {}
             ours: list[float] = []
             ours_cpu: list[float] = []
+            kinds: list[str] = []
             stage_ms: dict[str, list[float]] = {}
             found = 0
             theirs = {v: ([], [], []) for v in variants}
@@ -154,10 +184,13 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
                         ms, clock = [], paced(period)
                         for i in range(start, start + count):
                             next(clock)
+                            work = getattr(expression, "identity_work", 0)
                             c0, t0 = time.process_time(), time.perf_counter()
                             out = pipeline.process(frames[i % len(frames)])
                             ms.append((time.perf_counter() - t0) * 1000.0)
                             ours_cpu.append((time.process_time() - c0) * 1000.0)
+                            kinds.append(frame_kind("emotion" in pipeline.last_stage_cpu_ms,
+                                                    getattr(expression, "identity_work", 0) > work))
                             found += out.face_found
                             for stage, v in out.latencies_ms.items():
                                 stage_ms.setdefault(stage, []).append(v)
@@ -174,8 +207,10 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
         finally:
             for side in sides.values():
                 side.close()
-    result = {"chunk_frames": CHUNK, "pace_fps": pace_fps, "mediapipe": next(iter(sides.values())).version,
-              "facebridge": _summary(ours) | {"cpu": _cpu_summary(ours_cpu),
+    result = {"chunk_frames": CHUNK, "pace_fps": pace_fps, "without": list(without),
+              "mediapipe": next(iter(sides.values())).version,
+              "facebridge": _summary(ours) | {"cpu": _cpu_summary(ours_cpu) | {
+                                                  "by_kind": _by_kind(ours_cpu, kinds), "kinds": kinds},
                                               "face_found_ratio": round(found / len(ours), 4),
                                               "stages": {k: {"median_ms": percentiles(v, (50,))[0], "runs": len(v)}
                                                          | _cpu_of(stage_cpu.get(k), len(ours))
@@ -193,7 +228,8 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
     def spread(side: dict) -> str:  # CPU p99 over median, all frames and steady
         return f"CPU p99/median {side['cpu']['p99_over_median']} (steady {side['cpu']['steady']['p99_over_median']})"
 
-    print(f"side by side ({len(ours)} frames, one core {sorted(os.sched_getaffinity(0))}): FaceBridge median "
+    left_out = f", without {'+'.join(without)} (a diagnosis: not all it streams)" if without else ""
+    print(f"side by side ({len(ours)} frames, one core {sorted(os.sched_getaffinity(0))}{left_out}): FaceBridge median "
           f"{result['facebridge']['median_ms']} ms, p99 {result['facebridge']['p99_ms']} ms, "
           f"{spread(result['facebridge'])}; " + "; ".join(
               f"MediaPipe {v} median {result[f'mediapipe_{v}']['median_ms']} ms, {spread(result[f'mediapipe_{v}'])}, "

@@ -17,6 +17,9 @@ from bridge.expression.fit import NOISE_FRACTION
 from bridge.expression.model import FLIP, MODEL_ID, batch_head_matrices, load_model, rotvecs_from_matrices
 
 MAX_LOST_POINTS = 0.25  # as ExpressionEstimator._check: more non-finite landmarks than this and the face is unusable
+# an unusable row's points where it has no last reprojection: a 26 x 18 grid 10 px apart, which any camera fits (its
+# results are dropped; zeros, the stand-in before, made the translation's normal equations singular)
+STAND_IN = np.stack(np.meshgrid(np.arange(26.0), np.arange(18.0)), -1).reshape(468, 2) * 10.0 + 100.0
 
 
 @dataclass
@@ -109,17 +112,22 @@ class ExpressionRows:
             region_confidence=np.concatenate([confidence, np.zeros((n, 1))], 1), region_names=self.region_names)
 
     def _fill_lost(self, rows, xy) -> np.ndarray:
-        """A few non-finite landmarks taken from the row's last reprojection; (n,) False where that cannot be."""
+        """A few non-finite landmarks taken from the row's last reprojection; (n,) False where that cannot be: too
+        many lost, or all the points within a pixel (no camera fits them: cv2's SQPNP and the translation's normal
+        equations fail on them). Such a row reads as lost; its points are replaced by its last reprojection, or by
+        STAND_IN, so that the rest of the pass's arithmetic runs as for any row."""
         usable = np.ones(len(rows), bool)
-        if np.isfinite(xy.sum()):
-            return usable
-        bad = ~np.isfinite(xy).all(-1)
-        for k in np.flatnonzero(bad.any(1)):
-            if not self._has_last[rows[k]] or bad[k].mean() > MAX_LOST_POINTS:
-                usable[k] = False
-                xy[k] = self._last_points[rows[k]] if self._has_last[rows[k]] else 0.0
-            else:
-                xy[k, bad[k]] = self._last_points[rows[k], bad[k]]
+        if not np.isfinite(xy.sum()):
+            bad = ~np.isfinite(xy).all(-1)
+            for k in np.flatnonzero(bad.any(1)):
+                if not self._has_last[rows[k]] or bad[k].mean() > MAX_LOST_POINTS:
+                    usable[k] = False
+                else:
+                    xy[k, bad[k]] = self._last_points[rows[k], bad[k]]
+        kept = np.flatnonzero(usable)  # finite from here
+        usable[kept] = ((xy[kept].max(1) - xy[kept].min(1)) >= 1.0).all(-1)
+        for k in np.flatnonzero(~usable):
+            xy[k] = self._last_points[rows[k]] if self._has_last[rows[k]] else STAND_IN
         return usable
 
     def _refresh_bases(self, rows, identities) -> None:

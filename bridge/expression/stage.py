@@ -90,6 +90,10 @@ class ExpressionEstimator:
         self._fit = ExpressionFit(self.model) if method == "fit" else None
         self.refresher = refresher if method == "regressor" else None
         self.spread_identity = bool(spread_identity)
+        # frames between identity refreshes after the first second (`bench pipeline --without identity` sets it
+        # out of reach, to see the pipeline's spread without them)
+        self.identity_every = IDENTITY_EVERY
+        self.identity_work = 0  # inline refreshes and spread steps run so far (benchmarks: which frames had one)
         self._identity_lock = threading.Lock()  # the refresher's fold against reset / set_identity
         self._generation = 0  # bumped by reset / set_identity: a refresh measured before them is dropped
         self._points_base: tuple[bytes, np.ndarray] | None = None  # (identity key, model.identity_points of it)
@@ -247,7 +251,7 @@ class ExpressionEstimator:
         self._waited = wait and self._pending is not None
         if self._pending is not None and not wait:
             self._step_identity()
-        if own and (self._updates < IDENTITY_UPDATES or self._frames % IDENTITY_EVERY == 0):
+        if own and (self._updates < IDENTITY_UPDATES or self._frames % self.identity_every == 0):
             if self.refresher is not None:  # latest wins: while one waits, a newer frame replaces it
                 self.refresher.offer(self, (self._generation, self.identity, weights, rot, xy, focal, centre))
             elif self.spread_identity and self._updates >= IDENTITY_UPDATES and self._pending is None:
@@ -260,7 +264,12 @@ class ExpressionEstimator:
 
     def _update_identity(self, weights, rot, xy, focal, centre) -> None:
         """The per-subject identity: this frame's least-squares estimate folded into the running mean."""
-        self._fold_identity(self._identity_estimate(self.identity, weights, rot, xy, focal, centre))
+        self.identity_work += 1
+        try:
+            estimate = self._identity_estimate(self.identity, weights, rot, xy, focal, centre)
+        except np.linalg.LinAlgError:  # points no camera fits (all in one place): this frame tells nothing
+            return
+        self._fold_identity(estimate)
 
     def refresh_identity(self, observation) -> None:
         """The refresher's side (its own thread): one observation handed over by `observe`, estimated and folded
@@ -299,11 +308,14 @@ class ExpressionEstimator:
 
     def _step_identity(self) -> None:
         """One step of the spread refresh under way; its last folds the estimate in."""
+        self.identity_work += 1
         try:
             next(self._pending)
         except StopIteration as done:
             self._pending = None
             self._fold_identity(done.value)
+        except np.linalg.LinAlgError:  # as in _update_identity: that frame's refresh is dropped
+            self._pending = None
 
     def _fold_identity(self, frame: np.ndarray) -> None:
         self._updates += 1

@@ -155,6 +155,11 @@ class DescribeRows:
         laps["expression"] = time.perf_counter() - t0
         self._tracked[rows] += 1
         ypr, translation = self.head_pose.estimate(rows, points, sizes)
+        posed = np.isfinite(ypr).all(1)
+        if not posed.all():  # points no pose fits (degenerate, or lost where the expression kept them): lost
+            rows, at, t, sizes, points, iris, ypr, translation = (
+                v[posed] for v in (rows, at, t, sizes, points, iris, ypr, translation))
+            expr = _rows_of(expr, posed)
         eyes = eye_angles_rows(points, iris[:, :, 0])
         laps["head_pose"] = time.perf_counter() - t0 - laps["expression"]
         blendshapes = expr.blendshapes.copy()

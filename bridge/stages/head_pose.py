@@ -88,8 +88,12 @@ class HeadPoseEstimator:
             return rotation_to_ypr(nan), np.full(3, np.nan, np.float32), nan
         rot, t = (None, None) if self._rot is None else self._refined(obj, img, k)  # from the last frame
         if rot is None or not t[2] > 0:
-            _, rvec, tvec = cv2.solvePnP(obj, img, k, None, flags=cv2.SOLVEPNP_SQPNP)
-            rot, t, self._rvec = cv2.Rodrigues(rvec)[0], tvec.reshape(3), rvec
+            solved = solve_afresh(obj, img, k)
+            if solved is None:  # points no pose fits (all in one place): as lost points
+                self.reset()
+                nan = np.full((3, 3), np.nan)
+                return rotation_to_ypr(nan), np.full(3, np.nan, np.float32), nan
+            rot, t, self._rvec = solved
         self._rot, self._t = rot, t
         return rotation_to_ypr(rot), t.astype(np.float32), rot
 
@@ -133,6 +137,19 @@ def rotvec_matrices(omega: np.ndarray) -> np.ndarray:
 
 
 CV2_ROWS = 4  # passes refining at most this many rows use cv2's refine row by row (HeadPoseEstimator's own)
+
+
+def solve_afresh(obj: np.ndarray, img: np.ndarray, k: np.ndarray):
+    """(rotation, translation, rvec) by SQPNP without a guess, or None where no pose fits the points: cv2 refuses
+    points that are not finite or all in one place (an assertion), and one such face must not fail the others."""
+    if not np.isfinite(img).all():
+        return None
+    try:
+        _, rvec, tvec = cv2.solvePnP(obj, img, k, None, flags=cv2.SOLVEPNP_SQPNP)
+    except cv2.error:
+        return None
+    rot, t = cv2.Rodrigues(rvec)[0], tvec.reshape(3)
+    return (rot, t, rvec) if np.isfinite(rot).all() and np.isfinite(t).all() else None
 
 
 class HeadPoseRows:
@@ -185,11 +202,14 @@ class HeadPoseRows:
                                               flags=cv2.SOLVEPNP_ITERATIVE)
                 rot[i], t[i] = (cv2.Rodrigues(rvec)[0], tvec.reshape(3)) if ok else (np.nan, np.nan)
         redo = ~has | ~np.isfinite(t).all(1) | ~(t[:, 2] > 0) | ~np.isfinite(rot).all((1, 2))
+        posed = np.ones(len(rows), bool)
         for i in np.flatnonzero(redo):
-            k = camera_matrix(int(sizes[i, 0]), int(sizes[i, 1]))
-            _, rvec, tvec = cv2.solvePnP(self._rigid, img[i], k, None, flags=cv2.SOLVEPNP_SQPNP)
-            rot[i], t[i] = cv2.Rodrigues(rvec)[0], tvec.reshape(3)
-        self._rot[rows], self._t[rows], self._has[rows] = rot, t, True
+            solved = solve_afresh(self._rigid, img[i], camera_matrix(int(sizes[i, 0]), int(sizes[i, 1])))
+            if solved is None:  # lost or degenerate points: no pose for this row alone, solved afresh next time
+                rot[i], t[i], posed[i] = np.nan, np.nan, False
+            else:
+                rot[i], t[i] = solved[:2]
+        self._rot[rows], self._t[rows], self._has[rows] = rot, t, posed
         return rotations_to_ypr(rot), t.astype(np.float32)
 
     def _refine(self, img, focal, centre, rot, t):

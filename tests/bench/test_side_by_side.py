@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.bench.side_by_side import VENV, mediapipe_python
+from bridge.bench.side_by_side import VENV, _by_kind, frame_kind, mediapipe_python
 from bridge.errors import FaceBridgeError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,35 @@ def test_both_sides_track_the_same_frames_taking_turns(tmp_path, monkeypatch):
             (cpu["per_frame_ms"][0] + cpu["per_frame_ms"][30]) / 2, abs=1e-3)
     ratio = side["ratio_vs_refine"]
     assert ratio["per_chunk_min"] <= ratio["per_chunk_median"] <= ratio["per_chunk_max"]
-    assert side["pace_fps"] == 0
+    assert side["pace_fps"] == 0 and side["without"] == []
+    kinds = side["facebridge"]["cpu"]["kinds"]  # the emotion model on the 1st, 5th, ... tracked frame
+    assert len(kinds) == 60 and [k.startswith("emotion") for k in kinds[:8]] == [True, False, False, False] * 2
+    by_kind = side["facebridge"]["cpu"]["by_kind"]
+    assert sum(v["frames"] for v in by_kind.values()) == 60 and by_kind["emotion"]["frames"] == 15
+
+
+@pytest.mark.skipif(not (ROOT / VENV / "bin" / "python").is_file(), reason="no .venv-mediapipe (make mediapipe-venv)")
+def test_without_the_periodic_work_no_frame_carries_it(tmp_path, monkeypatch):
+    from bridge.cli import main
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "without.json"
+    assert main(["bench", "pipeline", "--frames", "90", "--configs", "", "--against-mediapipe", "--without",
+                 "emotion,identity", "--json", str(out)]) == 0
+    side = json.loads(out.read_text())["results"]["side_by_side"]
+    assert side["without"] == ["emotion", "identity"]
+    kinds = side["facebridge"]["cpu"]["kinds"]  # a face's first tracked frame still classifies its emotion
+    assert kinds[0] == "emotion" and set(kinds[1:]) == {"plain"}
+
+
+def test_each_frame_is_marked_by_the_periodic_work_it_carried():
+    assert [frame_kind(e, i) for e, i in ((False, False), (True, False), (False, True), (True, True))] == [
+        "plain", "emotion", "identity", "emotion+identity"]
+    cpu = [1.0] * 97 + [5.0, 6.0, 2.0]
+    kinds = ["plain"] * 97 + ["emotion", "identity", "emotion"]
+    by_kind = _by_kind(cpu, kinds)
+    assert by_kind["plain"] == {"frames": 97, "median_ms": 1.0, "of_slowest_1pct": 0}
+    assert by_kind["emotion"]["frames"] == 2 and by_kind["identity"]["of_slowest_1pct"] == 1
 
 
 @pytest.mark.skipif(not (ROOT / VENV / "bin" / "python").is_file(), reason="no .venv-mediapipe (make mediapipe-venv)")

@@ -109,3 +109,23 @@ def test_rows_are_bounded_and_given_back():
         rows.open("C", ExpressionEstimator(session=False))
     rows.close(first)
     assert rows.open("C", ExpressionEstimator(session=False)) == first
+
+
+def test_a_face_no_pose_fits_reads_as_lost_and_the_rest_of_its_pass_is_described(measured):
+    """A row whose points are all in one place (cv2's SQPNP asserts on them) no longer fails its whole pass."""
+    faces, size = measured
+    contract = ExpressionEstimator(session=False).contract
+    blend, head = contract.outputs["blendshapes"][0], contract.outputs["head_rotation"][0]
+    rows = DescribeRows(3)
+    row_of = [rows.open(f"S{i}", ExpressionEstimator(session=False)) for i in range(3)]
+    f = faces[0]
+    points = np.stack([f.landmarks] * 3)
+    points[1] = points[1, 0]  # every point of row 1 in one place
+    batch = MeasuredFaces(found=np.ones(3, bool), points=points, presence=np.full(3, f.presence),
+                          iris=np.stack([f.irises] * 3), emotion=np.stack([f.emotion] * 3),
+                          expression_outputs={blend: np.stack([f.blendshapes] * 3),
+                                              head: np.stack([f.expression_head] * 3)})
+    frames = [Frame(image=None, seq=0, t_capture=1000.0, t_capture_mono=0.0, t_media=0.0) for _ in range(3)]
+    got = rows.describe(row_of, frames, batch, np.tile(size, (3, 1)))
+    assert got.face_found.tolist() == [True, False, True]
+    assert np.isfinite(got.head_rotation[[0, 2]]).all() and np.isfinite(got.blendshapes).all()

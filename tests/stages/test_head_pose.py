@@ -115,3 +115,23 @@ def test_kernels_that_fail_to_compile_leave_cv2s_solver_and_say_so(monkeypatch, 
     for points in _turning_head(3):
         ypr, t, _ = estimator.estimate(points, 640, 480)
     assert np.isfinite(ypr).all() and 50 < t[2] < 60
+
+
+@pytest.mark.parametrize("broken", ["one point", "not finite"])
+def test_points_no_pose_fits_give_that_face_no_pose_and_the_others_theirs(broken):
+    """cv2's SQPNP asserts on points all in one place (or not finite): that face reads as lost, alone."""
+    from bridge.stages.head_pose import HeadPoseRows
+
+    frames = _turning_head(3)
+    bad = np.full_like(frames[0], 100.0) if broken == "one point" else np.where(frames[0] > 0, np.nan, 0.0)
+    ypr, t, rot = HeadPoseEstimator().estimate(bad.astype(np.float32), 640, 480)
+    assert np.isnan(ypr).all() and np.isnan(t).all() and np.isnan(rot).all()
+    rows = HeadPoseRows(3)
+    sizes = np.array([[640, 480]] * 3)
+    ypr, t = rows.estimate(np.arange(3), np.stack([frames[0], bad, frames[0]]).astype(np.float32), sizes)
+    want = HeadPoseEstimator().estimate(frames[0], 640, 480)
+    assert np.isnan(ypr[1]).all() and np.isnan(t[1]).all()
+    for i in (0, 2):
+        assert np.abs(ypr[i] - want[0]).max() < 1e-6 and np.abs(t[i] - want[1]).max() < 1e-6
+    ypr, t = rows.estimate(np.array([1]), frames[1][None], sizes[:1])  # the next good frame: solved afresh
+    assert np.abs(ypr[0] - HeadPoseEstimator().estimate(frames[1], 640, 480)[0]).max() < 1e-6
