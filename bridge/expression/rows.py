@@ -125,7 +125,10 @@ class ExpressionRows:
                 else:
                     xy[k, bad[k]] = self._last_points[rows[k], bad[k]]
         kept = np.flatnonzero(usable)  # finite from here
-        usable[kept] = ((xy[kept].max(1) - xy[kept].min(1)) >= 1.0).all(-1)
+        # x and y each along a contiguous axis: numpy reduces a (n, 468, 2) array over its middle axis one output
+        # value at a time (0.45 ms for 16 rows here, against 0.02 ms this way)
+        spread = np.ascontiguousarray(xy[kept].transpose(0, 2, 1))
+        usable[kept] = ((spread.max(-1) - spread.min(-1)) >= 1.0).all(-1)
         for k in np.flatnonzero(~usable):
             xy[k] = self._last_points[rows[k]] if self._has_last[rows[k]] else STAND_IN
         return usable
