@@ -9,7 +9,6 @@ model goes through the estimator one face at a time.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +17,6 @@ from bridge import compiled
 from bridge.expression.fit import NOISE_FRACTION
 from bridge.expression.model import FLIP, MODEL_ID, batch_head_matrices, load_model, rotvecs_from_matrices
 
-log = logging.getLogger(__name__)
 MAX_LOST_POINTS = 0.25  # as ExpressionEstimator._check: more non-finite landmarks than this and the face is unusable
 # an unusable row's points where it has no last reprojection: a 26 x 18 grid 10 px apart, which any camera fits (its
 # results are dropped; zeros, the stand-in before, made the translation's normal equations singular)
@@ -157,18 +155,8 @@ class ExpressionRows:
 
 
 def _reproject_kernel(wanted: bool | None):
-    """reproject_rows, compiled and warm, where numba is installed (wanted None) or where asked (True); None for
-    numpy's arithmetic, also where the kernel fails to compile (said once in the log)."""
-    if not (compiled.available() if wanted is None else wanted):
-        return None
-    try:
-        from bridge.expression import reproject_rows
-
-        reproject_rows.warm()
-    except Exception as e:  # noqa: BLE001 - a broken numba costs the speed-up, never the stream
-        log.warning("expression rows: the compiled reprojection is unavailable (%s); numpy computes it", e)
-        return None
-    return reproject_rows
+    """reproject_rows where compiled (bridge/compiled.py), else None: numpy's arithmetic."""
+    return compiled.warm_kernels("bridge.expression.reproject_rows", wanted, "numpy computes the reprojection instead")
 
 
 def _pick(contract, role: str, outputs: dict[str, np.ndarray], n: int) -> np.ndarray:

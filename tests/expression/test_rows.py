@@ -66,3 +66,17 @@ def test_the_compiled_reprojection_error_per_region_is_numpys():
     np.testing.assert_allclose(rms1, rms0, rtol=1e-9)
     np.testing.assert_allclose(t1, t0, rtol=1e-9)
     np.testing.assert_allclose(p1, p0, rtol=0, atol=1e-8)
+
+
+def test_a_reprojection_that_fails_to_compile_leaves_numpys_and_says_so(monkeypatch, caplog):
+    from bridge.expression import reproject_rows
+
+    def broken():
+        raise RuntimeError("numba: no target for this CPU")
+
+    monkeypatch.setattr(reproject_rows, "warm", broken)
+    rows = ExpressionRows(2)
+    assert rows._compiled is None and "numpy computes the reprojection instead" in caplog.text
+    xy, outputs, sizes, _ = _faces(2, seed=5)
+    batch = rows.finish(np.arange(2), [ExpressionEstimator(session=False) for _ in range(2)], xy, outputs, sizes)
+    assert batch.usable.all() and np.isfinite(batch.head_translation).all()
