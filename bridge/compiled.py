@@ -6,7 +6,11 @@ head pose refine). numba is optional (the `litert` extra): callers check `availa
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import logging
+
+log = logging.getLogger(__name__)
 
 
 def available() -> bool:
@@ -22,3 +26,18 @@ def compiled(f):
         return njit(cache=True, nogil=True, fastmath=False)(f)
     except RuntimeError:  # "cannot cache function ...: no locator available"
         return njit(nogil=True, fastmath=False)(f)
+
+
+def warm_kernels(module: str, wanted: bool | None, instead: str):
+    """The module of compiled loops `module` (it has `warm()`), compiled and warm, where numba is installed (wanted
+    None) or where asked (True); None where not, or where its loops fail to compile (said once in the log, with what
+    runs `instead`): a broken numba costs the speed-up, never the stream."""
+    if not (available() if wanted is None else wanted):
+        return None
+    try:
+        kernels = importlib.import_module(module)
+        kernels.warm()
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        log.warning("%s is unavailable (%s); %s", module, e, instead)
+        return None
+    return kernels

@@ -2,10 +2,10 @@
 
 track:    detect (only when tracking is lost) -> 468 landmarks (+ both eyes and irises with the attention mesh)
           -> next frame's region
-describe: iris (both eyes, one batch; not with the attention mesh) -> emotion, then the shared describe step
+describe: iris (both eyes, one batch; not with the attention mesh), then the shared describe step
           (bridge/stages/describe.py, the same one `facebridge serve` runs per stream): head pose (PnP) -> gaze
-          -> expression (ARKit-52 + morphable-model parameters) -> blink -> emotion in the context of blinks and
-          shapes -> One-Euro filters -> calibration
+          -> expression (ARKit-52 + morphable-model parameters) -> emotion (every Nth frame) -> blink -> emotion
+          in the context of blinks and shapes -> One-Euro filters -> calibration
 
 `process(frame)` runs both. Only `track` depends on the previous frame, so on two cores the runner overlaps
 `describe` of frame N with `track` of frame N+1 (each stage a thread of bridge/runtime/runner.py).
@@ -13,6 +13,7 @@ describe: iris (both eyes, one batch; not with the attention mesh) -> emotion, t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -293,7 +294,7 @@ class FacePipeline:
                        stage_cpu_ms=timer.cpu_ms)
 
     def describe(self, tracked: Tracked) -> FaceFrame:
-        """Stage 2: iris and emotion, then the shared describe step (head pose, gaze, expression, blink, filters,
+        """Stage 2: iris, then the shared describe step (head pose, gaze, expression, emotion, blink, filters,
         calibration), in frame order."""
         if self.swapper is not None:
             self._take_swaps("describe")
@@ -313,8 +314,7 @@ class FacePipeline:
             timer.lap("iris")
         emotion = None
         if self.describer.wants_emotion(tracked.tracked_count):  # classified every Nth frame, held between
-            emotion = self.emotion.run(image, points)
-            timer.lap("emotion")
+            emotion = functools.partial(self.emotion.run, image, points)  # run by the describer
         out = self.describer.describe(frame, MeasuredFace(points=points, presence=float(found.presence),
                                                           iris=iris.iris, emotion=emotion), timer)
         out.latencies_ms = {**tracked.stage_ms, **timer.ms}

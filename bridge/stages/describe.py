@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +51,8 @@ class MeasuredFace:
     points: np.ndarray  # (468, 3) frame pixels; both lid contours taken from the iris model (IrisResult.refine)
     presence: float  # face-presence probability in [0, 1]
     iris: np.ndarray  # (2, 5, 3) frame pixels, [subject's left eye, right eye], centre first
-    emotion: np.ndarray | None = None  # (7,) probabilities, EMOTION_NAMES order; None: not run for this frame
+    emotion: np.ndarray | Callable[[], np.ndarray] | None = None  # (7,) probabilities, EMOTION_NAMES order, or
+    # what classifies them (called after the expression step: see Describer.describe); None: not run for this frame
     expression_outputs: dict[str, np.ndarray] | None = None  # the expression model's outputs (name -> (1, ...));
     # None: the describer runs the expression engine itself (FacePipeline, and the analysis-by-synthesis fit)
 
@@ -155,6 +157,9 @@ class FaceDescriber:
             expr = self.expression.estimate_outputs(points, (w, h), face.expression_outputs, iris=iris[:, :, :2],
                                                     busy=busy)
         timer.lap("expression")
+        if callable(face.emotion):  # classified here, right after the expression model's run: the runtime's code
+            face.emotion = face.emotion()  # is still in the core's caches (before it, the model costs twice)
+            timer.lap("emotion")
         blendshapes = np.array(expr.blendshapes, np.float32)  # a copy: the lids and filters write into it
         blinks = self.blink(points)  # lid opening against this subject's open eye
         lids = np.maximum(blinks, blendshapes[BLINKS])

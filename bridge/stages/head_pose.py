@@ -1,7 +1,6 @@
 """6-DoF head pose: PnP of the 468 landmarks against MediaPipe's canonical face mesh."""
 from __future__ import annotations
 
-import logging
 import math
 from pathlib import Path
 
@@ -10,7 +9,6 @@ import numpy as np
 
 from bridge import compiled, mesh
 
-log = logging.getLogger(__name__)
 CANONICAL_PATH = Path(__file__).resolve().parents[1] / "data" / "canonical_face_468.npy"
 RIGID_POINTS = np.array(mesh.RIGID_POINTS)
 # The per-frame refine from the last pose, every implementation of it (compiled, numpy rows):
@@ -43,18 +41,8 @@ def rotation_to_ypr(rot: np.ndarray) -> np.ndarray:
 
 
 def _refine_kernels(wanted: bool | None):
-    """head_pose_refine, compiled and warm, where numba is installed (wanted None) or where asked (True); None for
-    the cv2 and numpy refines, also where the kernels fail to compile (said once in the log)."""
-    if not (compiled.available() if wanted is None else wanted):
-        return None
-    try:
-        from bridge.stages import head_pose_refine
-
-        head_pose_refine.warm()
-    except Exception as e:  # noqa: BLE001 - a broken numba costs the speed-up, never the stream
-        log.warning("head pose: the compiled refine is unavailable (%s); cv2's solver refines instead", e)
-        return None
-    return head_pose_refine
+    """head_pose_refine where compiled (bridge/compiled.py), else None: the cv2 and numpy refines."""
+    return compiled.warm_kernels("bridge.stages.head_pose_refine", wanted, "cv2's solver refines the head pose instead")
 
 
 class HeadPoseEstimator:

@@ -101,6 +101,32 @@ def test_a_pass_described_at_once_gives_every_stream_its_own_describers_frames(m
     assert compared > 2 * FRAMES
 
 
+def test_an_emotion_classified_by_the_describer_reads_as_one_handed_to_it(measured):
+    """FacePipeline hands the emotion model's run to the describer (run after the expression step, while the
+    runtime's code is still in the core's caches): the FaceFrames are those of probabilities given up front."""
+    faces, size = measured
+    contract = ExpressionEstimator(session=False).contract
+    blend, head = contract.outputs["blendshapes"][0], contract.outputs["head_rotation"][0]
+    given, lazy = (FaceDescriber(ExpressionEstimator(session=False), subject="S") for _ in range(2))
+    calls = []
+
+    def classify(f):
+        calls.append(f.emotion)
+        return f.emotion
+
+    for k, f in enumerate(faces):
+        frame = Frame(image=None, seq=k, t_capture=1000 + k / 30, t_capture_mono=k / 30, t_media=k / 30)
+        wanted = given.wants_emotion(given.tracked_count + 1)
+        kwargs = dict(points=f.landmarks, presence=f.presence, iris=f.irises,
+                      expression_outputs={blend: f.blendshapes[None], head: f.expression_head[None]})
+        want = given.describe(frame, MeasuredFace(**kwargs, emotion=f.emotion if wanted else None), image_size=size)
+        got = lazy.describe(frame, MeasuredFace(**kwargs, emotion=(lambda f=f: classify(f)) if wanted else None),
+                            image_size=size)
+        _close(got, want, k)
+        assert np.array_equal(got.emotion, want.emotion)
+    assert 0 < len(calls) < len(faces)
+
+
 def test_rows_are_bounded_and_given_back():
     rows = DescribeRows(2)
     first = rows.open("A", ExpressionEstimator(session=False))

@@ -111,7 +111,7 @@ def test_kernels_that_fail_to_compile_leave_cv2s_solver_and_say_so(monkeypatch, 
     monkeypatch.setattr(compiled, "available", lambda: True)
     monkeypatch.setattr(head_pose_refine, "warm", broken)
     estimator = HeadPoseEstimator()
-    assert estimator._refine is None and "cv2's solver refines instead" in caplog.text
+    assert estimator._refine is None and "cv2's solver refines the head pose instead" in caplog.text
     for points in _turning_head(3):
         ypr, t, _ = estimator.estimate(points, 640, 480)
     assert np.isfinite(ypr).all() and 50 < t[2] < 60
