@@ -15,7 +15,14 @@ import numpy as np
 
 from bridge import compiled
 from bridge.expression.fit import NOISE_FRACTION
-from bridge.expression.model import FLIP, MODEL_ID, batch_head_matrices, load_model, rotvecs_from_matrices
+from bridge.expression.model import (
+    FLIP,
+    MODEL_ID,
+    batch_head_matrices,
+    load_model,
+    rotvec_from_matrix,
+    rotvecs_from_matrices,
+)
 
 MAX_LOST_POINTS = 0.25  # as ExpressionEstimator._check: more non-finite landmarks than this and the face is unusable
 # an unusable row's points where it has no last reprojection: a 26 x 18 grid 10 px apart, which any camera fits (its
@@ -47,8 +54,9 @@ def takes(contract) -> bool:
 
 
 class ExpressionRows:
-    def __init__(self, rows: int, compiled_reprojection: bool | None = None) -> None:
-        """compiled_reprojection: None compiles the reprojection where numba is installed; False keeps numpy's."""
+    def __init__(self, rows: int, compiled_loops: bool | None = None) -> None:
+        """compiled_loops: None runs the reprojection and rotations as compiled loops where numba is installed
+        (rows_compiled.py); False keeps numpy's arithmetic."""
         self.model = load_model()
         self._base = np.zeros((rows, 1404))  # each row's identity_points, planar (3 x 468)
         self._identity: list = [None] * rows  # the identity array each base was made from
@@ -62,7 +70,7 @@ class ExpressionRows:
         self._id_planar, self._exp_planar = planar(m._id468), planar(m._exp468)
         self._eye_angles = m.eye_yaw_pitch_deg.reshape(len(m.eye_yaw_pitch_deg), 4)
         self._region_average = np.ascontiguousarray(m.region_average, dtype=np.float64)
-        self._compiled = _reproject_kernel(compiled_reprojection)
+        self._compiled = _reproject_kernel(compiled_loops)
 
     def reset(self, rows) -> None:
         self._has_last[rows] = False
@@ -78,7 +86,7 @@ class ExpressionRows:
         xy = np.array(landmarks[..., :2], dtype=np.float64)
         usable = self._fill_lost(rows, xy)
         weights = np.clip(np.nan_to_num(_pick(contract, "blendshapes", outputs, n)), 0.0, 1.0)
-        rot = batch_head_matrices(_pick(contract, "head_rotation", outputs, n)[:, :3])
+        rot = self._head_matrices(_pick(contract, "head_rotation", outputs, n)[:, :3].astype(np.float64))
         focal = sizes[:, 0].astype(np.float64)
         centre = sizes.astype(np.float64) / 2.0
         for k in range(n):  # the frame's identity refresh (inline) comes before its identity is read, as there
@@ -94,21 +102,36 @@ class ExpressionRows:
         confidence = np.round(1.0 / (1.0 + (rms / 4.0) ** 2), 4)
         w64 = weights.astype(np.float64)
         eyes = (w64 @ self._eye_angles).reshape(n, 2, 2)  # (n, 2 eyes, yaw/pitch) degrees
-        eye_rot = rotvecs_from_matrices(batch_head_matrices(
+        eye_rot = self._rotvecs(self._head_matrices(
             np.concatenate([eyes.reshape(2 * n, 2), np.zeros((2 * n, 1))], 1))).reshape(n, 2, 3)
         f32 = np.float32
         return ExpressionBatch(
             usable=usable, blendshapes=weights.astype(f32),
             identity=np.stack([v[:model.num_ict_identity] for v in identities]).astype(f32),
             expression=(w64 @ model.ict_to_arkit).astype(f32), jaw_rotation=(w64 @ model.jaw_rotvec).astype(f32),
-            head_rotation=rotvecs_from_matrices(rot).astype(f32), head_translation=t.astype(f32),
+            head_rotation=self._rotvecs(rot).astype(f32), head_translation=t.astype(f32),
             eye_rotation_left=eye_rot[:, 0].astype(f32), eye_rotation_right=eye_rot[:, 1].astype(f32),
             region_confidence=np.concatenate([confidence, np.zeros((n, 1))], 1), region_names=self.region_names)
+
+    def _head_matrices(self, angles: np.ndarray) -> np.ndarray:
+        """model.batch_head_matrices: (n, 3) degrees -> (n, 3, 3); compiled where numba is."""
+        if self._compiled is None:
+            return batch_head_matrices(angles)
+        return self._compiled.head_matrices(np.ascontiguousarray(angles, dtype=np.float64))
+
+    def _rotvecs(self, m: np.ndarray) -> np.ndarray:
+        """model.rotvecs_from_matrices: (n, 3, 3) -> (n, 3); compiled where numba is (rotations about pi by cv2)."""
+        if self._compiled is None:
+            return rotvecs_from_matrices(m)
+        out, turned = self._compiled.rotvecs(np.ascontiguousarray(m, dtype=np.float64))
+        for i in np.flatnonzero(turned):
+            out[i] = rotvec_from_matrix(m[i])
+        return out
 
     def _reproject(self, rot, shape, xy, focal, centre) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each face's model points (shape, planar (n, 3, 468)) under its rotation (FLIP applied), its translation
         solved from its landmarks xy (n, 468, 2) -> (translation (n, 3), the points reprojected (n, 468, 2), rms
-        reprojection error per region in noise units (n, R)); compiled where numba is (reproject_rows.py)."""
+        reprojection error per region in noise units (n, R)); compiled where numba is (rows_compiled.py)."""
         u, v = np.ascontiguousarray(xy[..., 0]), np.ascontiguousarray(xy[..., 1])
         if self._compiled is not None:
             return self._compiled.reproject(np.ascontiguousarray(rot), shape, u, v, focal, centre,
@@ -155,8 +178,8 @@ class ExpressionRows:
 
 
 def _reproject_kernel(wanted: bool | None):
-    """reproject_rows where compiled (bridge/compiled.py), else None: numpy's arithmetic."""
-    return compiled.warm_kernels("bridge.expression.reproject_rows", wanted, "numpy computes the reprojection instead")
+    """rows_compiled where compiled (bridge/compiled.py), else None: numpy's arithmetic."""
+    return compiled.warm_kernels("bridge.expression.rows_compiled", wanted, "numpy computes the rows instead")
 
 
 def _pick(contract, role: str, outputs: dict[str, np.ndarray], n: int) -> np.ndarray:

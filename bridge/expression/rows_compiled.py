@@ -1,10 +1,14 @@
-"""ExpressionRows' reprojection as one compiled loop (numba): each row's model points put in the camera, the face's
-translation solved from its landmarks, the points reprojected, and the reprojection error averaged per region.
+"""ExpressionRows' per-row arithmetic as compiled loops (numba), where numpy's cost is its calls' own overhead:
 
-In numpy this is some forty array calls a pass (`ExpressionRows._reproject`), which cost about 0.35 ms a pass of 16
-faces and 1.1 ms of 64 on one EPYC core, most of it the calls' own overhead; this loop does the same arithmetic
-(the same normal equations of the translation, summed point by point rather than pairwise, so results agree to
-rounding: tests/expression/test_rows.py). Imported only where numba is (bridge/compiled.py).
+- `reproject`: each row's model points put in the camera, the face's translation solved from its landmarks, the
+  points reprojected, and the reprojection error averaged per region. In numpy (`ExpressionRows._reproject`) some
+  forty array calls a pass, about 0.35 ms a pass of 16 faces and 1.1 ms of 64 on one EPYC core; here the same
+  normal equations of the translation, summed point by point rather than pairwise.
+- `head_matrices` and `rotvecs`: model.batch_head_matrices and model.rotvecs_from_matrices (about 25 and 22 us a
+  call in numpy at 8-16 rows, two calls of each a pass), the same formulas row by row.
+
+Results agree with numpy's to rounding (tests/expression/test_rows.py). Imported only where numba is
+(bridge/compiled.py).
 """
 from __future__ import annotations
 
@@ -102,6 +106,44 @@ def reproject(rot, shape, u, v, focal, centre, region_average, noise_fraction):
     return translation, points, rms
 
 
+@compiled
+def head_matrices(angles):
+    """(B, 3) yaw, pitch, roll degrees -> (B, 3, 3) rotations Ry @ Rx @ Rz (model.batch_head_matrices)."""
+    out = np.empty((angles.shape[0], 3, 3))
+    for i in range(angles.shape[0]):
+        y, p, r = math.radians(angles[i, 0]), math.radians(angles[i, 1]), math.radians(angles[i, 2])
+        cy, sy, cp, sp, cr, sr = math.cos(y), math.sin(y), math.cos(p), math.sin(p), math.cos(r), math.sin(r)
+        # ry @ rx, with ry = [[cy, 0, sy], [0, 1, 0], [-sy, 0, cy]], rx = [[1, 0, 0], [0, cp, sp], [0, -sp, cp]]
+        a = ((cy, -sy * sp, sy * cp), (0.0, cp, sp), (-sy, -cy * sp, cy * cp))
+        # ... @ rz, rz = [[cr, sr, 0], [-sr, cr, 0], [0, 0, 1]]
+        for k in range(3):
+            out[i, k, 0] = a[k][0] * cr - a[k][1] * sr
+            out[i, k, 1] = a[k][0] * sr + a[k][1] * cr
+            out[i, k, 2] = a[k][2]
+    return out
+
+
+@compiled
+def rotvecs(m):
+    """(n, 3, 3) rotations -> ((n, 3) axis-angle radians, (n,) True where the rotation is about pi: the formula turns
+    there, and model.rotvecs_from_matrices hands such a row to cv2)."""
+    n = m.shape[0]
+    out = np.empty((n, 3))
+    turned = np.zeros(n, np.bool_)
+    for i in range(n):
+        r0, r1, r2 = m[i, 2, 1] - m[i, 1, 2], m[i, 0, 2] - m[i, 2, 0], m[i, 1, 0] - m[i, 0, 1]
+        s = math.sqrt((r0 * r0 + r1 * r1 + r2 * r2) * 0.25)
+        c = min(max((m[i, 0, 0] + m[i, 1, 1] + m[i, 2, 2] - 1.0) * 0.5, -1.0), 1.0)
+        scale = math.acos(c) / max(2.0 * s, 1e-300)
+        out[i, 0], out[i, 1], out[i, 2] = r0 * scale, r1 * scale, r2 * scale
+        if s < 1e-5:
+            if c > 0:
+                out[i, 0] = out[i, 1] = out[i, 2] = 0.0
+            else:
+                turned[i] = True
+    return out, turned
+
+
 def warm() -> None:
     """Compile (or load from numba's cache) before the first pass needs it."""
     n, count = 1, 468
@@ -110,3 +152,4 @@ def warm() -> None:
     shape[:, 2] -= 60.0
     reproject(np.eye(3)[None].copy(), shape, rng.uniform(0, 640, (n, count)), rng.uniform(0, 480, (n, count)),
               np.full(n, 640.0), np.full((n, 2), 320.0), np.full((2, count), 1.0 / count), 0.005)
+    rotvecs(head_matrices(np.zeros((n, 3))))
