@@ -70,7 +70,8 @@ class ExpressionRows:
         self._id_planar, self._exp_planar = planar(m._id468), planar(m._exp468)
         self._eye_angles = m.eye_yaw_pitch_deg.reshape(len(m.eye_yaw_pitch_deg), 4)
         self._region_average = np.ascontiguousarray(m.region_average, dtype=np.float64)
-        self._compiled = _reproject_kernel(compiled_loops)
+        self._compiled = compiled.warm_kernels("bridge.expression.rows_compiled", compiled_loops,
+                                               "numpy computes the rows instead")
 
     def reset(self, rows) -> None:
         self._has_last[rows] = False
@@ -86,7 +87,7 @@ class ExpressionRows:
         xy = np.array(landmarks[..., :2], dtype=np.float64)
         usable = self._fill_lost(rows, xy)
         weights = np.clip(np.nan_to_num(_pick(contract, "blendshapes", outputs, n)), 0.0, 1.0)
-        rot = self._head_matrices(_pick(contract, "head_rotation", outputs, n)[:, :3].astype(np.float64))
+        rot = self._head_matrices(_pick(contract, "head_rotation", outputs, n)[:, :3])
         focal = sizes[:, 0].astype(np.float64)
         centre = sizes.astype(np.float64) / 2.0
         for k in range(n):  # the frame's identity refresh (inline) comes before its identity is read, as there
@@ -175,11 +176,6 @@ class ExpressionRows:
             self._base[rows[stale]] = self._neutral_planar + ids @ self._id_planar
             for k in stale:
                 self._identity[rows[k]] = identities[k]
-
-
-def _reproject_kernel(wanted: bool | None):
-    """rows_compiled where compiled (bridge/compiled.py), else None: numpy's arithmetic."""
-    return compiled.warm_kernels("bridge.expression.rows_compiled", wanted, "numpy computes the rows instead")
 
 
 def _pick(contract, role: str, outputs: dict[str, np.ndarray], n: int) -> np.ndarray:

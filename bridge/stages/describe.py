@@ -52,7 +52,7 @@ class MeasuredFace:
     presence: float  # face-presence probability in [0, 1]
     iris: np.ndarray  # (2, 5, 3) frame pixels, [subject's left eye, right eye], centre first
     emotion: np.ndarray | Callable[[], np.ndarray] | None = None  # (7,) probabilities, EMOTION_NAMES order, or
-    # what classifies them (called after the expression step: see Describer.describe); None: not run for this frame
+    # what classifies them (called after the expression step: see FaceDescriber.describe); None: not run for this frame
     expression_outputs: dict[str, np.ndarray] | None = None  # the expression model's outputs (name -> (1, ...));
     # None: the describer runs the expression engine itself (FacePipeline, and the analysis-by-synthesis fit)
 
@@ -158,7 +158,7 @@ class FaceDescriber:
                                                     busy=busy)
         timer.lap("expression")
         if callable(face.emotion):  # classified here, right after the expression model's run: the runtime's code
-            face.emotion = face.emotion()  # is still in the core's caches (before it, the model costs twice)
+            face.emotion = face.emotion()  # is still in the core's caches (0.79 ms against 0.89-0.92 before it)
             timer.lap("emotion")
         blendshapes = np.array(expr.blendshapes, np.float32)  # a copy: the lids and filters write into it
         blinks = self.blink(points)  # lid opening against this subject's open eye

@@ -34,7 +34,7 @@ def _faces(n: int, seed: int):
 
 
 @pytest.mark.parametrize("n", [1, 7, 64])
-def test_the_compiled_loops_is_numpys(n):
+def test_the_compiled_rows_are_numpys(n):
     xy, outputs, sizes, _ = _faces(n, seed=n)
     results = []
     for compiled_loops in (False, True):
@@ -56,7 +56,7 @@ def test_the_compiled_loops_is_numpys(n):
         np.testing.assert_allclose(getattr(compiled_batch, name), getattr(numpy_batch, name), rtol=0, atol=1e-6)
 
 
-def test_the_compiled_loops_error_per_region_is_numpys():
+def test_the_compiled_reprojection_error_per_region_is_numpys():
     """Before its rounding: the rms reprojection error of each region, both ways, on the same inputs."""
     n = 16
     xy, _, sizes, angles = _faces(n, seed=3)
