@@ -102,15 +102,6 @@ def measure(n: int) -> dict:
             out["profile_error"] = repr(e)
             out["profile_table"] = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30)
 
-        shapes = {"detector": (out["detect_slots"] or 2, 3, 128, 128), "landmarks": (n, 3, 192, 192),
-                  "iris": (2 * n, 3, 64, 64), "emotion": (n, 1, 64, 64), "expression": (n, 944)}
-        alone = {}
-        with torch.inference_mode():
-            for role, shape in shapes.items():
-                if role in tracker.runners:
-                    x = torch.rand(shape, device="cuda")
-                    alone[role] = _median_ms(torch, lambda r=tracker.runners[role], x=x: r.eager(x))
-        out["model_alone_eager_ms"] = alone  # host-bound: the launch cost of each compiled model
     return out
 
 
