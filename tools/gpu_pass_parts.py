@@ -3,7 +3,8 @@
   python tools/gpu_pass_parts.py [--streams 16,64] [--json OUT]
 
 For each pass size: the whole pass as `facebridge serve` replays it (the CUDA graph of the tracked pass, detector
-rows included), then the same pass run eagerly under torch.profiler with each model in a range of its own: the GPU time
+rows included), with its branches on side streams and without (the tracker's `branches`: replay time each way, and
+the largest difference between the two passes' results from the same state, which must be 0), then the same pass run eagerly under torch.profiler with each model in a range of its own: the GPU time
 of each model's kernels (detector rows, landmarks, irises, expression regressor, emotion) and of the crops and
 arithmetic between them ("glue"), launch gaps excluded, and the pass's largest kernels. Graph replays: medians of
 50 after 10 warm-up ones; the profile: 20 eager passes after 5.
@@ -32,6 +33,39 @@ def _median_ms(torch, fn, reps: int = 50) -> float:
     return round(float(np.median(times)), 3)
 
 
+def _branches_vs_chain(torch, tracker, buckets, batch, index) -> dict:
+    """The captured pass with its branches on side streams and as one chain: replay time each way, interleaved,
+    and how far apart the two passes' results are from the same state (the same kernels: they must not be)."""
+    state = ("center", "size", "angle", "_tracked_all")
+
+    def results_from(saved):
+        for name, value in zip(state, saved):
+            getattr(tracker, name).copy_(value)
+        tracker.step(batch, index)
+        return tracker.packed_results(index).clone()
+
+    graphs = {}
+    for branches in (True, False):
+        tracker.release_cuda_graphs()
+        tracker.branches = branches
+        tracker.capture_cuda_graphs(buckets)
+        graphs[branches] = (tracker._graphs, tracker._frame_buffer, tracker._streams_buffer)
+    saved = [getattr(tracker, name).clone() for name in state]
+    times = {True: [], False: []}
+    results = {}
+    for _ in range(3):  # interleaved: clocks and other tenants hit both alike
+        for branches in (True, False):
+            tracker._graphs, tracker._frame_buffer, tracker._streams_buffer = graphs[branches]
+            tracker._frame_buffer[:len(index)].copy_(batch)
+            times[branches].append(_median_ms(torch, lambda: tracker.step(tracker._frame_buffer[:len(index)],
+                                                                          index)))
+            results[branches] = results_from(saved)
+    tracker._graphs, tracker._frame_buffer, tracker._streams_buffer = graphs[True]
+    tracker.branches = True
+    return {"branches_ms": times[True], "chain_ms": times[False],
+            "max_result_difference": float((results[True] - results[False]).abs().max())}
+
+
 def measure(n: int) -> dict:
     import torch
 
@@ -54,6 +88,7 @@ def measure(n: int) -> dict:
         index = torch.arange(n, device="cuda")
         out = {"streams": n, "tracked": int(tracker.tracked[:n].sum()), "detect_slots": tracker.detect_slots.get(n),
                "graph_pass_ms": _median_ms(torch, lambda: tracker.step(batch, index))}
+        out["branches_vs_chain"] = _branches_vs_chain(torch, tracker, buckets, batch, index)
 
         # the pass run eagerly under the profiler, each model in a range of its own: the GPU time of its kernels
         # (launch gaps excluded, which an eager pass has and the graph has not); the rest is the glue between

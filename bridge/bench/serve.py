@@ -15,6 +15,7 @@ camera's hardware encoder would; `encode_ms` says what a software encode costs h
 from __future__ import annotations
 
 import asyncio
+import heapq
 import multiprocessing as mp
 import os
 import re
@@ -29,6 +30,7 @@ from bridge.bench.common import percentiles, reporter
 from bridge.fsutil import atomic_write_json
 
 P99_LIMIT_MS = 20.0
+SLOWEST_KEPT = 10  # the slowest frames of a count, each with its server stages: where a stall happened
 # a stream counts as served within the limit only when it also got this share of its measured frames: latest
 # wins keeps an overloaded server's answers fresh, so p99 alone would pass a stream served a frame in ten
 MIN_SERVED_SHARE = 0.95
@@ -93,7 +95,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
 
     out = {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [], "replica": "",
            "stale": 0, "late": 0, "bad": 0,
-           "stages": {k: [] for k in STAGES[:6]}, "error": None,
+           "stages": {k: [] for k in STAGES[:6]}, "error": None, "slowest": [],
            "reconnects": 0, "moved": 0, "replicas": []}
     loop = asyncio.get_running_loop()
     k, which = 0, stream_id % len(channels)
@@ -141,11 +143,18 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
                 this_call["answered"] += 1
                 frame = response.frame
                 if frame.source_time >= measure_from:
-                    out["latency_ms"].append((time.perf_counter() - frame.source_time) * 1000.0)
+                    latency = (time.perf_counter() - frame.source_time) * 1000.0
+                    out["latency_ms"].append(latency)
                     got = frame.latencies_ms
                     for stage in STAGES:
                         if stage in got:
                             out["stages"].setdefault(stage, []).append(got[stage])
+                    slowest = (latency, frame.source_time - measure_from, stream_id,
+                               {k: round(v, 2) for k, v in got.items()})
+                    if len(out["slowest"]) < SLOWEST_KEPT:
+                        heapq.heappush(out["slowest"], slowest)
+                    elif latency > out["slowest"][0][0]:
+                        heapq.heapreplace(out["slowest"], slowest)
 
         try:
             await asyncio.gather(writer(), reader())
@@ -258,6 +267,10 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         "replica_moves_within_a_stream": sum(s["moved"] for s in streams),
         "reconnects": sum(s["reconnects"] for s in streams), "killed_pid": killed,
         "errors": sorted({s["error"] for s in streams if s["error"]}),
+        # where the worst waits happened: seconds after the measured window opened, the stream, the server's stages
+        "slowest_frames": [{"latency_ms": round(lat, 2), "at_s": round(at, 3), "stream": sid, "stages": stages}
+                           for lat, at, sid, stages in heapq.nlargest(SLOWEST_KEPT, (f for s in streams
+                                                                                    for f in s["slowest"]))],
     }
 
 

@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
     p.add_argument("--jpeg-batches", choices=("auto", "on", "off"), default="auto",
                    help="decode every JPEG waiting in one call on one thread (auto, the default: with GPU runners, "
                         "one batched nvJPEG decode; on: also on the CPU), or each on the decode workers (off)")
+    p.add_argument("--switch-interval-ms", type=float, default=None, metavar="MS",
+                   help="how long one of the server's threads may hold Python's interpreter lock while another "
+                        "waits for it (default: Python's 5 ms)")
     p.add_argument("--write-deadline", type=float, default=10.0, metavar="S",
                    help="end a stream whose client took no response for this long (it stopped reading; default 10)")
     p.add_argument("--frame-sizes", default="", metavar="WxH[,WxH]",
@@ -98,6 +101,9 @@ def serve_config(args):
     if not args.write_deadline > 0:
         raise FaceBridgeError(f"--write-deadline {args.write_deadline} is not a positive number of seconds",
                               "pass e.g. --write-deadline 10 (the default)")
+    if args.switch_interval_ms is not None and not 0.01 <= args.switch_interval_ms <= 100:
+        raise FaceBridgeError(f"--switch-interval-ms {args.switch_interval_ms} is outside 0.01..100",
+                              "pass e.g. --switch-interval-ms 1, or leave it out for Python's 5 ms")
     frame_sizes = _sizes(args.frame_sizes, "--frame-sizes")
     if len(set(frame_sizes)) > 4:
         raise FaceBridgeError(f"--frame-sizes names {len(set(frame_sizes))} sizes; a server serves at most 4",
@@ -114,7 +120,8 @@ def serve_config(args):
                        write_deadline_s=args.write_deadline, idle_timeout_s=args.idle_timeout,
                        frame_sizes=frame_sizes, decode_workers=args.decode_workers, cuda_wait=args.cuda_wait,
                        jpeg_batches={"auto": None, "on": True, "off": False}[args.jpeg_batches],
-                       updates=None if args.updates == "off" else args.updates)
+                       updates=None if args.updates == "off" else args.updates,
+                       switch_interval_ms=args.switch_interval_ms)
 
 
 def run(args) -> int:

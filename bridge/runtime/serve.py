@@ -55,6 +55,9 @@ class ServeConfig:
     decode_workers: int = 0  # JPEG decode threads; 0: one a core, at most 8
     cuda_wait: str = "block"  # GPU runners: how host threads wait for the GPU (bridge/engines/cuda_wait.py)
     jpeg_batches: bool | None = None  # every JPEG waiting decoded in one call (None: when decoding on the GPU)
+    # how long a thread may hold the interpreter lock while another waits for it (sys.setswitchinterval), ms;
+    # None leaves Python's 5 ms
+    switch_interval_ms: float | None = None
 
 
 class PassDescriber:
@@ -145,6 +148,9 @@ def build_server(config: ServeConfig):
         from bridge.engines.cuda_wait import set_cuda_wait
 
         log.info("%s", set_cuda_wait(config.cuda_wait))
+    if config.switch_interval_ms is not None:
+        sys.setswitchinterval(config.switch_interval_ms / 1000.0)
+        log.info("interpreter lock switch interval: %.2f ms", config.switch_interval_ms)
     # one thread per native pool: the streams are the parallelism (CPU runners: --threads for torch's own pool)
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
     whole_pass = kind == "torch-cuda" and config.graphs

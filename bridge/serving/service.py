@@ -115,8 +115,15 @@ class MultiStreamFaceService:
         self._max_batch = min(max_batch or num_streams, num_streams)
         self._staging = torch.empty((self._max_batch, *self.frame_hw, 3), dtype=torch.uint8, device=device)
         self._results_host = torch.empty((self._max_batch, RESULT_WIDTH), dtype=torch.float32)
+        # a pass's stream indices go up from pinned memory without a sync: torch.tensor(list, device=...) copies
+        # from pageable memory and waits for it, and a thread that waits gives up the interpreter lock, which
+        # the describing thread may then hold for up to Python's switch interval while the GPU idles
+        self._index_host = torch.empty(self._max_batch, dtype=torch.long)
+        self._index = self._index_host
         if device != "cpu":
             self._results_host = self._results_host.pin_memory()
+            self._index_host = self._index_host.pin_memory()
+            self._index = torch.empty(self._max_batch, dtype=torch.long, device=device)
         self.passes = 0
         self.frames = 0  # frames served, over all passes
         self._pass_lock = pass_lock
@@ -211,7 +218,10 @@ class MultiStreamFaceService:
         if self._events is not None:
             self._events[0].record()
         torch.stack(frames, out=batch)  # `submit` made every frame a tensor on this device
-        index = torch.tensor(streams, device=self.device)
+        self._index_host.numpy()[:n] = streams  # free to rewrite: the last pass's copy back waited for its upload
+        index = self._index[:n]
+        if index.data_ptr() != self._index_host.data_ptr():
+            index.copy_(self._index_host[:n], non_blocking=True)
         self.tracker.step(batch, index)
         out = self._results_host[:n]
         out.copy_(self.tracker.packed_results(index))  # one copy back per pass (waits for the pass)

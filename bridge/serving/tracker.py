@@ -11,6 +11,7 @@ on the GPU or the CPU (which keeps this code testable without a GPU). With the t
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -50,7 +51,9 @@ class BatchedFaceTracker:
     """State for `num_streams` streams on one device; `step(frames, streams)` runs one batched pass."""
 
     def __init__(self, num_streams: int, frame_hw: tuple[int, int], runners: dict, device: str = "cuda",
-                 detector: str = "face_detection_short_range"):
+                 detector: str = "face_detection_short_range", branches: bool = True):
+        """branches: on a GPU, run the parts of a pass that do not wait for each other side by side on their own
+        CUDA streams (see `_beside`); same results, a shorter pass on a GPU the pass alone leaves mostly idle."""
         import torch
 
         self.t = torch
@@ -87,6 +90,10 @@ class BatchedFaceTracker:
         self._graphs = {}  # bucket -> captured pass (see capture_cuda_graphs)
         self._frame_buffer = self._streams_buffer = None
         self.focal = float(self.width)  # intrinsics unknown: the expression contract's default
+        on_gpu = torch.device(device).type == "cuda"
+        self.branches = bool(branches and on_gpu)
+        self._side_streams = [torch.cuda.Stream(device) for _ in range(2)] if on_gpu else []
+        self._forked = []  # side streams holding work of the pass being enqueued, joined at its end
         self.detector_runs = 0
         self.tracked_runs = 0
 
@@ -125,6 +132,29 @@ class BatchedFaceTracker:
         v = (points[..., 1] / out - 0.5) * size[:, None]
         cos, sin = t.cos(angle)[:, None], t.sin(angle)[:, None]
         return t.stack([center[:, 0, None] + u * cos - v * sin, center[:, 1, None] + u * sin + v * cos], dim=-1)
+
+    @contextlib.contextmanager
+    def _beside(self, branch: int):
+        """Enqueue the block's kernels on side stream `branch`, forked from the current stream: a branch of the
+        pass's graph that runs beside what the current stream does next, joined back by `_join`. Inline (the
+        current stream) on the CPU or with branches off. Every tensor the block reads must stay referenced until
+        the join is enqueued (locals of the pass do), or the allocator could hand its memory on too early."""
+        if not self.branches:
+            yield
+            return
+        t = self.t
+        side = self._side_streams[branch]
+        side.wait_stream(t.cuda.current_stream())
+        with t.cuda.stream(side):
+            yield
+        self._forked.append(side)
+
+    def _join(self) -> None:
+        """The current stream waits for every branch forked since the last join (a capture must end joined)."""
+        current = self.t.cuda.current_stream() if self._forked else None
+        for side in self._forked:
+            current.wait_stream(side)
+        self._forked = []
 
     # --- CUDA graphs of the steady state ------------------------------------------------------------------
     def capture_cuda_graphs(self, buckets: list[int], detect_fraction: float = 1 / 16, min_detect: int = 2) -> None:
@@ -269,6 +299,23 @@ class BatchedFaceTracker:
         present = probability > PRESENCE_THRESHOLD
         depth = points[..., 2:] * (size / LANDMARK_SIZE)[:, None, None]
 
+        with self._beside(1):  # beside the irises and all after them: it needs only the face mesh
+            # next crop from this frame's (unrefined) landmarks: their extent in the eye-levelled frame, 1.5x
+            # (bridge.stages.landmarks.roi_from_landmarks)
+            le, re = xy[:, 33], xy[:, 263]
+            new_angle = t.atan2(re[:, 1] - le[:, 1], re[:, 0] - le[:, 0])
+            cos, sin = t.cos(new_angle)[:, None], t.sin(new_angle)[:, None]
+            centre0 = (xy.min(dim=1).values + xy.max(dim=1).values) / 2
+            dx, dy = xy[..., 0] - centre0[:, :1], xy[..., 1] - centre0[:, 1:]
+            u, v = dx * cos + dy * sin, -dx * sin + dy * cos
+            ulo, uhi, vlo, vhi = u.min(1).values, u.max(1).values, v.min(1).values, v.max(1).values
+            mu, mv = (ulo + uhi)[:, None] / 2, (vlo + vhi)[:, None] / 2
+            new_center = centre0 + t.cat([mu * cos - mv * sin, mu * sin + mv * cos], 1)
+            new_size = t.maximum(uhi - ulo, vhi - vlo) * FACE_SCALE
+            self.center[streams] = new_center
+            self.size[streams] = new_size.clamp(min=8.0)
+            self.angle[streams] = new_angle
+
         # irises: both eyes of every face in one batch, each crop levelled on its own corners, the subject's left
         # eye mirrored (bridge.stages.landmarks.IrisLandmarker.eye_roi)
         a, b = xy[:, self._eye_corners[:, 0]], xy[:, self._eye_corners[:, 1]]  # (n, 2 eyes, 2)
@@ -289,38 +336,26 @@ class BatchedFaceTracker:
         self._last_landmarks_all[streams] = t.cat([refined, depth], -1)
         self._last_presence_all[streams] = probability
 
+        # from the refined landmarks on, two branches: the emotion crop and model beside, the expression
+        # regressor on the current stream
+        with self._beside(0):
+            # emotion: grey, eye-levelled face crop over the refined landmarks, 1.1x (EmotionClassifier.face_roi)
+            lo, hi = refined.min(dim=1).values, refined.max(dim=1).values
+            le, re = refined[:, 33], refined[:, 263]
+            face_angle = t.atan2(re[:, 1] - le[:, 1], re[:, 0] - le[:, 0])
+            face = self._crop(images, (lo + hi) / 2, (hi - lo).max(dim=1).values * EMOTION_SCALE, face_angle,
+                              EMOTION_SIZE)
+            grey = (face * self._grey).sum(1, True) * (1.0 / 255.0)
+            self._last_emotion_all[streams] = run("emotion", grey * 2 - 1)[0]
+
         if "expression" in self.runners:  # subject's left eye first, as the contract says
             iris_xy = eye_px[:, 0, :2].reshape(n, 2, 2)
             outputs = run("expression", landmark_features_torch(refined, iris_xy, self.focal, self._image_centre))
             self._last_blendshapes_all[streams] = outputs[0]
             if len(outputs) > 1:
                 self._last_expression_head_all[streams] = outputs[1][:, :3]
-
-        # emotion: grey, eye-levelled face crop over the refined landmarks, 1.1x (EmotionClassifier.face_roi)
-        lo, hi = refined.min(dim=1).values, refined.max(dim=1).values
-        le, re = refined[:, 33], refined[:, 263]
-        face_angle = t.atan2(re[:, 1] - le[:, 1], re[:, 0] - le[:, 0])
-        face = self._crop(images, (lo + hi) / 2, (hi - lo).max(dim=1).values * EMOTION_SCALE, face_angle,
-                          EMOTION_SIZE)
-        grey = (face * self._grey).sum(1, True) * (1.0 / 255.0)
-        self._last_emotion_all[streams] = run("emotion", grey * 2 - 1)[0]
-
-        # next crop from this frame's (unrefined) landmarks: their extent in the eye-levelled frame, 1.5x
-        # (bridge.stages.landmarks.roi_from_landmarks)
-        le, re = xy[:, 33], xy[:, 263]
-        new_angle = t.atan2(re[:, 1] - le[:, 1], re[:, 0] - le[:, 0])
-        cos, sin = t.cos(new_angle)[:, None], t.sin(new_angle)[:, None]
-        centre0 = (xy.min(dim=1).values + xy.max(dim=1).values) / 2
-        dx, dy = xy[..., 0] - centre0[:, :1], xy[..., 1] - centre0[:, 1:]
-        u, v = dx * cos + dy * sin, -dx * sin + dy * cos
-        ulo, uhi, vlo, vhi = u.min(1).values, u.max(1).values, v.min(1).values, v.max(1).values
-        mu, mv = (ulo + uhi)[:, None] / 2, (vlo + vhi)[:, None] / 2
-        new_center = centre0 + t.cat([mu * cos - mv * sin, mu * sin + mv * cos], 1)
-        new_size = t.maximum(uhi - ulo, vhi - vlo) * FACE_SCALE
-        self.center[streams] = new_center
-        self.size[streams] = new_size.clamp(min=8.0)
-        self.angle[streams] = new_angle
         self._tracked_all[streams] = present
+        self._join()
 
     def _eye_to_image(self, points, center, size, angle, flip):
         """Eye-crop points (2n, P, 3) to frame pixels, mirrored crops un-mirrored; z scaled like x."""
