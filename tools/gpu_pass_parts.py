@@ -4,10 +4,11 @@
 
 For each pass size: the whole pass as `facebridge serve` replays it (the CUDA graph of the tracked pass, detector
 rows included), with its branches on side streams and without (the tracker's `branches`: replay time each way, and
-the largest difference between the two passes' results from the same state, which must be 0), then the same pass run eagerly under torch.profiler with each model in a range of its own: the GPU time
-of each model's kernels (detector rows, landmarks, irises, expression regressor, emotion) and of the crops and
-arithmetic between them ("glue"), launch gaps excluded, and the pass's largest kernels. Graph replays: medians of
-50 after 10 warm-up ones; the profile: 20 eager passes after 5.
+the largest difference between the two passes' results from the same state, which must be 0), then the same pass
+run eagerly under torch.profiler with each model in a range of its own: the GPU time of each model's kernels
+(detector rows, landmarks, irises, expression regressor, emotion) and of the crops and arithmetic between them
+("glue"), launch gaps excluded, and the pass's largest kernels. Graph replays: medians of 50 after 10 warm-up ones;
+the profile: 20 eager passes after 5.
 """
 from __future__ import annotations
 

@@ -149,12 +149,11 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
                     for stage in STAGES:
                         if stage in got:
                             out["stages"].setdefault(stage, []).append(got[stage])
-                    slowest = (latency, frame.source_time - measure_from, stream_id,
-                               {k: round(v, 2) for k, v in got.items()})
-                    if len(out["slowest"]) < SLOWEST_KEPT:
-                        heapq.heappush(out["slowest"], slowest)
-                    elif latency > out["slowest"][0][0]:
-                        heapq.heapreplace(out["slowest"], slowest)
+                    kept = out["slowest"]
+                    if len(kept) < SLOWEST_KEPT or latency > kept[0][0]:  # its stages copied only when kept
+                        slowest = (latency, frame.source_time - measure_from, stream_id,
+                                   {k: round(v, 2) for k, v in got.items()})
+                        (heapq.heappush if len(kept) < SLOWEST_KEPT else heapq.heapreplace)(kept, slowest)
 
         try:
             await asyncio.gather(writer(), reader())

@@ -119,7 +119,7 @@ class MultiStreamFaceService:
         # from pageable memory and waits for it, and a thread that waits gives up the interpreter lock, which
         # the describing thread may then hold for up to Python's switch interval while the GPU idles
         self._index_host = torch.empty(self._max_batch, dtype=torch.long)
-        self._index = self._index_host
+        self._index = None  # on a GPU, where the indices go up to
         if device != "cpu":
             self._results_host = self._results_host.pin_memory()
             self._index_host = self._index_host.pin_memory()
@@ -219,9 +219,9 @@ class MultiStreamFaceService:
             self._events[0].record()
         torch.stack(frames, out=batch)  # `submit` made every frame a tensor on this device
         self._index_host.numpy()[:n] = streams  # free to rewrite: the last pass's copy back waited for its upload
-        index = self._index[:n]
-        if index.data_ptr() != self._index_host.data_ptr():
-            index.copy_(self._index_host[:n], non_blocking=True)
+        index = self._index_host[:n]
+        if self._index is not None:
+            index = self._index[:n].copy_(index, non_blocking=True)
         self.tracker.step(batch, index)
         out = self._results_host[:n]
         out.copy_(self.tracker.packed_results(index))  # one copy back per pass (waits for the pass)

@@ -151,9 +151,8 @@ class BatchedFaceTracker:
 
     def _join(self) -> None:
         """The current stream waits for every branch forked since the last join (a capture must end joined)."""
-        current = self.t.cuda.current_stream() if self._forked else None
         for side in self._forked:
-            current.wait_stream(side)
+            self.t.cuda.current_stream().wait_stream(side)
         self._forked = []
 
     # --- CUDA graphs of the steady state ------------------------------------------------------------------
