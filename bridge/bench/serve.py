@@ -192,6 +192,40 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
     results.put({"streams": streams, "cpu_s": cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime})
 
 
+def _gc_snapshot(addresses) -> dict:
+    """Each server's garbage-collector counters (GetServeStatus), by address; a server that does not answer is
+    left out (a replica killed on purpose, an older server)."""
+    import grpc
+
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+
+    out = {}
+    for address in addresses:
+        try:
+            with grpc.insecure_channel(address) as channel:
+                r = pb_grpc.FaceServeServiceStub(channel).GetServeStatus(pb.GetServeStatusRequest(), timeout=5)
+        except grpc.RpcError:
+            continue
+        out[address] = {"collections": list(r.gc_collections), "pause_ms_total": r.gc_pause_ms_total,
+                        "pause_ms_max": r.gc_pause_ms_max, "over_10ms": r.gc_pauses_over_10ms}
+    return out
+
+
+def _gc_during(before: dict, after: dict) -> dict:
+    """What the servers' collectors cost in the measured window: collections per generation, pause total, pauses
+    of 10 ms or more (summed over the servers), and the longest pause any server had since it started."""
+    both = [a for a in after if a in before and len(after[a]["collections"]) == 3 == len(before[a]["collections"])]
+    if not both:
+        return {}
+    return {"servers": len(both),
+            "collections": [sum(after[a]["collections"][g] - before[a]["collections"][g] for a in both)
+                            for g in range(3)],
+            "pause_ms_total": round(sum(after[a]["pause_ms_total"] - before[a]["pause_ms_total"] for a in both), 2),
+            "pauses_over_10ms": sum(after[a]["over_10ms"] - before[a]["over_10ms"] for a in both),
+            "pause_ms_max_since_start": round(max(after[a]["pause_ms_max"] for a in both), 2)}
+
+
 def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
@@ -204,6 +238,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         p.start()
     time.sleep(max(0.0, t0 + args.warmup - time.perf_counter()))
     cpu_start = _cpu_seconds(pids)
+    gc_start = _gc_snapshot(addresses)
     to_unix = time.time() - time.perf_counter()  # the measured window on the wall clock, for load sampled beside
     measured_unix = [round(t0 + args.warmup + to_unix, 3), round(t0 + args.seconds + to_unix, 3)]
     killed = None
@@ -221,6 +256,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         threading.Timer(max(0.0, t0 + args.kill_replica_at - time.perf_counter()), kill).start()
     collected = [results.get(timeout=args.seconds + 300) for _ in procs]
     cpu_end = _cpu_seconds(pids)
+    gc_end = _gc_snapshot(addresses)
     server_cpu_s = sum(cpu_end[p] - cpu_start[p] for p in cpu_end if p in cpu_start)
     for p in procs:
         p.join(30)
@@ -242,6 +278,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     return {
         "streams": n, "fps_per_stream": args.fps, "seconds": args.seconds, "in_flight": args.in_flight,
         "measured_unix": measured_unix,
+        "server_gc": _gc_during(gc_start, gc_end),
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
         "streams_p99_within_limit_any_share": sum(1 for p in p99s if p is not None and p <= P99_LIMIT_MS),

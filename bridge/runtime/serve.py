@@ -134,6 +134,8 @@ def build_server(config: ServeConfig):
         raise FaceBridgeError("facebridge serve needs torch (the batched tracker runs on torch tensors)",
                               "pip install torch (a CUDA build on a GPU server)") from None
     from bridge.expression.refresh import IdentityRefresher
+    from bridge.runtime.gc_pauses import GcPauses
+    from bridge.runtime.gc_pauses import settle as settle_heap
     from bridge.runtime.native_pools import pin_native_pools
     from bridge.serving.grpc_service import FaceServeServer
     from bridge.serving.replies import PassReplies
@@ -193,9 +195,13 @@ def build_server(config: ServeConfig):
 
     def make_service(frame_hw, num_streams):
         log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
-        return MultiStreamFaceService(num_streams, frame_hw, runners, device=device,
-                                      graph_buckets=buckets if whole_pass else None, pass_lock=gate,
-                                      finish_pass=replies.for_service(num_streams))
+        service = MultiStreamFaceService(num_streams, frame_hw, runners, device=device,
+                                         graph_buckets=buckets if whole_pass else None, pass_lock=gate,
+                                         finish_pass=replies.for_service(num_streams))
+        # what the build made (compiled passes, captured graphs) lives as long as the service: out of the
+        # collector's walks (runtime/gc_pauses.py); once a frame size, beside a build that took seconds
+        log.info("heap settled after the build in %.0f ms", settle_heap())
+        return service
 
     try:
         table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
@@ -215,7 +221,11 @@ def build_server(config: ServeConfig):
             releases.close()
         raise
     server.on_close(refresher.close)
-    server.status_extra = releases.status if releases is not None else lambda: {"model_versions": gate.versions}
+    status = releases.status if releases is not None else lambda: {"model_versions": gate.versions}
+    log.info("heap settled after start-up in %.0f ms", settle_heap())  # models, runners, the gRPC server
+    pauses = GcPauses().start()
+    server.on_close(pauses.close)
+    server.status_extra = lambda: {**status(), **pauses.stats()}
     if releases is not None:
         server.on_close(releases.close)
     return server
@@ -243,7 +253,8 @@ def status_line(stats: dict) -> str:
     release = f" | release {stats['release']}" if stats.get("release") else ""
     return (f"{stats['streams']}/{stats['max_streams']} streams | served {stats['served']} | dropped stale "
             f"{stats['stale']} late {stats['late']} | bad {stats['bad']} | server p50 {stats['latency_ms_p50']:.1f} "
-            f"ms p99 {stats['latency_ms_p99']:.1f} ms | batch {stats['mean_batch']:.1f}{release}")
+            f"ms p99 {stats['latency_ms_p99']:.1f} ms | batch {stats['mean_batch']:.1f} | gc max "
+            f"{stats.get('gc_pause_ms_max', 0.0):.1f} ms{release}")
 
 
 def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(line, flush=True)) -> int:

@@ -146,7 +146,9 @@ class FaceServeServer:
             latency_ms_p99=s["latency_ms_p99"], server_version=__version__, decoder=self.decoder_name,
             streams_evicted=s["evicted"], streams_invalid=s["invalid"],
             model_versions={str(k): str(v) for k, v in (s.get("model_versions") or {}).items()},
-            release=str(s.get("release") or ""))
+            release=str(s.get("release") or ""), gc_collections=s.get("gc_collections", []),
+            gc_pause_ms_total=s.get("gc_pause_ms_total", 0.0), gc_pause_ms_max=s.get("gc_pause_ms_max", 0.0),
+            gc_pauses_over_10ms=s.get("gc_pauses_over_10ms", 0))
 
     # ---- streams refused ------------------------------------------------------------------------------
     def note_malformed(self, number: int, why: str) -> None:

@@ -136,7 +136,10 @@ class LiveStream:
         served.future = self.service.submit(self.slot, frame, tag=served)  # the tag goes to a finish_pass
         with self._lock:
             self._taken, self._in_flight = None, served
-        served.future.add_done_callback(lambda _f: self._finished(served))
+        # the callback names the stream, not `served`: a closure over it would make served -> future -> callback
+        # -> served a reference cycle, every frame's image and objects then freed only by the garbage collector
+        # (its collections grew with the load to 2 ms a pass on the H200: runtime/gc_pauses.py)
+        served.future.add_done_callback(self._finished)
 
     def abandon(self) -> None:
         """The image taken never reached the service (refused on decode): the stream's turn is free again."""
@@ -144,8 +147,11 @@ class LiveStream:
             self._taken = None
         self._settled()
 
-    def _finished(self, served: Served) -> None:
+    def _finished(self, future: Future) -> None:
         with self._lock:
+            served = self._in_flight
+            if served is None or served.future is not future:  # not this stream's image in flight: nothing to do
+                return
             self._in_flight = None
             self._done = served
         self._settled()

@@ -64,6 +64,23 @@ def test_eight_streams_of_the_sample_get_the_facebridge_run_frames(server, clip)
     _streams_get_the_run_frames(server, clip, STREAMS)
 
 
+def test_the_server_reports_what_its_garbage_collector_cost(server, clip):
+    """GetServeStatus carries the collections since start-up per generation and their pauses
+    (runtime/gc_pauses.py; counting itself: tests/runtime/test_gc_pauses.py)."""
+    from bridge.serving.client import TrackClient
+
+    before = _status(server)
+    client = TrackClient(server, subject="Collector", deadline_ms=LOCKSTEP_DEADLINE_MS)
+    _lockstep(client, clip[0])
+    client.finish(timeout=240)
+    after = _status(server)
+    assert len(before.gc_collections) == len(after.gc_collections) == 3
+    assert all(a >= b for a, b in zip(after.gc_collections, before.gc_collections))
+    assert 0.0 <= after.gc_pause_ms_max <= after.gc_pause_ms_total
+    assert after.gc_pause_ms_total >= before.gc_pause_ms_total
+    assert after.gc_pauses_over_10ms >= before.gc_pauses_over_10ms
+
+
 def test_jpegs_decoded_in_batches_give_the_same_frames(clip):
     """`--jpeg-batches on` (`auto` with GPU runners: one nvJPEG call for every JPEG waiting) on the CPU: the
     same JpegBatches path, OpenCV decoding each image of a batch."""

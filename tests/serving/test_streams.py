@@ -85,3 +85,40 @@ def test_a_stream_ended_with_its_image_in_a_pass_keeps_its_slot_until_the_image_
     assert third.slot is not None
     for stream in (second, third):
         assert stream.close()
+
+
+def test_a_served_image_is_freed_without_the_garbage_collector(table, clip):
+    """No reference cycle through an image's trip (served -> future -> done callback): once the front end has
+    dropped a result and the next pass has run (the batcher lets go of its last batch then), reference counting
+    has freed it and its request, where a server at hundreds of frames a second would otherwise leave them all to
+    the collector (runtime/gc_pauses.py)."""
+    import gc
+    import weakref
+
+    class Request:  # a plain object whose lifetime the test can watch
+        pass
+
+    stream = table.open()
+    woken = _woken(stream)
+    stream.bind(clip[0].shape[:2])
+    watches = []
+    gc.disable()
+    try:
+        for k in range(4):
+            request = Request()
+            watches.append(weakref.ref(request))
+            woken.clear()
+            stream.offer(request)
+            todo, _ = stream.poll()
+            stream.submit(todo, clip[k % len(clip)])
+            del request, todo
+            assert woken.wait(120)
+            _, done = stream.poll()
+            assert done.future.result().tracked is not None
+            del done
+            if k >= 1:
+                assert watches[k - 1]() is None, f"image {k - 1} outlived its pass: a cycle keeps it for the collector"
+    finally:
+        gc.enable()
+    stream.end_of_input()
+    assert stream.close()

@@ -306,7 +306,7 @@ class GetServeStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServeStatusResponse(_message.Message):
-    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder", "streams_evicted", "streams_invalid", "model_versions", "release")
+    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder", "streams_evicted", "streams_invalid", "model_versions", "release", "gc_collections", "gc_pause_ms_total", "gc_pause_ms_max", "gc_pauses_over_10ms")
     class ModelVersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +334,10 @@ class GetServeStatusResponse(_message.Message):
     STREAMS_INVALID_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
+    GC_COLLECTIONS_FIELD_NUMBER: _ClassVar[int]
+    GC_PAUSE_MS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GC_PAUSE_MS_MAX_FIELD_NUMBER: _ClassVar[int]
+    GC_PAUSES_OVER_10MS_FIELD_NUMBER: _ClassVar[int]
     replica: str
     runners: str
     streams: int
@@ -354,4 +358,8 @@ class GetServeStatusResponse(_message.Message):
     streams_invalid: int
     model_versions: _containers.ScalarMap[str, str]
     release: str
-    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ..., streams_evicted: _Optional[int] = ..., streams_invalid: _Optional[int] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., release: _Optional[str] = ...) -> None: ...
+    gc_collections: _containers.RepeatedScalarFieldContainer[int]
+    gc_pause_ms_total: float
+    gc_pause_ms_max: float
+    gc_pauses_over_10ms: int
+    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ..., streams_evicted: _Optional[int] = ..., streams_invalid: _Optional[int] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., release: _Optional[str] = ..., gc_collections: _Optional[_Iterable[int]] = ..., gc_pause_ms_total: _Optional[float] = ..., gc_pause_ms_max: _Optional[float] = ..., gc_pauses_over_10ms: _Optional[int] = ...) -> None: ...
