@@ -18,7 +18,6 @@ for path in bench_jsons:
 out = {}
 for f in sorted(glob.glob(gc_dir + "/gc-*.json")):
     d = json.load(open(f))
-    role = "server" if " serve " in f" {d['argv']} " or "cli.py serve" in d["argv"] else d["argv"][:60]
     ev = d["ev"]
     per = {"argv": d["argv"][:160], "frozen": d.get("frozen"), "all": len(ev),
            "startup_max_ms": max((e[2] for e in ev), default=0)}
