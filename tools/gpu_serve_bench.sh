@@ -145,7 +145,9 @@ case "$MODE" in
         --client-processes "${CLIENTS:-8}" --serve-args "$extra"
     done
     load_stop
-    [ "${MPS:-0}" = 1 ] && { echo quit | nvidia-cuda-mps-control; sleep 1; } ;;
+    # a bench cut short by its time limit can leave its servers behind, and the MPS daemon's quit waits for them
+    pkill -KILL -f -- "-m bridge.cli serve --quiet --grpc 127.0.0.1:0" 2> /dev/null
+    [ "${MPS:-0}" = 1 ] && { echo quit | timeout 20 nvidia-cuda-mps-control; sleep 1; } ;;
   describe)
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
