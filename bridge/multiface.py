@@ -105,6 +105,10 @@ class MultiFacePipeline:
         for slot in self.slots:
             slot.reset()
 
+    def run_deferred(self) -> None:
+        for slot in self.slots:
+            slot.run_deferred()
+
     def _share_sessions(self) -> None:
         expression = self.slots[0].expression.session
         for slot in self.slots[1:]:

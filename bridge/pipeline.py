@@ -238,6 +238,12 @@ class FacePipeline:
         self._tracked = 0
         self.describer.reset()
 
+    def run_deferred(self) -> None:
+        """The work a frame left for after it was handed on (its emotion model, applied on the next tracked frame):
+        the runner calls this in the describe thread right after each frame goes to the sinks, so that a webcam's
+        frame gap absorbs it instead of one frame in four (docs/PERFORMANCE.md, issue 18 twelfth pass)."""
+        self.describer.run_deferred()
+
     def reset_description(self) -> None:
         """Forget describe's temporal state (pose tracking, blink baseline, filters): called by the output guard
         after a bad frame, so that one bad value does not carry into the frames after it."""

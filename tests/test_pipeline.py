@@ -228,3 +228,38 @@ def test_auto_takes_the_attention_mesh_on_a_cpu_with_litert_and_says_why():
     assert (path, bool(why)) == (("attention" if check_available("litert").ok else "mesh+iris"), True)
     with pytest.raises(Exception, match="--landmarks"):
         PipelineOptions(landmarks="both").check()
+
+
+def test_a_frames_periodic_work_runs_after_it_is_handed_on_and_the_stream_is_the_same(sample_frames):
+    """The emotion model of a wanted frame and the identity refresh's spread steps run in run_deferred (the runner
+    calls it once the frame went to the sinks, in the time before the next one), not inside a frame, and the
+    FaceFrames are the same whether it is called or not; the probabilities reach the stream one tracked frame
+    after the frame they were classified on."""
+    from bridge.pipeline import FacePipeline
+
+    deferred, inline = FacePipeline(), FacePipeline()
+    calls = []
+    run = deferred.emotion.run
+    deferred.emotion.run = lambda *a: calls.append(1) or run(*a)
+    expression = deferred.expression
+    frames = sample_frames[:100]  # past the first second's 30 inline identity updates: 2 spread refreshes
+    steps_after = 0
+    for i, f in enumerate(frames):
+        want = inline.process(f)
+        work = expression.identity_work
+        got = deferred.process(f)
+        assert "emotion" not in got.latencies_ms, f"frame {i}: its describe step ran the emotion model"
+        assert i < 30 or expression.identity_work == work, f"frame {i}: an identity step ran inside it"
+        before, work = len(calls), expression.identity_work
+        deferred.run_deferred()
+        assert len(calls) - before == (1 if deferred.describer.wants_emotion(deferred.describer.tracked_count)
+                                       else 0), i
+        steps_after += expression.identity_work - work
+        assert np.array_equal(got.emotion, want.emotion) and np.array_equal(got.blendshapes, want.blendshapes), i
+        assert np.array_equal(got.morph.identity, want.morph.identity), i
+    assert len(calls) == 25  # tracked frames 1, 5, 9, ... of 100
+    assert steps_after == 8  # two refreshes (frames 60 and 90) of four steps each
+    # the first tracked frame's probabilities arrive with the second
+    fresh = FacePipeline()
+    first, second = fresh.process(frames[0]), fresh.process(frames[1])
+    assert not first.emotion.any() and second.emotion.sum() == pytest.approx(1.0, abs=1e-5)

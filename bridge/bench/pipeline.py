@@ -55,6 +55,10 @@ def add_arguments(p) -> None:
                    help="side by side, a diagnosis: leave out periodic work (emotion, identity: the emotion model on "
                         "every 4th frame, the identity refresh's steps every 30 frames) to see the spread of the "
                         "frames without it; such a run no longer streams everything")
+    p.add_argument("--inline-deferred", action="store_true",
+                   help="side by side, the A/B: run the work a frame leaves for after it is handed on (its emotion "
+                        "model, identity refresh steps: the runner's run_deferred) inside the next frame instead; "
+                        "the frames stream the same either way")
     monitor_cost.add_arguments(p)
 
 
@@ -148,7 +152,7 @@ def run(args) -> dict:
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision,
                                                 landmarks=args.landmarks))
         side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","),
-                                pace_fps=args.pace, without=tuple(args.without))
+                                pace_fps=args.pace, without=tuple(args.without), deferred=not args.inline_deferred)
         from bridge.engines.fastest import CHOSEN
 
         side |= {"cores": cores, "backends": _backends(pipeline), "landmarks": pipeline.landmark_path,

@@ -21,6 +21,12 @@ frames), and `by_kind` gives each kind's frames, median CPU and how many of the 
 the p99) it holds. `without` (--without emotion,identity) leaves that periodic work out, to measure the spread
 without it: a diagnosis, since those runs no longer stream everything FaceBridge streams.
 
+Our deferred work (FacePipeline.run_deferred: a wanted frame's emotion model, applied on the next tracked frame, and
+the identity refresh's spread steps) runs right after each frame, as the runner runs it once the frame went to the
+sinks: outside the frame's time, so its CPU is given on its own (`deferred`) and in `cpu_with_deferred` (frame plus
+what it left: the CPU a game on the same core loses, per frame). --inline-deferred runs it inside the next frame
+instead (the A/B; the frames stream the same).
+
 With --pace FPS each side takes its frames on a clock of FPS, idle between them, as a tracker fed by a camera is:
 after every idle gap the caches and predictors have cooled (on the 2-core VMs here a frame then costs 1.7-1.9x
 what it costs frame after frame, for both programs), so the paced figures are what a 30 fps webcam costs.
@@ -145,10 +151,10 @@ def paced(period_s: float):
 
 
 def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: list[str], pace_fps: float = 0.0,
-                     without: tuple[str, ...] = ()) -> dict:
+                     without: tuple[str, ...] = (), deferred: bool = True) -> dict:
     """Interleave FaceBridge's process() with each MediaPipe variant ("refine", "plain") over n frames; pace_fps:
     each side's frames on a clock of that rate (0: frame after frame); without: periodic work left out (PERIODIC),
-    a diagnosis."""
+    a diagnosis; deferred: run_deferred after each frame (False: its work runs inside the next frame)."""
     period = 1.0 / pace_fps if pace_fps else 0.0
     expression = pipeline.expression
     images = np.stack([f.image for f in frames])
@@ -170,6 +176,7 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
             stage_cpu: dict[str, list[float]] = {}
             ours: list[float] = []
             ours_cpu: list[float] = []
+            deferred_cpu: list[float] = []
             kinds: list[str] = []
             stage_ms: dict[str, list[float]] = {}
             found = 0
@@ -191,6 +198,10 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
                             ours_cpu.append((time.process_time() - c0) * 1000.0)
                             kinds.append(frame_kind("emotion" in pipeline.last_stage_cpu_ms,
                                                     getattr(expression, "identity_work", 0) > work))
+                            c0 = time.process_time()  # what the frame left for after it, as the runner runs it
+                            if deferred:
+                                pipeline.run_deferred()
+                            deferred_cpu.append((time.process_time() - c0) * 1000.0)
                             found += out.face_found
                             for stage, v in out.latencies_ms.items():
                                 stage_ms.setdefault(stage, []).append(v)
@@ -207,10 +218,17 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
         finally:
             for side in sides.values():
                 side.close()
-    result = {"chunk_frames": CHUNK, "pace_fps": pace_fps, "without": list(without),
+    with_deferred = (np.asarray(ours_cpu) + np.asarray(deferred_cpu)).tolist()
+    ran = [v for v in deferred_cpu if v > 0.05]  # calls that ran a model (an empty call is ~1 us)
+    result = {"chunk_frames": CHUNK, "pace_fps": pace_fps, "without": list(without), "deferred": deferred,
               "mediapipe": next(iter(sides.values())).version,
               "facebridge": _summary(ours) | {"cpu": _cpu_summary(ours_cpu) | {
                                                   "by_kind": _by_kind(ours_cpu, kinds), "kinds": kinds},
+                                              "deferred": {"calls_that_ran": len(ran),
+                                                           "cpu_median_ms": percentiles(ran, (50,))[0] if ran else 0.0,
+                                                           "cpu_mean_per_frame_ms": round(float(np.mean(
+                                                               deferred_cpu)), 4)},
+                                              "cpu_with_deferred": _summary(with_deferred),
                                               "face_found_ratio": round(found / len(ours), 4),
                                               "stages": {k: {"median_ms": percentiles(v, (50,))[0], "runs": len(v)}
                                                          | _cpu_of(stage_cpu.get(k), len(ours))
@@ -222,6 +240,7 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
                                                    "face_found_ratio": round(float(np.mean(hit)), 4)}
         result[f"ratio_vs_{v}"] = {"median_of_all_frames": round(result["facebridge"]["median_ms"] / percentiles(
             ms, (50,))[0], 3), "cpu_median": round(float(np.median(ours_cpu) / np.median(cpu)), 3),
+            "cpu_mean_with_deferred": round(float(np.mean(with_deferred) / np.mean(cpu)), 3),
             "per_chunk_median": round(float(np.median(ratios)), 3),
             "per_chunk_min": round(float(np.min(ratios)), 3), "per_chunk_max": round(float(np.max(ratios)), 3)}
 
@@ -231,7 +250,8 @@ def run_side_by_side(pipeline, frames: list, n: int, python: Path, variants: lis
     left_out = f", without {'+'.join(without)} (a diagnosis: not all it streams)" if without else ""
     print(f"side by side ({len(ours)} frames, one core {sorted(os.sched_getaffinity(0))}{left_out}): FaceBridge median "
           f"{result['facebridge']['median_ms']} ms, p99 {result['facebridge']['p99_ms']} ms, "
-          f"{spread(result['facebridge'])}; " + "; ".join(
+          f"{spread(result['facebridge'])}, deferred {result['facebridge']['deferred']['cpu_mean_per_frame_ms']} ms "
+          f"CPU a frame; " + "; ".join(
               f"MediaPipe {v} median {result[f'mediapipe_{v}']['median_ms']} ms, {spread(result[f'mediapipe_{v}'])}, "
               f"ratio {result[f'ratio_vs_{v}']['median_of_all_frames']} (CPU time "
               f"{result[f'ratio_vs_{v}']['cpu_median']})" for v in variants), file=sys.stderr)

@@ -119,6 +119,7 @@ class ExpressionEstimator:
             self._updates = 0
         self._last_fit: tuple | None = None  # (xy, residual u, v) of the last result: its reprojection = xy + residual
         self._pending = None  # a spread identity refresh under way (a generator: one step a frame)
+        self._step_due = False  # observe asked for its next step: run_deferred, or the next frame's start, runs it
         self._waited = False  # its step waited on the last frame (observe's busy)
         if self._fit is not None:
             self._fit.reset()
@@ -217,6 +218,7 @@ class ExpressionEstimator:
 
     def _finish_model(self, out, xy, focal, centre, busy: bool = False) -> ExpressionResult:
         """The model's outputs to a result: weights, head rotation, identity update, morph parameters."""
+        self.run_deferred()  # the step the frame before left, if nothing ran it after that frame
         c = self.contract
         weights = c.pick("blendshapes", out)
         weights = np.zeros(52, np.float32) if weights is None else _unit_interval(weights)
@@ -250,15 +252,14 @@ class ExpressionEstimator:
         wait = busy and not self._waited
         self._waited = wait and self._pending is not None
         if self._pending is not None and not wait:
-            self._step_identity()
+            self._step_due = True
         if own and (self._updates < IDENTITY_UPDATES or self._frames % self.identity_every == 0):
             if self.refresher is not None:  # latest wins: while one waits, a newer frame replaces it
                 self.refresher.offer(self, (self._generation, self.identity, weights, rot, xy, focal, centre))
             elif self.spread_identity and self._updates >= IDENTITY_UPDATES and self._pending is None:
                 self._pending = self._identity_steps(self.identity, weights, rot, xy, focal, centre)
                 self._waited = wait
-                if not wait:
-                    self._step_identity()
+                self._step_due = not wait
             else:
                 self._update_identity(weights, rot, xy, focal, centre)
 
@@ -305,6 +306,15 @@ class ExpressionEstimator:
         frames = yield from identity_refresh_steps(self.model, identity[None], weights[None], rot[None], xy[None],
                                                    [focal], [centre])
         return frames[0]
+
+    def run_deferred(self) -> None:
+        """The spread refresh's step that the last frame asked for: run after that frame was handed on (the
+        pipeline's run_deferred, in the time before the next frame), else at the start of the next frame's model
+        outputs, before anything reads the identity; the same step on the same values either way."""
+        if self._step_due:
+            self._step_due = False
+            if self._pending is not None:
+                self._step_identity()
 
     def _step_identity(self) -> None:
         """One step of the spread refresh under way; its last folds the estimate in."""

@@ -35,19 +35,22 @@ DRAIN_TIMEOUT_S = 10.0  # how long the sinks may take to send what is queued for
 class BridgeRunner:
     def __init__(self, source: FrameSource, process, sinks: list[Sink], max_frames: int | None = None,
                  status: bool = True, on_frame=None, stages: list | None = None, stats: RunStats | None = None,
-                 lossless: bool | None = None) -> None:
+                 lossless: bool | None = None, after_frame=None) -> None:
         """`process(frame) -> FaceFrame` (or a list of FaceFrames, one per face) is the pipeline; `stages`, when
         given instead, splits it into steps that run in their own threads (each step's output is the next one's
         input, the last returns the FaceFrame(s)), so on several cores frame N+1 is tracked while frame N is
         described. `on_frame(face_frame)` runs in the send thread (with the first face). `stats` is the run's one
         RunStats (the session makes it early, so the monitor can serve it while models load); a new one by
-        default. `lossless` keeps every frame with back-pressure (None: only for a source in SourceMode.FAST)."""
+        default. `lossless` keeps every frame with back-pressure (None: only for a source in SourceMode.FAST).
+        `after_frame()` runs in the last step's thread right after each result is handed on: work a frame leaves for
+        the time before the next one (the pipeline's run_deferred); if it raises, the next step meets the error."""
         self.source = source
         self.stages = list(stages) if stages else [process]
         self.sinks = sinks
         self.max_frames = max_frames
         self.show_status = status
         self.on_frame = on_frame
+        self.after_frame = after_frame
         self.stats = stats if stats is not None else RunStats()
         # A file read as fast as possible keeps every frame (back-pressure); live and paced sources drop the oldest,
         # unless the caller asks for lossless (a file being recorded).
@@ -116,6 +119,11 @@ class BridgeRunner:
                     self.stats.frame_processed(any(f.face_found for f in faces), faces[0].latencies_ms,
                                                time.perf_counter())
                 outbox.put(result, block=self.lossless)
+                if last and self.after_frame is not None:
+                    try:
+                        self.after_frame()
+                    except Exception as e:  # noqa: BLE001 - left pending: the next frame's step meets it, guarded
+                        log.debug("deferred work failed (%s); the next frame runs it", e)
         finally:
             self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
             outbox.close()

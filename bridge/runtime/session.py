@@ -339,7 +339,8 @@ class BridgeSession:
         lossless = self._lossless()
         self.runner = BridgeRunner(self.source, None, self.sinks, max_frames=self.config.max_frames,
                                    status=self.config.status_line, on_frame=self._on_frame,
-                                   stages=self._stages(), stats=self.stats, lossless=lossless)
+                                   stages=self._stages(), stats=self.stats, lossless=lossless,
+                                   after_frame=getattr(self.pipeline, "run_deferred", None))
         self.control.stats = self.stats
         self.control.runner = self.runner
         if self.release_watch is not None:

@@ -27,7 +27,9 @@ from bridge.stages.head_pose import HeadPoseEstimator
 # Emotion runs on every EMOTION_EVERY-th tracked frame and is held between (the filter smooths its steps): on the
 # sample against every frame, every 4th changes the 7 probabilities by 0.0026 on average (every 3rd: 0.0020) and
 # keeps the top class on 100% of frames, for a quarter of the model's cost (docs/PERFORMANCE.md, issue 18 sixth
-# pass). `facebridge run --emotion-every` and serve's DescribeRows share it.
+# pass). `facebridge run --emotion-every` and serve's DescribeRows share it. A frame's emotion is applied on the
+# next tracked frame (one frame late), so that its model can run after the frame is handed on, in the time before
+# the next one arrives, instead of inside one frame in four (FaceDescriber.run_deferred; issue 18 twelfth pass).
 EMOTION_EVERY = 4
 # One-Euro (min cutoff Hz, beta) per channel group at smoothing strength 1; strength S divides both by S, so a
 # still face jitters less (lower cutoff) and fast motion lags more (smaller speed boost)
@@ -100,6 +102,8 @@ class FaceDescriber:
             np.concatenate([np.full(FILTER_WIDTHS[k], lo / strength) for k, (lo, _) in FILTERS.items()]),
             np.concatenate([np.full(FILTER_WIDTHS[k], beta / strength) for k, (_, beta) in FILTERS.items()]))
         self._emotion = np.zeros(7, np.float32)
+        # the last wanted frame's emotion (probabilities, or what classifies them), applied on the next tracked frame
+        self._pending_emotion: np.ndarray | Callable[[], np.ndarray] | None = None
         self._last: FaceFrame | None = None
         self.tracked_count = 0  # consecutive frames with a face, this one included
         # calibration_tap(frame), when set (RunControl through FacePipeline.calibration_tap), gets every frame as it
@@ -112,6 +116,7 @@ class FaceDescriber:
         """Forget the tracking history (a new subject on this stream): pose guess, lid reference, filters."""
         self.reset_description()
         self.tracked_count = 0
+        self._pending_emotion = None
 
     def reset_description(self) -> None:
         """Forget the temporal state (pose tracking, blink baseline, filters) but keep the emotion cadence: the
@@ -129,6 +134,17 @@ class FaceDescriber:
         """Whether the emotion model should run on the `tracked_count`th consecutive tracked frame."""
         return self.emotion_every == 1 or tracked_count % self.emotion_every == 1
 
+    def run_deferred(self) -> None:
+        """The work the last frame left: its emotion classified and the identity refresh's step, run after that
+        frame was handed on (the runner calls this in the time before the next frame); otherwise the next tracked
+        frame's describe runs them. The answer is the same either way; a classification that raises stays
+        pending, so that the describe step meets the error as its own."""
+        if callable(self._pending_emotion):
+            self._pending_emotion = self._pending_emotion()
+        run = getattr(self.expression, "run_deferred", None)
+        if run is not None:
+            run()
+
     def describe(self, frame: Frame, face: MeasuredFace | None, timer: StageTimer | None = None,
                  image_size: tuple[int, int] | None = None) -> FaceFrame:
         """The FaceFrame of `frame` (its image is read only by expression models that take the image).
@@ -140,6 +156,7 @@ class FaceDescriber:
                             subject=self.subject, image_size=(w, h), frame_rate=frame.fps,
                             model_versions=self.model_versions)  # sinks (gRPC header) announce them
             self.tracked_count = 0
+            self._pending_emotion = None
             self._lost(out)
             tap = self.calibration_tap
             if tap is not None:
@@ -150,21 +167,27 @@ class FaceDescriber:
         ypr, translation, _ = self.head_pose.estimate(points, w, h)
         timer.lap("head_pose")
         eyes = eye_angles(points, iris[:, 0])
-        busy = face.emotion is not None  # the emotion model ran for this frame: identity steps wait a frame
+        # the frame after a wanted one (it runs the emotion model unless run_deferred did): an identity step waits a
+        # frame; the same in both cases, so that the frames stream the same whether run_deferred is called or not
+        busy = self._pending_emotion is not None
         if face.expression_outputs is None:
             expr = self.expression.estimate(points, (w, h), iris=iris[:, :, :2], image=frame.image, busy=busy)
         else:
             expr = self.expression.estimate_outputs(points, (w, h), face.expression_outputs, iris=iris[:, :, :2],
                                                     busy=busy)
         timer.lap("expression")
-        if callable(face.emotion):  # classified here, right after the expression model's run: the runtime's code
-            face.emotion = face.emotion()  # is still in the core's caches (0.79 ms against 0.89-0.92 before it)
+        # the previous tracked frame's, taken even if its classification raises (one bad frame stays one)
+        pending, self._pending_emotion = self._pending_emotion, None
+        if callable(pending):  # not run after its frame: classified here, right after the expression model's run,
+            pending = pending()  # while the runtime's code is in the core's caches (0.79 ms against 0.89-0.92)
             timer.lap("emotion")
+        self._pending_emotion = face.emotion if face.emotion is not None and self.wants_emotion(
+            self.tracked_count) else None
         blendshapes = np.array(expr.blendshapes, np.float32)  # a copy: the lids and filters write into it
         blinks = self.blink(points)  # lid opening against this subject's open eye
         lids = np.maximum(blinks, blendshapes[BLINKS])
-        if face.emotion is not None and self.wants_emotion(self.tracked_count):  # held between
-            raw = np.asarray(face.emotion, np.float32).reshape(-1)  # read with blinks, open mouth and surprise
+        if pending is not None:  # held between
+            raw = np.asarray(pending, np.float32).reshape(-1)  # read with blinks, open mouth and surprise
             self._emotion = self.emotion_context(raw, blendshapes, lids, frame.t_media)
         blendshapes[BLINKS] = lids
         t = frame.t_media

@@ -63,6 +63,9 @@ class DescribeRows:
             np.concatenate([np.full(FILTER_WIDTHS[k], lo / strength) for k, (lo, _) in FILTERS.items()]),
             np.concatenate([np.full(FILTER_WIDTHS[k], beta / strength) for k, (_, beta) in FILTERS.items()]))
         self._emotion = np.zeros((rows, len(EMOTION_NAMES)), np.float32)
+        # each row's last wanted frame's probabilities, applied on its next tracked frame (FaceDescriber's cadence)
+        self._pending_emotion = np.zeros((rows, len(EMOTION_NAMES)), np.float32)
+        self._has_pending = np.zeros(rows, bool)
         self._tracked = np.zeros(rows, np.int64)
         self._has_last = np.zeros(rows, bool)
         self._last_bs = np.zeros((rows, NUM_BLENDSHAPES), np.float32)
@@ -99,6 +102,7 @@ class DescribeRows:
         self.expression.reset(row)
         self._filter.reset(row)
         self._emotion[row] = 0.0
+        self._has_pending[row] = False
         self._tracked[row] = 0
         self._has_last[row] = False
 
@@ -164,13 +168,19 @@ class DescribeRows:
         laps["head_pose"] = time.perf_counter() - t0 - laps["expression"]
         blendshapes = expr.blendshapes.copy()
         blinks = self.blink(rows, points)
+        pending = self._has_pending[rows]
+        if pending.any():  # the previous tracked frame's, read with this frame's blinks, open mouth and surprise
+            w = np.flatnonzero(pending)
+            self._emotion[rows[w]] = self.emotion_context(
+                rows[w], self._pending_emotion[rows[w]], blendshapes[w],
+                np.maximum(blinks[w], blendshapes[w][:, BLINKS]), t[w])
+            self._has_pending[rows[w]] = False
         if faces.emotion is not None:
             wants = (self._tracked[rows] % self.emotion_every == 1) | (self.emotion_every == 1)
             if wants.any():
                 w = np.flatnonzero(wants)
-                self._emotion[rows[w]] = self.emotion_context(
-                    rows[w], faces.emotion[at[w]], blendshapes[w], np.maximum(blinks[w], blendshapes[w][:, BLINKS]),
-                    t[w])
+                self._pending_emotion[rows[w]] = faces.emotion[at[w]]
+                self._has_pending[rows[w]] = True
         blendshapes[:, BLINKS] = np.maximum(blendshapes[:, BLINKS], blinks)
         emotion = self._emotion[rows]
         if self.smoothing:
@@ -207,6 +217,7 @@ class DescribeRows:
     def _lost(self, rows, at, out: FaceFrames) -> None:
         """No face: hold the last pose, relax the expression toward neutral, zero confidence."""
         self._tracked[rows] = 0
+        self._has_pending[rows] = False
         self.head_pose.reset(rows)
         held = self._has_last[rows]
         h = at[held]

@@ -100,6 +100,33 @@ def test_a_file_read_fast_keeps_every_frame_through_a_slow_stage():
     assert sink.seqs == list(range(60)) and stats.snapshot().dropped_total == 0
 
 
+def test_after_frame_runs_in_the_last_steps_thread_once_each_result_is_handed_on_and_may_fail():
+    """The pipeline's deferred work (run_deferred) runs after each frame's step, in the thread that describes the
+    frames (no lock needed against the describe step), once a frame; one that raises costs nothing: the run goes
+    on, every frame is sent."""
+    handed_on, order, threads = [], [], set()
+
+    def last(frame: Frame) -> FaceFrame:
+        threads.add(threading.current_thread().name)
+        order.append(("describe", frame.seq))
+        return describe(frame)
+
+    def after_frame() -> None:
+        threads.add(threading.current_thread().name)
+        order.append(("after", order[-1][1]))
+        handed_on.append(1)
+        if len(handed_on) == 3:
+            raise RuntimeError("a model that failed after its frame")
+
+    sink = ListSink()
+    runner = BridgeRunner(CountingSource(12, SourceMode.FAST), None, [sink], status=False,
+                          stages=[lambda f: f, last], after_frame=after_frame)
+    stats = runner.run().snapshot()
+    assert sink.seqs == list(range(12)) and stats.bad_frames == 0
+    assert order == [(k, s) for s in range(12) for k in ("describe", "after")]
+    assert len(threads) == 1 and len(handed_on) == 12
+
+
 def test_a_sink_that_raises_costs_only_its_own_sends_and_a_bad_frame_is_skipped():
     def fails_on_seven(frame: Frame) -> FaceFrame:
         if frame.seq == 7:
