@@ -239,9 +239,10 @@ class FacePipeline:
         self.describer.reset()
 
     def run_deferred(self) -> None:
-        """The work a frame left for after it was handed on (its emotion model, applied on the next tracked frame):
-        the runner calls this in the describe thread right after each frame goes to the sinks, so that a webcam's
-        frame gap absorbs it instead of one frame in four (docs/PERFORMANCE.md, issue 18 twelfth pass)."""
+        """The work a frame left for after it was handed on (its emotion model, applied on the next tracked frame, and
+        the identity refresh's spread step): the runner calls this in the describe thread right after each frame
+        goes to the sinks, so that a webcam's frame gap absorbs it instead of the frames themselves
+        (docs/PERFORMANCE.md, issue 18 twelfth pass)."""
         self.describer.run_deferred()
 
     def reset_description(self) -> None:

@@ -141,9 +141,7 @@ class FaceDescriber:
         pending, so that the describe step meets the error as its own."""
         if callable(self._pending_emotion):
             self._pending_emotion = self._pending_emotion()
-        run = getattr(self.expression, "run_deferred", None)
-        if run is not None:
-            run()
+        self.expression.run_deferred()
 
     def describe(self, frame: Frame, face: MeasuredFace | None, timer: StageTimer | None = None,
                  image_size: tuple[int, int] | None = None) -> FaceFrame:
