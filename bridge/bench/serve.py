@@ -39,7 +39,7 @@ MIN_SERVED_SHARE = 0.95
 # wait and track split (bridge/serving/replies.py: JPEG batches' hand-off, queue, decode and hand-on; the batcher's
 # queue, the pass, its GPU time, the wait for the describing thread)
 STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_decode", "decode_queue",
-          "decode_batch", "to_service", "queue", "pass", "gpu", "to_describe")
+          "decode_batch", "decode_batch_cpu", "to_service", "queue", "pass", "gpu", "to_describe")
 _STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
 

@@ -21,12 +21,14 @@ log = logging.getLogger(__name__)
 
 
 class DecodeTimes(NamedTuple):
-    """When an image was posted, its batch's decode began and ended (time.perf_counter() s), and the batch's decode
-    time per image (ms)."""
+    """When an image was posted, its batch's decode began and ended (time.perf_counter() s), the batch's decode
+    time per image (ms), and the decoding thread's own CPU time over the whole batch (ms: against the batch's wall
+    time it tells CPU work from waiting on the GPU)."""
     posted: float
     started: float
     ended: float
     ms: float
+    cpu_ms: float = 0.0
 
 
 class JpegBatches:
@@ -42,17 +44,17 @@ class JpegBatches:
         self._batcher.post(None, (data, hw, then, args, time.perf_counter()))
 
     def _run(self, _streams, items: list) -> list:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         try:
             decoded = self._decoder.decode_jpegs([data for data, *_ in items], [hw for _, hw, *_ in items])
         except Exception as e:  # noqa: BLE001 - every image is still answered (refused), never left waiting
             log.warning("a batch of %d JPEGs could not be decoded: %s", len(items), e)
             decoded = [BadImage(f"the JPEG could not be decoded ({str(e).splitlines()[0][:120]})")] * len(items)
-        t1 = time.perf_counter()
+        t1, cpu = time.perf_counter(), (time.thread_time() - cpu0) * 1000.0
         ms = (t1 - t0) * 1000.0 / len(items)
         for (_, _, then, args, posted), result in zip(items, decoded):
             try:
-                then(result, DecodeTimes(posted, t0, t1, ms), *args)
+                then(result, DecodeTimes(posted, t0, t1, ms, cpu), *args)
             except Exception as e:  # noqa: BLE001 - one image's hand-over never costs the others theirs
                 log.warning("a decoded image could not be handed on: %s", e)
         return [None] * len(items)

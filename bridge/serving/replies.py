@@ -25,17 +25,18 @@ from bridge.grpc.gen import facebridge_pb2 as pb
 def _split_stages(served: list, faces, t0: float) -> tuple[tuple[str, ...], np.ndarray | None]:
     """Where a frame's wait and track went, where measured for every frame of the pass (ms, (n, k)): with JpegBatches'
     DecodeTimes, wait = to_decode (the serve loop's hand-off to the JPEG thread) + decode_queue (its previous batch)
-    + decode_batch (this batch's decode) + to_service (the batch's images handed on before it, and submit); with the
+    + decode_batch (this batch's decode; decode_batch_cpu: the JPEG thread's CPU time in it) + to_service (the
+    batch's images handed on before it, and submit); with the
     service's pass timing, track = queue (the batcher's previous pass) + pass (this pass, taken to results on the
     host; gpu: its GPU time) + to_describe (waiting for the describing thread)."""
     cols, keys = [], []
     decode = [s.extra.get("decode_times") for s in served]
     if all(d is not None for d in decode):
-        d = np.array([(x.posted, x.started, x.ended) for x in decode], np.float64)
+        d = np.array([(x.posted, x.started, x.ended, x.cpu_ms / 1000.0) for x in decode], np.float64)
         received = np.array([s.received for s in served], np.float64)
         submitted = np.array([s.submitted for s in served], np.float64)
-        cols += [d[:, 0] - received, d[:, 1] - d[:, 0], d[:, 2] - d[:, 1], submitted - d[:, 2]]
-        keys += ["to_decode", "decode_queue", "decode_batch", "to_service"]
+        cols += [d[:, 0] - received, d[:, 1] - d[:, 0], d[:, 2] - d[:, 1], d[:, 3], submitted - d[:, 2]]
+        keys += ["to_decode", "decode_queue", "decode_batch", "decode_batch_cpu", "to_service"]
     timing = getattr(faces, "timing", None)
     if timing is not None:
         submitted = np.array([s.submitted for s in served], np.float64)

@@ -98,6 +98,8 @@ def _stages_add_up(frame, jpeg_batched: bool) -> None:
     if jpeg_batched:
         parts = ("to_decode", "decode_queue", "decode_batch", "to_service")
         assert abs(sum(got[k] for k in parts) - got["wait"]) < 0.01 and min(got[k] for k in parts) >= 0
+        # the batch's CPU on the JPEG thread (OpenCV's decode on that thread here): within its wall time
+        assert 0 < got["decode_batch_cpu"] <= got["decode_batch"] + 0.5
     else:
         assert "decode_batch" not in got
 

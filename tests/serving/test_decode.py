@@ -106,6 +106,8 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
         (frame, hw), times = got[key]
         assert hw == (360, 480) and np.array_equal(frame, want) and times.ms > 0
         assert times.posted <= times.started < times.ended
+        # the JPEG thread's CPU time over its batch: OpenCV decodes on that thread, so some, and no more than wall
+        assert 0 < times.cpu_ms <= (times.ended - times.started) * 1000.0 + 1.0
     # the four waited for the first image's hand-on (the gate): posted before their batch began, decoded together
     assert len({got[key][1].started for key in (0, 1, 2, 3)}) == 1
     assert got[0][1].started >= got["first"][1].ended
