@@ -26,9 +26,9 @@ def _split_stages(served: list, faces, t0: float) -> tuple[tuple[str, ...], np.n
     """Where a frame's wait and track went, where measured for every frame of the pass (ms, (n, k)): with JpegBatches'
     DecodeTimes, wait = to_decode (the serve loop's hand-off to the JPEG thread) + decode_queue (its previous batch)
     + decode_batch (this batch's decode; decode_batch_cpu: the JPEG thread's CPU time in it) + to_service (the
-    batch's images handed on before it, and submit); with the
-    service's pass timing, track = queue (the batcher's previous pass) + pass (this pass, taken to results on the
-    host; gpu: its GPU time) + to_describe (waiting for the describing thread)."""
+    batch's images handed on before it, and submit); with the service's pass timing, track = queue (the batcher's
+    previous pass) + pass (this pass, taken to results on the host; gpu: its GPU time) + to_describe (waiting for
+    the describing thread)."""
     cols, keys = [], []
     decode = [s.extra.get("decode_times") for s in served]
     if all(d is not None for d in decode):
