@@ -28,7 +28,7 @@ class DecodeTimes(NamedTuple):
     started: float
     ended: float
     ms: float
-    cpu_ms: float = 0.0
+    cpu_ms: float
 
 
 class JpegBatches:
