@@ -192,9 +192,9 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
     results.put({"streams": streams, "cpu_s": cpu1.ru_utime - cpu0.ru_utime + cpu1.ru_stime - cpu0.ru_stime})
 
 
-def _gc_snapshot(addresses) -> dict:
-    """Each server's garbage-collector counters (GetServeStatus), by address; a server that does not answer is
-    left out (a replica killed on purpose, an older server)."""
+def _status_snapshot(addresses) -> dict:
+    """Each server's garbage-collector counters and CPU by thread (GetServeStatus), by address; a server that does
+    not answer is left out (a replica killed on purpose, an older server)."""
     import grpc
 
     from bridge.grpc.gen import facebridge_pb2 as pb
@@ -208,8 +208,20 @@ def _gc_snapshot(addresses) -> dict:
         except grpc.RpcError:
             continue
         out[address] = {"collections": list(r.gc_collections), "pause_ms_total": r.gc_pause_ms_total,
-                        "pause_ms_max": r.gc_pause_ms_max, "over_10ms": r.gc_pauses_over_10ms}
+                        "pause_ms_max": r.gc_pause_ms_max, "over_10ms": r.gc_pauses_over_10ms,
+                        "thread_cpu_s": dict(r.thread_cpu_s)}
     return out
+
+
+def _threads_during(before: dict, after: dict, frames: int) -> dict:
+    """The servers' CPU in the measured window by thread group, in ms a frame served (summed over the servers)."""
+    from bridge.runtime.thread_cpu import cpu_between
+
+    total: dict[str, float] = {}
+    for address in (a for a in after if a in before):
+        for group, seconds in cpu_between(before[address]["thread_cpu_s"], after[address]["thread_cpu_s"]).items():
+            total[group] = total.get(group, 0.0) + seconds
+    return {k: round(v * 1000.0 / frames, 4) for k, v in sorted(total.items(), key=lambda kv: -kv[1])} if frames else {}
 
 
 def _gc_during(before: dict, after: dict) -> dict:
@@ -238,7 +250,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         p.start()
     time.sleep(max(0.0, t0 + args.warmup - time.perf_counter()))
     cpu_start = _cpu_seconds(pids)
-    gc_start = _gc_snapshot(addresses)
+    status_start = _status_snapshot(addresses)
     to_unix = time.time() - time.perf_counter()  # the measured window on the wall clock, for load sampled beside
     measured_unix = [round(t0 + args.warmup + to_unix, 3), round(t0 + args.seconds + to_unix, 3)]
     killed = None
@@ -256,7 +268,7 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         threading.Timer(max(0.0, t0 + args.kill_replica_at - time.perf_counter()), kill).start()
     collected = [results.get(timeout=args.seconds + 300) for _ in procs]
     cpu_end = _cpu_seconds(pids)
-    gc_end = _gc_snapshot(addresses)
+    status_end = _status_snapshot(addresses)
     server_cpu_s = sum(cpu_end[p] - cpu_start[p] for p in cpu_end if p in cpu_start)
     for p in procs:
         p.join(30)
@@ -278,7 +290,8 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     return {
         "streams": n, "fps_per_stream": args.fps, "seconds": args.seconds, "in_flight": args.in_flight,
         "measured_unix": measured_unix,
-        "server_gc": _gc_during(gc_start, gc_end),
+        "server_gc": _gc_during(status_start, status_end),
+        "server_thread_cpu_ms_per_frame": _threads_during(status_start, status_end, served_measured),
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
         "streams_p99_within_limit_any_share": sum(1 for p in p99s if p is not None and p <= P99_LIMIT_MS),

@@ -26,6 +26,7 @@ from bridge import __version__
 from bridge.errors import FaceBridgeError
 from bridge.grpc import access
 from bridge.grpc.gen import facebridge_pb2 as pb
+from bridge.runtime.thread_cpu import thread_cpu_seconds
 from bridge.serving.decode import ImageDecoder
 from bridge.serving.decode_batch import JpegBatches
 from bridge.serving.event_loop import ServeLoop
@@ -148,7 +149,7 @@ class FaceServeServer:
             model_versions={str(k): str(v) for k, v in (s.get("model_versions") or {}).items()},
             release=str(s.get("release") or ""), gc_collections=s.get("gc_collections", []),
             gc_pause_ms_total=s.get("gc_pause_ms_total", 0.0), gc_pause_ms_max=s.get("gc_pause_ms_max", 0.0),
-            gc_pauses_over_10ms=s.get("gc_pauses_over_10ms", 0))
+            gc_pauses_over_10ms=s.get("gc_pauses_over_10ms", 0), thread_cpu_s=thread_cpu_seconds())
 
     # ---- streams refused ------------------------------------------------------------------------------
     def note_malformed(self, number: int, why: str) -> None:

@@ -306,7 +306,7 @@ class GetServeStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServeStatusResponse(_message.Message):
-    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder", "streams_evicted", "streams_invalid", "model_versions", "release", "gc_collections", "gc_pause_ms_total", "gc_pause_ms_max", "gc_pauses_over_10ms")
+    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder", "streams_evicted", "streams_invalid", "model_versions", "release", "gc_collections", "gc_pause_ms_total", "gc_pause_ms_max", "gc_pauses_over_10ms", "thread_cpu_s")
     class ModelVersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -314,6 +314,13 @@ class GetServeStatusResponse(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class ThreadCpuSEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     RUNNERS_FIELD_NUMBER: _ClassVar[int]
     STREAMS_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +345,7 @@ class GetServeStatusResponse(_message.Message):
     GC_PAUSE_MS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     GC_PAUSE_MS_MAX_FIELD_NUMBER: _ClassVar[int]
     GC_PAUSES_OVER_10MS_FIELD_NUMBER: _ClassVar[int]
+    THREAD_CPU_S_FIELD_NUMBER: _ClassVar[int]
     replica: str
     runners: str
     streams: int
@@ -362,4 +370,5 @@ class GetServeStatusResponse(_message.Message):
     gc_pause_ms_total: float
     gc_pause_ms_max: float
     gc_pauses_over_10ms: int
-    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ..., streams_evicted: _Optional[int] = ..., streams_invalid: _Optional[int] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., release: _Optional[str] = ..., gc_collections: _Optional[_Iterable[int]] = ..., gc_pause_ms_total: _Optional[float] = ..., gc_pause_ms_max: _Optional[float] = ..., gc_pauses_over_10ms: _Optional[int] = ...) -> None: ...
+    thread_cpu_s: _containers.ScalarMap[str, float]
+    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ..., streams_evicted: _Optional[int] = ..., streams_invalid: _Optional[int] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., release: _Optional[str] = ..., gc_collections: _Optional[_Iterable[int]] = ..., gc_pause_ms_total: _Optional[float] = ..., gc_pause_ms_max: _Optional[float] = ..., gc_pauses_over_10ms: _Optional[int] = ..., thread_cpu_s: _Optional[_Mapping[str, float]] = ...) -> None: ...

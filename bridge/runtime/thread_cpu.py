@@ -1,0 +1,45 @@
+"""A process's CPU time by thread: where a server's host time goes, the interpreter lock's holders and the rest.
+
+Python threads are named by what started them (the gRPC loop, the JPEG batcher, the face service's pass and
+describe threads, a pool's workers with their numbers taken off); threads Python did not start (gRPC core's
+pollers, CUDA's and torch's own) are summed as "native". Each is read from /proc/self/task (user + system time),
+so a thread that has ended no longer counts: compare two readings of long-lived threads. Linux only; elsewhere
+the reading is empty.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+
+NATIVE = "native"
+_POOL_SUFFIX = re.compile(r"(?:[_-]\d+)+$")  # serve-decode_3 -> serve-decode, identity-refresh-1 -> identity-refresh
+_UNNAMED = re.compile(r"^Thread-\d+")  # "Thread-7 (_poll_wrapper)", a library's unnamed thread -> "Thread (...)"
+
+
+def thread_cpu_seconds() -> dict[str, float]:
+    """{thread group: CPU seconds so far}; {} where /proc/self/task is not there."""
+    task_dir = "/proc/self/task"
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return {}
+    named = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in tids:
+        try:
+            with open(f"{task_dir}/{tid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue  # ended between the listing and the read
+        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15 of stat)
+        name = named.get(int(tid))
+        group = NATIVE if name is None else (_POOL_SUFFIX.sub("", _UNNAMED.sub("Thread", name)) or name)
+        out[group] = out.get(group, 0.0) + seconds
+    return out
+
+
+def cpu_between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each group spent between two readings (a group new in `after` counts from zero)."""
+    return {k: round(v - before.get(k, 0.0), 4) for k, v in after.items() if v - before.get(k, 0.0) > 0}
