@@ -23,6 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
 
 
 def sample_jpegs(quality: int) -> list[bytes]:
@@ -150,12 +151,7 @@ def main() -> None:
     doc = {"jpeg_bytes_mean": int(statistics.mean(len(j) for j in jpegs)), "jpeg_quality": args.quality,
            "torch": torch.__version__, "torchvision": torchvision.__version__,
            "device": torch.cuda.get_device_name(0), "rows": rows}
-    tmp = args.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, args.json)
+    atomic_write_json(args.json, doc)
 
 
 if __name__ == "__main__":

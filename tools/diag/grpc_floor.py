@@ -17,9 +17,13 @@ import asyncio
 import json
 import multiprocessing as mp
 import os
+import sys
 import time
 
 import grpc
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
 
 METHOD = "/floor.Echo/Track"
 
@@ -33,7 +37,7 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _server(port: int, reply_bytes: int, ready) -> None:
+def _server(port: int, reply_bytes: int, bound) -> None:
     reply = os.urandom(reply_bytes)
 
     async def track(requests, _context):
@@ -45,9 +49,9 @@ def _server(port: int, reply_bytes: int, ready) -> None:
             track, request_deserializer=_same, response_serializer=_same)})
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", 16 << 20)])
         server.add_generic_rpc_handlers((handler,))
-        server.add_insecure_port(f"127.0.0.1:{port}")
+        got = server.add_insecure_port(f"127.0.0.1:{port}")  # port 0: one the system picks
         await server.start()
-        ready.set()
+        bound.put(got)
         await server.wait_for_termination()
 
     asyncio.run(main())
@@ -93,13 +97,13 @@ def _client(ports: list[int], first: int, streams: int, request_bytes: int, fps:
 def measure(streams: int, args) -> dict:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    ports = [args.port + i for i in range(args.server_processes)]
-    servers = []
-    for port in ports:
-        ready = ctx.Event()
-        servers.append(ctx.Process(target=_server, args=(port, args.reply_bytes, ready), daemon=True))
+    servers, ports = [], []
+    for i in range(args.server_processes):
+        bound = ctx.Queue()
+        servers.append(ctx.Process(target=_server, args=(args.port + i if args.port else 0, args.reply_bytes, bound),
+                                   daemon=True))
         servers[-1].start()
-        ready.wait(30)
+        ports.append(bound.get(timeout=60))
     cpu0 = sum(_cpu_s(s.pid) for s in servers)
     per = [streams // args.client_processes + (i < streams % args.client_processes)
            for i in range(args.client_processes)]
@@ -134,7 +138,8 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--request-bytes", type=int, default=26600)
     p.add_argument("--reply-bytes", type=int, default=1200)
-    p.add_argument("--port", type=int, default=50177)
+    p.add_argument("--port", type=int, default=0, help="the first server's port, the next ones after it (default: "
+                   "ports the system picks)")
     p.add_argument("--json")
     args = p.parse_args()
     rows = []
@@ -144,12 +149,7 @@ def main() -> None:
     if args.json:
         doc = {"grpcio": grpc.__version__, "request_bytes": args.request_bytes, "reply_bytes": args.reply_bytes,
                "client_processes": args.client_processes, "rows": rows}
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, args.json)
+        atomic_write_json(args.json, doc)
 
 
 if __name__ == "__main__":
