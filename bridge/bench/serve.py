@@ -74,12 +74,12 @@ def add_arguments(p) -> None:
 
 def _cpu_seconds(pids: list[int]) -> dict[int, float]:
     """User + system CPU seconds of each process still alive (a killed replica drops out of the sum)."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    from bridge.runtime.thread_cpu import stat_cpu_seconds
+
     out = {}
     for pid in pids:
         try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-            out[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+            out[pid] = stat_cpu_seconds(f"/proc/{pid}/stat")
         except (OSError, IndexError, ValueError):
             pass
     return out

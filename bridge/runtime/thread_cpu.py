@@ -17,6 +17,14 @@ _POOL_SUFFIX = re.compile(r"(?:[_-]\d+)+$")  # serve-decode_3 -> serve-decode, i
 _UNNAMED = re.compile(r"^Thread-\d+")  # "Thread-7 (_poll_wrapper)", a library's unnamed thread -> "Thread (...)"
 
 
+def stat_cpu_seconds(stat_path: str) -> float:
+    """User + system CPU seconds from a /proc stat file (/proc/PID/stat, /proc/self/task/TID/stat); OSError where
+    it is gone (its process or thread ended)."""
+    with open(stat_path, "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces and ")"
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14 and 15)
+
+
 def thread_cpu_seconds() -> dict[str, float]:
     """{thread group: CPU seconds so far}; {} where /proc/self/task is not there."""
     task_dir = "/proc/self/task"
@@ -25,15 +33,12 @@ def thread_cpu_seconds() -> dict[str, float]:
     except OSError:
         return {}
     named = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
-    tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
     for tid in tids:
         try:
-            with open(f"{task_dir}/{tid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
+            seconds = stat_cpu_seconds(f"{task_dir}/{tid}/stat")
         except OSError:
             continue  # ended between the listing and the read
-        seconds = (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15 of stat)
         name = named.get(int(tid))
         group = NATIVE if name is None else (_POOL_SUFFIX.sub("", _UNNAMED.sub("Thread", name)) or name)
         out[group] = out.get(group, 0.0) + seconds

@@ -24,6 +24,7 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
+from bridge.runtime.thread_cpu import stat_cpu_seconds  # noqa: E402
 
 METHOD = "/floor.Echo/Track"
 
@@ -33,8 +34,7 @@ def _same(b: bytes) -> bytes:
 
 
 def _cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return stat_cpu_seconds(f"/proc/{pid}/stat")
 
 
 def _server(port: int, reply_bytes: int, bound) -> None:
