@@ -7,6 +7,7 @@ identity steps, garbage collections and the core's steal time; prints the slowes
 import argparse
 import gc
 import os
+import sys
 import time
 
 import numpy as np
@@ -14,14 +15,13 @@ import numpy as np
 from bridge.pipeline import FacePipeline, PipelineOptions
 from bridge.sources.files import SampleSource
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from host_load import FIELDS, read_stat  # noqa: E402 - tools/host_load.py, beside this folder
+
 
 def steal_ticks(core: int) -> int:
-    """The hypervisor's steal time of that core so far (/proc/stat, clock ticks)."""
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith(f"cpu{core} "):
-                return int(line.split()[8])
-    return 0
+    """The hypervisor's steal time of that core so far (/proc/stat, clock ticks; 0 where the core is not listed)."""
+    return read_stat().get(f"cpu{core}", [0] * len(FIELDS))[FIELDS.index("steal")]
 
 
 def main() -> None:
