@@ -16,13 +16,14 @@ import json
 import multiprocessing as mp
 import os
 import queue
-import re
 import statistics
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from host_load import read_dmon  # noqa: E402 - tools/host_load.py, beside this script
+
 from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
 
 
@@ -68,19 +69,6 @@ def _decoder(jpegs, batch, warmup, seconds, ready, go, out):
              "batch_ms": walls})
 
 
-def _jpg_utilisation(lines: list[str]) -> list[float]:
-    """dmon's `jpg` column (percent), from its header's column names."""
-    cols, vals = None, []
-    for line in lines:
-        if line.startswith("#") and "jpg" in line.split():
-            cols = line.lstrip("#").split()
-        elif cols and not line.startswith("#"):
-            parts = line.split()
-            if len(parts) == len(cols) and re.fullmatch(r"\d+", parts[cols.index("jpg")]):
-                vals.append(float(parts[cols.index("jpg")]))
-    return vals
-
-
 def measure(jpegs, procs: int, batch: int, warmup: float, seconds: float) -> dict:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
@@ -88,7 +76,7 @@ def measure(jpegs, procs: int, batch: int, warmup: float, seconds: float) -> dic
                for _ in range(procs)]
     for w in workers:
         w.start()
-    dmon = None
+    dmon, dmon_path = None, f"/tmp/jpeg-ceiling-dmon-{os.getpid()}.txt"
     try:
         waiting = len(workers)  # each imports torch and makes its context and decoder first
         while waiting:
@@ -103,7 +91,8 @@ def measure(jpegs, procs: int, batch: int, warmup: float, seconds: float) -> dic
         go.set()
         time.sleep(warmup)
         try:
-            dmon = subprocess.Popen(["nvidia-smi", "dmon", "-s", "u", "-d", "1"], stdout=subprocess.PIPE, text=True)
+            with open(dmon_path, "w") as log:
+                dmon = subprocess.Popen(["nvidia-smi", "dmon", "-s", "u", "-d", "1", "-o", "DT"], stdout=log)
         except FileNotFoundError:
             dmon = None
         results = [out.get(timeout=120 + seconds) for _ in workers]
@@ -114,7 +103,10 @@ def measure(jpegs, procs: int, batch: int, warmup: float, seconds: float) -> dic
                 w.kill()
         if dmon is not None:
             dmon.terminate()
-    jpg = _jpg_utilisation(dmon.communicate()[0].splitlines()) if dmon is not None else []
+            dmon.wait(timeout=10)
+    jpg = [row["jpg"] for row in read_dmon(dmon_path) if "jpg" in row] if dmon is not None else []
+    if os.path.exists(dmon_path):
+        os.remove(dmon_path)
     images = sum(r["images"] for r in results)
     seconds_mean = statistics.mean(r["seconds"] for r in results)
     walls = sorted(w for r in results for w in r["batch_ms"])
