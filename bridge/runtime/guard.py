@@ -37,9 +37,13 @@ log = logging.getLogger(__name__)
 PERSIST_FRAMES = 5  # faults of one stage in a row before its session is recreated
 WEIGHT_SLACK = 1e-3  # weights may stray this far outside [0, 1] (float rounding) before they count as wrong
 # The fastest voluntary head turns peak near 500-800 deg/s; the floors keep pose noise at high frame rates from
-# counting as a jump. The corpus's largest step between two frames: 5 deg and 1.3 cm in its clips.
+# counting as a jump. The distance is measured from the face's apparent size and the head size the model learns
+# over the face's first second: real heads differ by up to 10% in size (1st to 99th percentile of the model's
+# prior; 16% at the identity hold), so while it learns, the distance may step by that share between two frames of
+# a still face (on the corpus: 7.5 cm at 1.5 m in a group photo, 5%; 14 cm at 1.7 m where one person follows
+# another). The corpus's largest steps between two frames of its clips: 5 deg and 1.3 cm.
 HEAD_MAX_DEG_S, HEAD_MIN_STEP_DEG = 1000.0, 20.0
-HEAD_MAX_CM_S, HEAD_MIN_STEP_CM = 300.0, 10.0
+HEAD_MAX_CM_S, HEAD_MIN_STEP_CM, HEAD_MIN_STEP_SHARE = 300.0, 10.0, 0.2
 JUMP_WINDOW_S = 0.5  # frames further apart than this (a lost face, dropped frames) are not compared
 # Gaze: the estimator gives at most 35 deg of yaw and 25 of pitch (stages/gaze.py), twice that after a
 # calibration's neutral is taken off; the corpus's largest is 35.
@@ -152,10 +156,11 @@ def head_jump(a: FaceFrame, b: FaceFrame) -> str | None:
         return None
     # three numbers each: plain floats are several times faster than numpy on arrays this small
     turn = max(abs((y - x + 180.0) % 360.0 - 180.0) for x, y in zip(a.head_rotation.tolist(), b.head_rotation.tolist()))
-    move = math.dist(a.head_translation.tolist(), b.head_translation.tolist())
+    ta, tb = a.head_translation.tolist(), b.head_translation.tolist()
+    move = math.dist(ta, tb)
     if turn > max(HEAD_MIN_STEP_DEG, HEAD_MAX_DEG_S * dt):
         return f"head turned {turn:.0f} deg in {dt * 1000:.0f} ms"
-    if move > max(HEAD_MIN_STEP_CM, HEAD_MAX_CM_S * dt):
+    if move > max(HEAD_MIN_STEP_CM, HEAD_MIN_STEP_SHARE * 0.5 * abs(ta[2] + tb[2]), HEAD_MAX_CM_S * dt):
         return f"head moved {move:.0f} cm in {dt * 1000:.0f} ms"
     return None
 
