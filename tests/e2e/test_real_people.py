@@ -1,11 +1,11 @@
 """Real people through `facebridge run` (runtime, output guard, sinks, recorder), as a new user would bring them:
 the photographs and clips of the real corpus (tools/fetch_real_data.py; `make test` fetches it into the user's
-cache). No frame of a real face is ever replaced by the output guard, and a face is found in every photo and clip
-frame that shows one.
+cache). No frame of a real face is ever replaced by the output guard, none of its rules fires on one, and a face is
+found in every photo and clip frame that shows one.
 
 Lean for CI: every photo (and every labelled face cropped from a group photo, as `bench faces` scores it) goes
 through one run as a short sequence, a blank frame between people; every clip gives a few short windows of
-consecutive frames, its fastest head motion and its labelled smiles and blinks among them, re-encoded into one
+consecutive frames, its fastest head motion, widest gaze and labelled smiles and blinks among them, put into one
 video that one run reads.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 from bridge.bench.faces import _crop, load_labels
 from bridge.formats.take import TakeReader
+from bridge.runtime.guard import frame_faults, head_jump
 from tests.helpers import facebridge_cmd, real_corpus, subprocess_env
 
 cv2 = pytest.importorskip("cv2")
@@ -38,6 +39,7 @@ CLIP_WINDOWS = (
 )
 CLIP_SIZE = (640, 360)  # every window scaled to fit one video of this size, a 16:9 webcam's
 GAP_FRAMES = 2  # blank frames between windows: the face is lost, the next window finds it again
+RULES = ("nonfinite", "weight_range", "gaze_range", "morph_range", "head_jump")  # the guard's reasons
 
 
 def run_take(source: Path, take: Path, home: Path, *args: str) -> tuple[list, str]:
@@ -59,46 +61,6 @@ def _write(path: Path, image: np.ndarray) -> None:
     assert cv2.imwrite(str(path), image)
 
 
-def test_the_astronaut_smiles_with_open_eyes_and_no_frame_is_replaced(tmp_path, isolated_home):
-    real = real_corpus("skimage/astronaut.png")
-    folder = tmp_path / "astronaut"
-    folder.mkdir()
-    for i in range(5):
-        (folder / f"{i}.png").symlink_to(real / "skimage" / "astronaut.png")
-    frames, out = run_take(folder, tmp_path / "take", isolated_home)
-    assert_no_frame_replaced(frames, out)
-    assert len(frames) == 5 and "face found in 100%" in out
-    for f in frames:
-        assert f.face_found
-        assert min(f.weight("mouthSmileLeft"), f.weight("mouthSmileRight")) > 0.3, f.blendshapes
-        assert max(f.weight("eyeBlinkLeft"), f.weight("eyeBlinkRight")) < 0.3, f.blendshapes
-
-
-def test_no_frame_of_any_real_photograph_is_replaced_and_every_face_is_found(tmp_path, isolated_home):
-    labels = load_labels()
-    photos = sorted({s["file"] for s in labels["stills"]})
-    real = real_corpus(*photos)
-    folder = tmp_path / "photos"
-    folder.mkdir()
-    blank = np.full((360, 480, 3), 128, np.uint8)
-    shown = []  # per frame: (what it shows, whether a face must be found there)
-    people = [(name, cv2.imread(str(real / name)), name in SINGLE_FACE) for name in photos]
-    people += [(f"{s['file']} face {k}", _crop(cv2.imread(str(real / s["file"])), s["box"]), True)
-               for k, s in enumerate(labels["stills"])]
-    for name, image, face in people:
-        for _ in range(PHOTO_FRAMES):
-            _write(folder / f"{len(shown):04d}.png", image)
-            shown.append((name, face))
-        _write(folder / f"{len(shown):04d}.png", blank)  # the person leaves; the next one comes
-        shown.append(("blank", False))
-    frames, out = run_take(folder, tmp_path / "take", isolated_home)
-    assert_no_frame_replaced(frames, out)
-    assert len(frames) == len(shown)
-    missed = sorted({name for f, (name, face) in zip(frames, shown) if face and not f.face_found})
-    assert not missed, missed
-    assert not any(f.face_found for f, (name, _) in zip(frames, shown) if name == "blank")
-
-
 def _letterbox(image: np.ndarray) -> np.ndarray:
     w, h = CLIP_SIZE
     scale = min(w / image.shape[1], h / image.shape[0])
@@ -118,14 +80,37 @@ def _face_span(video: dict) -> tuple[int, int]:
     return 0, 1 << 30
 
 
-def test_no_frame_of_any_real_clip_is_replaced_and_the_face_is_found_wherever_it_is_shown(tmp_path, isolated_home):
+def photos_run(folder: Path, take: Path, home: Path):
+    """Every photo and labelled crop, PHOTO_FRAMES frames each, a blank between: (frames, output, per frame
+    (what it shows, whether a face must be found there))."""
+    labels = load_labels()
+    photos = sorted({s["file"] for s in labels["stills"]})
+    real = real_corpus(*photos)
+    folder.mkdir()
+    blank = np.full((360, 480, 3), 128, np.uint8)
+    shown = []
+    people = [(name, cv2.imread(str(real / name)), name in SINGLE_FACE) for name in photos]
+    people += [(f"{s['file']} face {k}", _crop(cv2.imread(str(real / s["file"])), s["box"]), True)
+               for k, s in enumerate(labels["stills"])]
+    for name, image, face in people:
+        for _ in range(PHOTO_FRAMES):
+            _write(folder / f"{len(shown):04d}.png", image)
+            shown.append((name, face))
+        _write(folder / f"{len(shown):04d}.png", blank)  # the person leaves; the next one comes
+        shown.append(("blank", False))
+    frames, out = run_take(folder, take, home)
+    return frames, out, shown
+
+
+def clips_run(path: Path, take: Path, home: Path):
+    """The CLIP_WINDOWS in one video (lightly compressed), GAP_FRAMES blanks after each: (frames, output, per
+    frame (clip, frame index or None for a blank, whether a face must be found there))."""
     spans = {v["file"]: _face_span(v) for v in load_labels()["videos"]}
     assert {clip for clip, _, _ in CLIP_WINDOWS} == set(spans), "every clip of the corpus"
     real = real_corpus(*spans)
-    path = tmp_path / "windows.avi"
     writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 30.0, CLIP_SIZE)
     writer.set(cv2.VIDEOWRITER_PROP_QUALITY, 95)
-    shown = []  # per frame: (clip, frame index or None for a blank, whether a face must be found)
+    shown = []
     for clip, first, count in CLIP_WINDOWS:
         cap = cv2.VideoCapture(str(real / clip))
         for _ in range(first):
@@ -140,9 +125,63 @@ def test_no_frame_of_any_real_clip_is_replaced_and_the_face_is_found_wherever_it
             writer.write(np.full((CLIP_SIZE[1], CLIP_SIZE[0], 3), 128, np.uint8))
             shown.append((clip, None, False))
     writer.release()
-    frames, out = run_take(path, tmp_path / "take", isolated_home)
+    frames, out = run_take(path, take, home)
+    return frames, out, shown
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory):
+    """The photos' run and the clips' run, once for the tests below: {"photos": ..., "clips": ...}."""
+    work = tmp_path_factory.mktemp("real-people")
+    home = work / "home"
+    return {"photos": photos_run(work / "photos", work / "photos-take", home),
+            "clips": clips_run(work / "windows.avi", work / "clips-take", home)}
+
+
+def test_the_astronaut_smiles_with_open_eyes_and_no_frame_is_replaced(tmp_path, isolated_home):
+    real = real_corpus("skimage/astronaut.png")
+    folder = tmp_path / "astronaut"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"{i}.png").symlink_to(real / "skimage" / "astronaut.png")
+    frames, out = run_take(folder, tmp_path / "take", isolated_home)
+    assert_no_frame_replaced(frames, out)
+    assert len(frames) == 5 and "face found in 100%" in out
+    for f in frames:
+        assert f.face_found
+        assert min(f.weight("mouthSmileLeft"), f.weight("mouthSmileRight")) > 0.3, f.blendshapes
+        assert max(f.weight("eyeBlinkLeft"), f.weight("eyeBlinkRight")) < 0.3, f.blendshapes
+
+
+def test_no_frame_of_any_real_photograph_is_replaced_and_every_face_is_found(real_runs):
+    frames, out, shown = real_runs["photos"]
+    assert_no_frame_replaced(frames, out)
+    assert len(frames) == len(shown)
+    missed = sorted({name for f, (name, face) in zip(frames, shown) if face and not f.face_found})
+    assert not missed, missed
+    assert not any(f.face_found for f, (name, _) in zip(frames, shown) if name == "blank")
+
+
+def test_no_frame_of_any_real_clip_is_replaced_and_the_face_is_found_wherever_it_is_shown(real_runs):
+    frames, out, shown = real_runs["clips"]
     assert_no_frame_replaced(frames, out)
     assert len(frames) == len(shown)
     missed = [(clip, i) for f, (clip, i, face) in zip(frames, shown) if face and not f.face_found]
     assert not missed, missed
     assert not any(f.face_found for f, (_, i, _) in zip(frames, shown) if i is None)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_no_guard_rule_fires_on_any_frame_of_a_real_face(real_runs, rule):
+    """Each rule, read on every recorded frame of the real runs with the guard's own checks (the runs replaced no
+    frame, so these are the pipeline's own frames)."""
+    fired = []
+    for name, (frames, out, _) in real_runs.items():
+        assert_no_frame_replaced(frames, out)
+        for a, b in zip([None] + frames, frames):
+            if rule == "head_jump":
+                why = head_jump(a, b) if a is not None and a.face_found and b.face_found else None
+                fired += [(name, b.seq, why)] if why else []
+            else:
+                fired += [(name, b.seq, detail) for reason, _, detail in frame_faults(b) if reason == rule]
+    assert not fired, fired[:5]
