@@ -96,6 +96,7 @@ class OutputConfig:
     vmc_expressions: tuple[str, ...] = ("arkit",)
     vmc_eye_bones: bool = False
     record: str | None = None  # take directory
+    ifm: str | None = None  # iFacialMocap receiver HOST[:PORT] (VMagicMirror, VRCFaceTracking, VNyan, Warudo, ...)
     grpc: str | None = None  # HOST:PORT of the gRPC server
     grpc_token: str | None = None
     grpc_tls_cert: str | None = None
@@ -134,3 +135,6 @@ class RunConfig:
     remote: str | None = None  # HOST:PORT of a `facebridge serve` that tracks instead of this machine
     remote_token: str | None = None
     remote_tls_ca: str | None = None  # the server's CA certificate (PEM) for TLS
+    mapping: str | None = None  # --mapping FILE.json: the blendshape mapping (bridge/mapping.py) instead of the
+    # one stored in the subject's profile
+    head_dead_zone: float | None = None  # degrees; None: the mapping's own (0 without one)
