@@ -249,7 +249,7 @@ class FacePipeline:
         """The work a frame left for after it was handed on (its emotion model, applied on the next tracked frame, and
         the identity refresh's spread step): the runner calls this in the describe thread right after each frame
         goes to the sinks, so that a webcam's frame gap absorbs it instead of the frames themselves
-        (docs/PERFORMANCE.md, issue 18 twelfth pass)."""
+        (docs/PERFORMANCE.md, "Face pipeline on one CPU core")."""
         self.describer.run_deferred()
 
     def reset_description(self) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+from fedagent.project import RUN_CONFIG
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("server", help="run federated rounds for devices running `fedagent client`",
@@ -21,9 +23,12 @@ def add_parser(sub) -> None:
                    help="register a device's public key (OpenSSH EC); repeatable; implies --node-auth")
     p.add_argument("--eval-store", required=True, metavar="DIR",
                    help="the server's own held-out learning store; a new adapter is published only when no worse")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--min-clients", type=int, default=2, help="devices a round needs (default 2)")
-    p.add_argument("--clients-per-round", type=int, default=0, help="devices sampled per round (0: all online)")
+    p.add_argument("--rounds", type=int, default=RUN_CONFIG["rounds"][0],
+                   help=f"federated rounds (default {RUN_CONFIG['rounds'][0]})")
+    p.add_argument("--min-clients", type=int, default=RUN_CONFIG["min-clients"][0],
+                   help=f"devices a round needs (default {RUN_CONFIG['min-clients'][0]})")
+    p.add_argument("--clients-per-round", type=int, default=RUN_CONFIG["clients-per-round"][0],
+                   help="devices sampled per round (0: all online)")
     p.add_argument("--state", default="fedagent-server", metavar="DIR",
                    help="server folder: logs, events, global adapter (default ./fedagent-server)")
     p.add_argument("--keys", metavar="DIR", help="signing keys (fedagent keys init); with --repo, sign releases")
