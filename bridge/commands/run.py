@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from bridge import ports
 from bridge.sources import SOURCE_HELP
+from bridge.stages.describe import EMOTION_EVERY
 
-DEFAULT_LLF = "127.0.0.1:11111"
-DEFAULT_VMC = "127.0.0.1:39539"
-DEFAULT_MONITOR = "127.0.0.1:8910"  # bridge.runtime.session.DEFAULT_MONITOR
-EMOTION_EVERY = 4  # bridge.stages.describe.EMOTION_EVERY (commands parse only: no numpy at parse time)
+DEFAULT_LLF, DEFAULT_VMC, DEFAULT_MONITOR = ports.LIVE_LINK_FACE, ports.VMC, ports.MONITOR
 
 
 def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:

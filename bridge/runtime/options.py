@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge import ports
 from bridge.errors import FaceBridgeError, SinkError
 from bridge.pipeline import PipelineOptions
 
-DEFAULT_MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
+DEFAULT_MONITOR = ports.MONITOR  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
 
 OFF = ("off", "none", "no", "")
 
@@ -89,9 +90,9 @@ def checked_adapter(path: str, sha256: str | None) -> dict:
 class OutputConfig:
     """Where frames go. An address of None means that output is off."""
 
-    llf: tuple[str, ...] = ("127.0.0.1:11111",)  # Live Link Face (Unreal) UDP targets; () = off
+    llf: tuple[str, ...] = (ports.LIVE_LINK_FACE,)  # Live Link Face (Unreal) UDP targets; () = off
     llf_subject: str | None = None  # send under this subject instead of the frame's (replay --subject)
-    vmc: str | None = "127.0.0.1:39539"  # VMC/OSC receiver
+    vmc: str | None = ports.VMC  # VMC/OSC receiver
     vmc_bundle: bool = True
     vmc_expressions: tuple[str, ...] = ("arkit",)
     vmc_eye_bones: bool = False

@@ -28,7 +28,8 @@ from bridge.stages.head_pose import HeadPoseEstimator
 # Emotion runs on every EMOTION_EVERY-th tracked frame and is held between (the filter smooths its steps): on the
 # sample against every frame, every 4th changes the 7 probabilities by 0.0026 on average (every 3rd: 0.0020) and
 # keeps the top class on 100% of frames, for a quarter of the model's cost (docs/PERFORMANCE.md, "Face pipeline on
-# one CPU core"). `facebridge run --emotion-every` and serve's DescribeRows share it. A frame's emotion is applied on the
+# one CPU core"). `facebridge run --emotion-every` and serve's DescribeRows share it. A frame's emotion is applied on
+# the
 # next tracked frame (one frame late), so that its model can run after the frame is handed on, in the time before
 # the next one arrives, instead of inside one frame in four (FaceDescriber.run_deferred).
 EMOTION_EVERY = 4
