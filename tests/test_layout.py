@@ -12,7 +12,7 @@ from tests.helpers import ROOT
 
 PACKAGES = ("bridge", "fedagent")
 # import nothing of the house
-LEAVES = ("bridge.frame", "bridge.mesh", "bridge.errors", "bridge.fsutil", "bridge.compiled")
+LEAVES = ("bridge.frame", "bridge.mesh", "bridge.errors", "bridge.fsutil", "bridge.compiled", "bridge.ports")
 FACE_DOMAIN = ("bridge.stages", "bridge.expression", "bridge.pipeline")
 
 

@@ -21,7 +21,7 @@ from typing import Protocol
 import grpc
 from grpc_health.v1 import health_pb2
 
-from bridge import __version__
+from bridge import __version__, ports
 from bridge.errors import SinkError
 from bridge.frame import FaceFrame
 from bridge.grpc import access
@@ -151,7 +151,7 @@ class GrpcSink(Sink):
     name = "grpc"
     failure_hint = "frames that could not be encoded; the stream went on"
 
-    def __init__(self, address: str = "127.0.0.1:50051", *, token: str | None = None, tls_cert: str | None = None,
+    def __init__(self, address: str = ports.GRPC, *, token: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, control: BridgeControl | None = None, max_subscribers: int = 16,
                  max_lag_s: float = MAX_LAG_S, max_per_peer: int = MAX_PER_PEER) -> None:
         super().__init__()

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+from bridge import ports
 from fedagent.project import RUN_CONFIG
 
 
@@ -14,7 +15,8 @@ def add_parser(sub) -> None:
                                    "evaluate each new global adapter on --eval-store and publish it when no worse.")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; anything wider "
                    "needs --tls-* and --node-auth)")
-    p.add_argument("--port", type=int, default=9092, help="Fleet + Control API port (default 9092)")
+    p.add_argument("--port", type=int, default=ports.port_of(ports.SUPERLINK),
+                   help=f"Fleet + Control API port (default {ports.port_of(ports.SUPERLINK)})")
     p.add_argument("--tls-cert", metavar="PEM", help="server certificate (with the address in its SAN)")
     p.add_argument("--tls-key", metavar="PEM", help="server private key")
     p.add_argument("--tls-ca", metavar="PEM", help="CA that signed --tls-cert (devices use it too)")
