@@ -234,7 +234,10 @@ class MonitorServer:
     async def _record(self, request):
         if self.control is None:
             return _refuse(409, "this bridge cannot record", "run `facebridge run`")
-        on = bool((await _json(request)).get("on"))
+        on = (await _json(request)).get("on")
+        if not isinstance(on, bool):  # "false", 0 or a missing field never start a take
+            return _refuse(400, f"'on' must be true or false, got {json.dumps(on)}",
+                           'send {"on": true} to start recording, {"on": false} to stop')
         ok, message = await asyncio.get_running_loop().run_in_executor(None, self.control.record, on)
         return web.json_response({"ok": bool(ok), "message": str(message),
                                   "recording": self.control.status().get("recording")})
