@@ -277,7 +277,10 @@ def refusal(error: BaseException, fetcher: ReleaseFetcher | None, tuf_dir: Path,
     if isinstance(error, exceptions.UnsignedMetadataError):
         return _diagnosed(fetcher, tuf_dir) or reasons.ThresholdNotMet(f"{doing}: {detail}")
     if isinstance(error, exceptions.BadVersionNumberError):
-        return reasons.Rollback(f"{doing}: the repository offers older metadata than this device has seen ({detail})")
+        role = (fetcher.last_name if fetcher else "").split(".")[-2:-1] or ["timestamp"]
+        return reasons.Rollback(f"{doing}: the repository offers older metadata than this device has seen ({detail})",
+                                "install from your publisher's current repository; if a signing key was stolen, "
+                                f"the publisher rotates it (`fedagent keys rotate --role {role[0]}`) and publishes")
     if isinstance(error, exceptions.ExpiredMetadataError):
         return reasons.Expired(f"{doing}: {detail}")
     if isinstance(error, exceptions.LengthOrHashMismatchError):

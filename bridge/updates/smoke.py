@@ -17,6 +17,7 @@ import numpy as np
 from bridge.updates import reasons
 from bridge.updates.arrays import read_npz  # noqa: F401 (read_npz is part of this module's interface)
 
+
 @dataclass(frozen=True)
 class SmokeResult:
     outputs: int  # outputs compared
