@@ -122,6 +122,9 @@ class ReleaseFetcher(FetcherInterface):
             response = self._pool.request("GET", url, preload_content=False)
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise self._late(url, e) from e
+        if self.watchdog.expired:  # the cut may leave a response that merely looks complete
+            response.release_conn()
+            raise exceptions.SlowRetrievalError(f"{url.rsplit('/', 1)[-1]}: the check ran past its deadline")
         if response.status >= 400:
             response.release_conn()
             raise exceptions.DownloadHTTPError(f"HTTP {response.status} for {url.rsplit('/', 1)[-1]}", response.status)
@@ -130,6 +133,8 @@ class ReleaseFetcher(FetcherInterface):
             try:
                 while block := response.read1(CHUNK):
                     yield block
+                if self.watchdog.expired:
+                    raise exceptions.SlowRetrievalError(f"{url.rsplit('/', 1)[-1]}: the check ran past its deadline")
             except urllib3.exceptions.ReadTimeoutError as e:
                 raise exceptions.SlowRetrievalError(f"no data for 30 s from {url}") from e
             except (urllib3.exceptions.HTTPError, OSError) as e:

@@ -163,7 +163,7 @@ class StateDir:
     def lock(self):
         """Hold the installer lock for the block; Busy at once if another process holds it."""
         self.ensure()
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
