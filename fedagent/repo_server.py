@@ -3,8 +3,9 @@
 Only GET and HEAD of regular files inside the folder: each path is opened one component at a time under the
 folder's own descriptor without following links (O_NOFOLLOW, dir_fd), so a link in the repository, `..` or
 an absolute path never reaches a file outside it, and listings are refused. Connections are bounded: at most
-`max_connections` at once (more are closed at once), each socket read or write waits at most `timeout_s`, and
-a whole connection lasts at most `connection_s`, so half-open or dripping clients cannot pile up threads. The
+`max_connections` at once (more are closed on arrival), each socket read or write waits at most `timeout_s`,
+and one reaper thread ends any connection open past `connection_s`, so half-open or dripping clients cannot pile
+up threads. The
 repository is public, signed data, but the server still binds loopback only: serving wider is a job for a real
 web server in front of the folder.
 """
@@ -17,6 +18,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,12 +38,10 @@ class RepoHandler(SimpleHTTPRequestHandler):
 
     def setup(self):
         super().setup()
-        self._deadline = threading.Timer(self.connection_s, _shut, (self.connection,))
-        self._deadline.daemon = True
-        self._deadline.start()
+        self.server.reaper.watch(self.connection, self.connection_s)
 
     def finish(self):
-        self._deadline.cancel()
+        self.server.reaper.forget(self.connection)
         with contextlib.suppress(OSError):
             super().finish()
 
@@ -89,17 +89,45 @@ class RepoHandler(SimpleHTTPRequestHandler):
         pass
 
 
+class Reaper:
+    """One thread that shuts every connection still open past its deadline."""
+
+    def __init__(self):
+        self._due: dict[socket.socket, float] = {}
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="repo-reaper", daemon=True).start()
+
+    def watch(self, sock: socket.socket, seconds: float) -> None:
+        with self._lock:
+            self._due[sock] = time.monotonic() + seconds
+
+    def forget(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._due.pop(sock, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(1.0)
+            now = time.monotonic()
+            with self._lock:
+                late = [sock for sock, due in self._due.items() if due < now]
+            for sock in late:
+                _shut(sock)
+
+
 class BoundedHTTPServer(ThreadingHTTPServer):
     """A thread per connection, at most `max_connections` of them; the rest are closed on arrival."""
 
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog (socketserver's 5 makes a burst of clients wait on SYN retries)
 
     def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
         super().__init__(address, handler)
         self._slots = threading.BoundedSemaphore(max_connections)
+        self.reaper = Reaper()
 
     def process_request(self, request, client_address):
-        if not self._slots.acquire(timeout=1.0):
+        if not self._slots.acquire(blocking=False):
             self.shutdown_request(request)
             return
         try:
