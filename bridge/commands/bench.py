@@ -11,6 +11,7 @@ import platform
 import sys
 import time
 
+from bridge.argparsing import output_file
 from bridge.fsutil import atomic_write_json
 
 BENCHES = {
@@ -41,7 +42,7 @@ def add_parser(sub) -> None:
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     for kind, (module_name, help_text) in BENCHES.items():
         kp = kinds.add_parser(kind, help=help_text, description=help_text)
-        kp.add_argument("--json", metavar="OUT", help="write the results to this JSON file")
+        kp.add_argument("--json", metavar="OUT", type=output_file, help="write the results to this JSON file")
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
