@@ -56,3 +56,26 @@ def output_file(text: str) -> str:
     if path.exists() and not os.access(path, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot overwrite {text} (permission denied); write elsewhere")
     return text
+
+
+def input_file(text: str, hint: str = "check the path") -> str:
+    """argparse type of an option naming a file to read: it must exist, be a file (not a folder) and be readable."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, where a file is expected; give the file")
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text} does not exist; {hint}")
+    if not os.access(path, os.R_OK):
+        raise argparse.ArgumentTypeError(f"cannot read {text} (permission denied); make it readable for this user")
+    return text
+
+
+def port_number(text: str) -> int:
+    """argparse type of a TCP/UDP port option: 0 (the system picks a free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number; give 1 to 65535 (0: any free port)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range; give 1 to 65535 (0: any free port)")
+    return port

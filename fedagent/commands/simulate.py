@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bridge.argparsing import output_file
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("simulate", help="run federated rounds with simulated speakers on this machine",
@@ -23,7 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("--no-publish", action="store_true", help="keep the global adapter unsigned (no keys, no repo)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a run setting (see docs/FEDERATED.md), e.g. --set timeout-train=60")
-    p.add_argument("--json", metavar="OUT", help="also write the outcome (rounds, timings, traffic) as JSON")
+    p.add_argument("--json", metavar="OUT", type=output_file,
+                   help="also write the outcome (rounds, timings, traffic) as JSON")
     p.set_defaults(func=run)
 
 
