@@ -60,6 +60,7 @@ class BridgeRunner:
         self._stop = threading.Event()
         self._stop_requested_at: float | None = None
         self.error: BaseException | None = None
+        self.interrupted = False  # ended by Ctrl-C
         self.workers = [SinkWorker(sink, self.lossless, label) for sink, label in zip(sinks, sink_labels(sinks))]
         self.abandoned: list[str] = []  # threads that did not stop in time (their names)
 
@@ -173,6 +174,7 @@ class BridgeRunner:
             try:
                 self._watch(threads)
             except KeyboardInterrupt:
+                self.interrupted = True  # Ctrl-C: the run ends like --max-frames, and the command exits 130
                 self.stop()
                 self._watch(threads)  # bounded now: STOP_TIMEOUT_S, then blocked threads are left behind
         finally:

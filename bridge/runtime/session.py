@@ -26,6 +26,7 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     OutputConfig,
     RunConfig,
     address_or_off,
+    check_run_config,
     check_subject,
     checked_adapter,
     llf_targets,
@@ -83,27 +84,13 @@ class BridgeSession:
     """Open with `open()` (or `with`), then `run()` once; `close()` releases everything that was opened."""
 
     def __init__(self, config: RunConfig) -> None:
-        if config.max_frames is not None and config.max_frames < 1:
-            raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
-        if config.audio_only and not config.audio:
-            raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
-        if config.learn is not None and (not config.audio or config.audio_only):
-            raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
-                                  "add --audio mic (and a camera source, without --audio-only)")
-        if config.faces > 1 and config.audio_only:
-            raise FaceBridgeError("--faces needs a camera or video: --audio-only has no face to count",
-                                  "drop --faces, or drop --audio-only")
+        check_run_config(config)
         from bridge.multiface import subject_names
 
         self.subjects = subject_names(config.subject, config.faces)
         for subject in self.subjects:
             check_subject(subject)
         config.pipeline.check()
-        if config.camera_size is not None and min(config.camera_size) < 1:
-            raise FaceBridgeError(f"--camera-size {config.camera_size[0]}x{config.camera_size[1]} is not a size",
-                                  "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
-        if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
-            raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
         self.config = config
         self.learn = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
@@ -356,7 +343,7 @@ class BridgeSession:
                          mode=self.source.mode, lossless=lossless, max_frames=self.config.max_frames,
                          frame_rate=float(self.source.fps), audio_only=self.config.audio_only,
                          audio_s=self.audio_duration if self.config.audio_only else None,
-                         )
+                         interrupted=self.runner.interrupted)
 
     def _on_frame(self, frame) -> None:
         self.control.on_frame(frame)
