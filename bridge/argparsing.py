@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import weakref
 from pathlib import Path
 
@@ -43,16 +44,32 @@ class Parser(argparse.ArgumentParser):
 
 
 def output_file(text: str) -> str:
-    """argparse type of an option naming a file to write: its folder must exist and be writable, and the path
-    must not be a folder; checked before any work starts."""
+    """argparse type of an option naming a file to write, checked before any work starts: the path is not a
+    folder, and a file can really be created in its folder (folders still missing are made for the probe and
+    removed again; the command makes them when it writes). A probe, not os.access: root passes every access
+    check, yet cannot write into /proc or a read-only disk."""
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name inside it")
-    folder = path.parent
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"the folder of {text} does not exist; create it first or write elsewhere")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot write into {folder} (permission denied); write elsewhere")
+    folder, made = path.parent, []
+    try:
+        missing = [f for f in (folder, *folder.parents) if not f.exists()]
+        for f in reversed(missing):
+            f.mkdir()
+            made.append(f)
+        tempfile.TemporaryFile(dir=folder).close()
+    except (FileExistsError, NotADirectoryError):
+        blocking = next((f for f in (folder, *folder.parents) if f.exists() and not f.is_dir()), folder)
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {blocking} is a file, where a folder is expected"
+                                         ) from None
+    except PermissionError:
+        raise argparse.ArgumentTypeError(f"cannot write into {folder} (permission denied); write elsewhere"
+                                         ) from None
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write into {folder} ({e.strerror}); write elsewhere") from None
+    finally:
+        for f in reversed(made):
+            f.rmdir()
     if path.exists() and not os.access(path, os.W_OK):
         raise argparse.ArgumentTypeError(f"cannot overwrite {text} (permission denied); write elsewhere")
     return text

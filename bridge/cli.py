@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Parse, run, and end in one line with a stable exit code (bridge/console.py); Ctrl-C anywhere, even while
     the commands load, ends with 130 and no traceback."""
+    console.catch_ctrl_c()
     try:
         for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints as \xNN, never a traceback
             if hasattr(stream, "reconfigure"):

@@ -19,8 +19,10 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 from bridge.errors import FaceBridgeError
@@ -28,6 +30,27 @@ from bridge.errors import FaceBridgeError
 EXIT_ERROR, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 1, 2, 70, 130
 LOG_ONLY = {"console": False}  # logging `extra=`: to the log file, not to stderr
 LOG_BYTES = 1 << 20  # the log is started again past this size (it is for the last failure, not an archive)
+
+
+_ctrl_c_at: list[float] = []  # when Ctrl-C came (monotonic seconds), once it has
+
+
+def catch_ctrl_c() -> None:
+    """Ctrl-C raises KeyboardInterrupt as ever, and is remembered: an error it causes on the way out (a C
+    extension interrupted while it loads raises ImportError, a thread meets a closed queue) is Ctrl-C's ending,
+    not a bug. A SIGINT that the shell made the command ignore stays ignored."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def handler(signum, frame):
+        _ctrl_c_at.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+
+
+def was_interrupted() -> bool:
+    return bool(_ctrl_c_at)
 
 
 def log_path(prog: str) -> Path:
@@ -89,7 +112,7 @@ def _route_thread_failures(prog: str, path: Path | None) -> None:
     """A background thread that dies prints one line (the traceback goes to the log), never a traceback."""
 
     def thread_hook(hook_args) -> None:
-        if issubclass(hook_args.exc_type, (SystemExit, KeyboardInterrupt)):
+        if issubclass(hook_args.exc_type, (SystemExit, KeyboardInterrupt)) or was_interrupted():
             return
         name = hook_args.thread.name if hook_args.thread is not None else "a thread"
         logging.getLogger(prog).error("thread %s failed", name, extra=LOG_ONLY,
@@ -147,10 +170,15 @@ def run_command(prog: str, func, args, log: Path | None) -> int:
     except KeyboardInterrupt:
         return interrupted(prog)
     except OSError as e:
+        if was_interrupted():
+            return interrupted(prog)
         logging.getLogger(prog).debug("refused by the system", exc_info=True)
         print(f"{prog}: error: {os_error(e)}", file=sys.stderr, flush=True)
         return EXIT_ERROR
-    except Exception as e:  # a bug: one line, the traceback in the log
+    except Exception as e:  # a bug: one line, the traceback in the log; or what Ctrl-C broke on the way out
+        if was_interrupted():
+            logging.getLogger(prog).debug("after Ctrl-C", exc_info=True, extra=LOG_ONLY)
+            return interrupted(prog)
         return bug(prog, e, log)
 
 

@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, run, and end in one line with a stable exit code (bridge/console.py), as `facebridge` does."""
+    console.catch_ctrl_c()
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 
+from bridge.console import was_interrupted
 from bridge.runtime.queues import Closed, LatestQueue
 from bridge.runtime.sink_worker import SinkWorker
 from bridge.runtime.stats import RunStats
@@ -194,6 +195,8 @@ class BridgeRunner:
         last_print = 0.0
         while any(t.is_alive() for t in threads if t.name not in self.abandoned):
             threads[-1].join(0.25)
+            if was_interrupted() and not self.interrupted:  # a Ctrl-C that start-up code swallowed still stops
+                raise KeyboardInterrupt
             now = time.perf_counter()
             if self.show_status and (tty or now - last_print > 5.0):
                 print(("\r" if tty else "") + self.stats.status_line() + ("" if tty else "\n"),
