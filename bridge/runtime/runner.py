@@ -21,6 +21,7 @@ import threading
 import time
 
 from bridge.console import was_interrupted
+from bridge.errors import RunEnded
 from bridge.runtime.queues import Closed, LatestQueue
 from bridge.runtime.sink_worker import SinkWorker
 from bridge.runtime.stats import RunStats
@@ -112,6 +113,10 @@ class BridgeRunner:
                     continue
                 try:
                     result = step(item)
+                except RunEnded as e:  # the stream itself cannot go on: end the run with its one line
+                    self.error = e
+                    self.stop()
+                    break
                 except Exception as e:  # one bad frame never takes the stream down
                     self.stats.frame_bad()
                     log.warning("a frame could not be processed (%s); skipped", e)
