@@ -27,9 +27,10 @@ def add_parser(sub) -> None:
 
 def usd_out(text: str) -> str:
     """OUT: a writable file whose extension USD knows (checked before the take is read)."""
+    output_file(text)
     if not text.endswith((".usda", ".usdc", ".usd")):
         raise argparse.ArgumentTypeError(f"{text} does not end in .usda, .usdc or .usd; name the file e.g. take.usda")
-    return output_file(text)
+    return text
 
 
 def _stop(signum, _frame):

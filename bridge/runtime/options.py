@@ -189,6 +189,7 @@ def check_run_config(config: RunConfig) -> None:
                               "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
     if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
         raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
+    update_state_dir(config.updates)  # a given store must exist (checked again when the run follows it)
     takes = Path(config.takes_dir)
     if takes.exists() and not takes.is_dir():
         raise FaceBridgeError(f"--takes-dir {takes} is a file, not a folder",
