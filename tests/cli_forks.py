@@ -3,10 +3,11 @@ then runs each command in its own forked process (its own pid, exit status, stdo
 scripts would), so a sweep of a hundred wrong inputs costs a fork each instead of an interpreter start and its
 imports.
 
-Run as `python -m tests.cli_forks` (from the repository root): it reads one JSON request a line on stdin ({"argv": [...], "prog":
-"facebridge"|"fedagent", "env": {...}, "cwd": ..., "timeout": s, "no_dac_override": bool}) and answers one JSON
-line ({"rc", "stdout", "stderr"}). `no_dac_override` drops root's power to read and write any file (the
-CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH capabilities), so a chmod 000 file refuses root as it refuses a user.
+Run as `python -m tests.cli_forks` (from the repository root): it reads one JSON request a line on stdin
+({"argv": [...], "prog": "facebridge"|"fedagent", "env": {...}, "cwd": ..., "timeout": s, "no_dac_override":
+bool}) and answers one JSON line ({"rc", "stdout", "stderr"}). `no_dac_override` drops root's power to read and
+write any file (the CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH capabilities), so a chmod 000 file refuses root as it
+refuses a user.
 """
 from __future__ import annotations
 

@@ -108,7 +108,6 @@ def _verify(args) -> int:
 
 def _clear(args) -> int:
     from bridge.engines.cache import EngineCache
-
     from bridge.engines.shipped import shipped_models
     from bridge.errors import FaceBridgeError
 

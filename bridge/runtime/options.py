@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge import ports
 from bridge.errors import FaceBridgeError, SinkError
 from bridge.pipeline import PipelineOptions
 
-DEFAULT_MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
+DEFAULT_MONITOR = ports.MONITOR  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
 
 OFF = ("off", "none", "no", "")
 MAX_FACES = 8  # --faces: each face is its own subject, VMC target and describe step; more is a typo, not a stage
@@ -94,13 +95,14 @@ def checked_adapter(path: str, sha256: str | None) -> dict:
 class OutputConfig:
     """Where frames go. An address of None means that output is off."""
 
-    llf: tuple[str, ...] = ("127.0.0.1:11111",)  # Live Link Face (Unreal) UDP targets; () = off
+    llf: tuple[str, ...] = (ports.LIVE_LINK_FACE,)  # Live Link Face (Unreal) UDP targets; () = off
     llf_subject: str | None = None  # send under this subject instead of the frame's (replay --subject)
-    vmc: str | None = "127.0.0.1:39539"  # VMC/OSC receiver
+    vmc: str | None = ports.VMC  # VMC/OSC receiver
     vmc_bundle: bool = True
     vmc_expressions: tuple[str, ...] = ("arkit",)
     vmc_eye_bones: bool = False
     record: str | None = None  # take directory
+    ifm: str | None = None  # iFacialMocap receiver HOST[:PORT] (VMagicMirror, VRCFaceTracking, VNyan, Warudo, ...)
     grpc: str | None = None  # HOST:PORT of the gRPC server
     grpc_token: str | None = None
     grpc_tls_cert: str | None = None
@@ -139,6 +141,11 @@ class RunConfig:
     remote: str | None = None  # HOST:PORT of a `facebridge serve` that tracks instead of this machine
     remote_token: str | None = None
     remote_tls_ca: str | None = None  # the server's CA certificate (PEM) for TLS
+    mapping: str | None = None  # --mapping FILE.json: the blendshape mapping (bridge/mapping.py) instead of the
+    # one stored in the subject's profile
+    head_dead_zone: float | None = None  # degrees; None: the mapping's own (0 without one)
+    osc_remote: str | None = None  # [HOST:]PORT of the OSC remote control listener (runtime/osc_remote.py); None: off
+    osc_allow: tuple[str, ...] = ()  # controller addresses allowed beyond loopback
 
 
 # (option given, option it needs, what the needed option is given as): each refused when given alone
@@ -161,6 +168,7 @@ _NEEDS = (
     ("--vmc-eye-bones", "--vmc", "--vmc HOST:PORT (not off)", lambda c: c.outputs.vmc_eye_bones,
      lambda c: c.outputs.vmc),
     ("--audio-only", "--audio", "--audio mic or --audio FILE.wav", lambda c: c.audio_only, lambda c: c.audio),
+    ("--osc-allow", "--osc-remote", "--osc-remote HOST:PORT", lambda c: c.osc_allow, lambda c: c.osc_remote),
 )
 
 
@@ -189,6 +197,12 @@ def check_run_config(config: RunConfig) -> None:
                               "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
     if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
         raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
+    if config.head_dead_zone is not None:
+        from bridge.mapping import MAX_HEAD_DEAD_ZONE
+
+        if not 0.0 <= config.head_dead_zone <= MAX_HEAD_DEAD_ZONE:
+            raise FaceBridgeError(f"--head-dead-zone {config.head_dead_zone:g} is out of range",
+                                  f"give 0 (off) to {MAX_HEAD_DEAD_ZONE:g} degrees")
     update_state_dir(config.updates)  # a given store must exist (checked again when the run follows it)
     takes = Path(config.takes_dir)
     if takes.exists() and not takes.is_dir():
@@ -202,8 +216,8 @@ def check_run_config(config: RunConfig) -> None:
 def run_warnings(config: RunConfig) -> list[str]:
     """What runs but is probably not meant, said at start in one line each."""
     outputs = config.outputs
-    if not (outputs.llf or outputs.vmc or outputs.grpc or outputs.record):
+    if not (outputs.llf or outputs.vmc or outputs.grpc or outputs.record or outputs.ifm):
         where = "only the monitor page shows them" if config.monitor else "nothing shows them"
-        return [f"every output is off (--llf off, --vmc off, no --grpc, no --record): frames are tracked and "
+        return [f"every output is off (--llf off, --vmc off, no --grpc, --ifm or --record): frames are tracked and "
                 f"{where}"]
     return []

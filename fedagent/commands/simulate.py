@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge.argparsing import output_file
+from fedagent.project import RUN_CONFIG
 
 
 def add_parser(sub) -> None:
@@ -13,7 +14,8 @@ def add_parser(sub) -> None:
                                    "SecAgg+ fine-tuning of the lip-sync adapter, show every stage, and stop all "
                                    "processes at the end. Needs a source checkout and espeak-ng.")
     p.add_argument("--clients", type=int, default=3, help="devices (default 3)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds (default 2)")
+    p.add_argument("--rounds", type=int, default=RUN_CONFIG["rounds"][0],
+                   help=f"rounds (default {RUN_CONFIG['rounds'][0]})")
     p.add_argument("--work", metavar="DIR", help="work folder for logs, Flower homes and server state (default: a "
                    "new temporary folder)")
     p.add_argument("--flower-default", action="store_true",

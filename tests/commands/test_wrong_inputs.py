@@ -20,6 +20,7 @@ import pytest
 
 from tests.helpers import ROOT, subprocess_env
 
+
 class ForkServer:
     def __init__(self, env: dict) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.cli_forks"], cwd=ROOT, env=env, text=True,
@@ -98,7 +99,7 @@ CASES = [
     (A, "serve-repo {d}/repo --port 99999", 2, "99999 is out of range"),
     (F, "run --source {d}/locked_images --no-dac", 1, "permission denied"),
     (F, "replay {d}/locked_take --no-dac", 1, "permission denied"),
-    (F, "run --source sample --expression-model {d}/noise.onnx", 1, "is not a JSON manifest"),
+    (F, "run --source sample --expression-model {d}/noise.onnx", 1, "is not valid JSON"),
     (F, "bench pipeline --json /proc/nope/x.json", 2, "cannot write"),
     (F, "run --grpc 127.0.0.1:0 --grpc-tls-cert {d}/not_pem.pem --grpc-tls-key {d}/not_pem.pem", 1,
      "is not a PEM"),
@@ -147,7 +148,7 @@ CASES = [
     (A, "publish --keys {d}/nokeys --repo {d}/r2 {d}/nope.npz", 1, "is not a file"),
     (A, "update install --from {d}/repo --trust {d}/folder", 2, "is a folder, where a file is expected"),
     # files this user may not read (chmod 000)
-    (F, "run --expression-model {d}/locked_model --no-dac", 1, "cannot read expression model manifest"),
+    (F, "run --expression-model {d}/locked_model --no-dac", 1, "cannot be read (permission denied)"),
     (F, "run --grpc 127.0.0.1:0 --grpc-tls-cert {d}/locked.pem --grpc-tls-key {d}/locked.pem --no-dac", 1,
      "Permission denied"),
     (F, "export-usd {d}/locked_take {d}/y.usda --no-dac", 1, "permission denied"),
