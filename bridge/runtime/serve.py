@@ -127,7 +127,9 @@ def build_server(config: ServeConfig):
     from bridge.serving.grpc_service import check_listen
 
     check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
-    state_dir = serve_state_dir(config.updates)
+    from bridge.runtime.options import update_state_dir
+
+    state_dir = update_state_dir(config.updates)  # "auto": this user's store, even before anything is installed
     try:
         import torch  # noqa: F401 - the batched tracker's
     except ImportError:
@@ -233,20 +235,6 @@ def build_server(config: ServeConfig):
 
 def _report(line: str) -> None:
     print(f"facebridge serve: {line}", file=sys.stderr, flush=True)
-
-
-def serve_state_dir(spec: str | None):
-    """The update store serve follows: None when off; "auto" is this user's even before anything is installed
-    (a server runs for long: the first release installed later is followed too)."""
-    if spec is None:
-        return None
-    if spec == "auto":
-        from bridge.updates.store import default_state_dir
-
-        return default_state_dir()
-    from bridge.runtime.options import update_state_dir
-
-    return update_state_dir(spec)
 
 
 def status_line(stats: dict) -> str:

@@ -242,7 +242,9 @@ class BridgeSession:
 
     def _swap_event(self, event) -> None:
         self.stats.swap_event(event)
-        if event.release > 0:  # a signed release (recreations of the model in use say nothing here)
+        rolled = self.stats.rolled_back.get(event.model, 0)
+        if event.release > 0 and not (event.ok and event.release < rolled):  # a signed release (recreations of the
+            # model in use, and the one a rollback went back to, say nothing here)
             self.stats.set_update_status("installed" if event.ok else "failed")  # monitor/metrics.py's states
         if self.recreator is not None:
             self.recreator.on_event(event)
@@ -263,6 +265,12 @@ class BridgeSession:
         options = self.config.pipeline
         self.release_watch = ReleaseWatch(state, models, self.swapper, backend=options.backend,
                                           cpu_precision=options.cpu_precision, on_release=self.stats.set_release)
+        if self.recreator is not None:  # a release still failing after its session was recreated is rolled back
+            from bridge.runtime.fallback import ReleaseFallback
+
+            self.recreator.fallback = ReleaseFallback(
+                self.release_watch, lambda model, release, why: self.stats.release_rolled_back(model, release),
+                report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True))
 
     def _stages(self) -> list:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
