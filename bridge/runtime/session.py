@@ -306,7 +306,9 @@ class BridgeSession:
         backend = self._backend()
         lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
-        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{cal}{learn}{monitor}"
+        summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
+        detector = f"{summary}; " if summary else ""
+        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
