@@ -131,6 +131,13 @@ def add_parser(sub) -> None:
                         "profile; applied after calibration, before every output")
     p.add_argument("--head-dead-zone", type=float, metavar="DEGREES",
                    help="the head holds still until it moves more than this (default: the mapping's, else 0)")
+    p.add_argument("--osc-remote", metavar="[HOST:]PORT",
+                   help="listen for OSC remote control as the Live Link Face app does (8000 in the app): /RecordStart "
+                        "SLATE TAKE starts a take in --takes-dir named SLATE_TAKE, /RecordStop ends it, "
+                        "/OSCSetSendTarget, /Slate, /Take, /BatteryQuery, /ThermalsQuery (docs/PROTOCOLS.md); "
+                        "binds 127.0.0.1 unless HOST is given, which needs --osc-allow")
+    p.add_argument("--osc-allow", metavar="IP,IP",
+                   help="controller addresses the OSC remote control accepts beyond this machine")
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
@@ -198,7 +205,8 @@ def run_config(args):
                      adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
                      monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
                      remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca, mapping=args.mapping,
-                     head_dead_zone=args.head_dead_zone)
+                     head_dead_zone=args.head_dead_zone, osc_remote=address_or_off(args.osc_remote),
+                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()))
 
 
 def run(args) -> int:
