@@ -371,7 +371,9 @@ class BridgeSession:
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
-        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{cal}{learn}{monitor}"
+        summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
+        detector = f"{summary}; " if summary else ""
+        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
