@@ -39,8 +39,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                         "model (LiteRT only); mesh+iris = face_landmark then iris_landmark on both eyes; auto "
                         "(default) = attention where the models run on the CPU and LiteRT is installed (closer to "
                         "MediaPipe refine and less CPU, docs/PERFORMANCE.md), else mesh+iris; the run names it")
-    p.add_argument("--detector", choices=["short", "full"], default="short",
-                   help="BlazeFace short range (faces within ~2 m, default) or full range (up to ~5 m)")
+    p.add_argument("--detector", choices=["auto", "short", "full"], default="auto",
+                   help="face detector: short = BlazeFace short range (fast; faces a fifth of the frame wide or "
+                        "more, within ~2 m), full = full range (faces down to ~6%% of a 16:9 frame's width, up to "
+                        "~5 m; misses a face filling the frame), auto (default) = short range, and full range too "
+                        "with --faces above 1 and after half a second without a face; the run names it")
     p.add_argument("--expression", choices=["regressor", "fit"], default="regressor",
                    help="blendshape estimator: the fast trained regressor (default) or the reference model fit")
     p.add_argument("--expression-model", metavar="DIR",
@@ -82,7 +85,7 @@ def pipeline_options(args):
     return PipelineOptions(backend=args.backend, cpu_precision=args.cpu_precision, subject=args.subject,
                            expression=args.expression,
                            expression_model=args.expression_model,
-                           detector=f"face_detection_{args.detector}_range",
+                           detector=args.detector,
                            landmarks=getattr(args, "landmarks", "auto"),
                            emotion_every=args.emotion_every,
                            smoothing=0.0 if args.no_smoothing else args.smoothing,

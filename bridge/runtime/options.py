@@ -57,19 +57,19 @@ def check_subject(subject: str) -> str:
 
 
 def update_state_dir(spec: str | None) -> Path | None:
-    """The update store a run follows: None when off, or "auto" and this user has none (nothing installed yet)."""
+    """The update store a run follows: None when off; "auto" is this user's store even before anything is installed
+    there (the watch notices the first install, so a bridge started before its first release takes it live)."""
     if spec is None:
         return None
-    if spec != "auto":
-        path = Path(spec)
-        if not path.is_dir():
-            raise FaceBridgeError(f"update state directory {path} does not exist",
-                                  "install a release first (`fedagent update install --state DIR`), or drop --updates")
-        return path
-    from bridge.updates.store import default_state_dir
+    if spec == "auto":
+        from bridge.updates.store import default_state_dir
 
-    path = default_state_dir()
-    return path if (path / "state.json").is_file() else None
+        return default_state_dir()
+    path = Path(spec)
+    if not path.is_dir():
+        raise FaceBridgeError(f"update state directory {path} does not exist",
+                              "install a release first (`fedagent update install --state DIR`), or drop --updates")
+    return path
 
 
 def checked_adapter(path: str, sha256: str | None) -> dict:

@@ -275,7 +275,9 @@ class BridgeSession:
 
     def _swap_event(self, event) -> None:
         self.stats.swap_event(event)
-        if event.release > 0:  # a signed release (recreations of the model in use say nothing here)
+        rolled = self.stats.rolled_back.get(event.model, 0)
+        if event.release > 0 and not (event.ok and event.release < rolled):  # a signed release (recreations of the
+            # model in use, and the one a rollback went back to, say nothing here)
             self.stats.set_update_status("installed" if event.ok else "failed")  # monitor/metrics.py's states
         if self.recreator is not None:
             self.recreator.on_event(event)
@@ -296,6 +298,12 @@ class BridgeSession:
         options = self.config.pipeline
         self.release_watch = ReleaseWatch(state, models, self.swapper, backend=options.backend,
                                           cpu_precision=options.cpu_precision, on_release=self.stats.set_release)
+        if self.recreator is not None:  # a release still failing after its session was recreated is rolled back
+            from bridge.runtime.fallback import ReleaseFallback
+
+            self.recreator.fallback = ReleaseFallback(
+                self.release_watch, lambda model, release, why: self.stats.release_rolled_back(model, release),
+                report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True))
 
     def _stages(self) -> list:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
@@ -344,7 +352,9 @@ class BridgeSession:
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
-        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{cal}{learn}{monitor}"
+        summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
+        detector = f"{summary}; " if summary else ""
+        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""

@@ -107,6 +107,10 @@ def _status(args) -> int:
           f"floor {report['floor']}, files {'verified' if report['verified'] else 'DAMAGED: ' + report['problem']}")
     for name, f in report["files"].items():
         print(f"  {name}  {f['length']} bytes  sha256 {f['sha256']}")
+    if report["rolled_back"]:  # by `fedagent update rollback`, or by a bridge whose release failed in service
+        why = [h["why"] for h in report["history"] if h.get("action") == "rollback" and h.get("why")]
+        print(f"rolled back (never installed again): release {', '.join(map(str, report['rolled_back']))}"
+              + (f"; last: {why[-1]}" if why else ""))
     print(f"last check: {report['last_check']}")
     print(f"last refusal: {report['last_refusal']}")
     return 0
