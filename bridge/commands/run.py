@@ -3,8 +3,9 @@ the running bridge is bridge/runtime/session.py."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from bridge import ports
+from bridge import console, ports
 from bridge.sources import SOURCE_HELP
 from bridge.stages.describe import EMOTION_EVERY
 
@@ -210,10 +211,15 @@ def run_config(args):
 
 
 def run(args) -> int:
+    from bridge.runtime.options import run_warnings
     from bridge.runtime.session import BridgeSession
     from bridge.runtime.summary import summary_lines
 
-    with BridgeSession(run_config(args)) as session:
+    config = run_config(args)
+    session = BridgeSession(config)  # checks the options first (runtime/options.py check_run_config)
+    for line in run_warnings(config):
+        print(f"facebridge: warning: {line}", file=sys.stderr, flush=True)
+    with session:
         if not args.quiet:
             print(f"facebridge: {session.describe()}", flush=True)
         elif args.grpc:  # a port the system chose (HOST:0) must be said even when quiet
@@ -221,4 +227,6 @@ def run(args) -> int:
         summary = session.run()
     for line in summary_lines(summary):
         print(f"facebridge: {line}")
+    if summary.interrupted:  # what was done is kept (a take is closed whole); Ctrl-C's exit status
+        return console.interrupted("facebridge")
     return 1 if summary.failed else 0
