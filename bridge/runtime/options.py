@@ -141,3 +141,7 @@ class RunConfig:
     head_dead_zone: float | None = None  # degrees; None: the mapping's own (0 without one)
     osc_remote: str | None = None  # [HOST:]PORT of the OSC remote control listener (runtime/osc_remote.py); None: off
     osc_allow: tuple[str, ...] = ()  # controller addresses allowed beyond loopback
+    timecode_source: str = "system"  # system | ntp | ltc (runtime/timecode_clock.py)
+    timecode_rate: str | None = None  # --timecode-rate as given (bridge/timecode.py RATES); None: the source's rate
+    ltc_input: str | None = None  # the audio input LTC comes in on (mic, mic:N, FILE); None: mic
+    ntp_server: str | None = None  # HOST[:PORT]; None: pool.ntp.org
