@@ -30,6 +30,9 @@
 # seconds with --gil then all threads; profile-top.txt summarised by tools/pyspy_top.py (SPY: py-spy elsewhere;
 # on the 2-core VM: RUNNERS=cpu WHEELS= SPY=.venv/bin/py-spy PYTHON=.venv/bin/python).
 #
+# The batched wire against Track (`wires`): one server (--prewarm), `bench serve --address` over WIRES ("track many")
+# at STREAMS_N (64,256), IN_FLIGHT (1), CLIENTS (4), SECS per count; wires-{track,many}.json.
+#
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
 #   bash tools/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
 #   or `two-gpu .gpuserve/part-ab` on nvidia-h200-x2.
@@ -178,6 +181,19 @@ case "$MODE" in
     { "$PY" tools/pyspy_top.py /tmp/gil.txt; "$PY" tools/pyspy_top.py /tmp/all.txt; } > "$OUT/profile-top.txt" 2>&1
     cp /tmp/gil.txt "$OUT/profile-gil-raw.txt"; cp /tmp/all.txt "$OUT/profile-all-raw.txt"
     tail -3 "$OUT/profile-bench.log"; head -40 "$OUT/profile-top.txt" ;;
+  wires)  # the batched wire against Track (issue 43): one prewarmed server, the same load over each wire in turn
+    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    preflight
+    port=50998
+    "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams "${WIRE_STREAMS_MAX:-512}" \
+      --prewarm 480x360 ${SERVE_ARGS:-} > "$OUT/wires-serve.log" 2>&1 & spid=$!
+    for _ in $(seq "${T_START:-300}"); do grep -q "listening on" "$OUT/wires-serve.log" && break; sleep 1; done
+    for wire in ${WIRES:-track many}; do
+      timeout -k 10 "${T_WIRE:-150}" "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" --wire "$wire" \
+        --streams "${STREAMS_N:-64,256}" --seconds "$SECONDS_PER_COUNT" --warmup 5 --in-flight "${IN_FLIGHT:-1}" \
+        --client-processes "${CLIENTS:-4}" --json "$OUT/wires-$wire.json" 2>&1 | grep -v " INFO " | tail -6
+    done
+    kill "$spid"; tail -3 "$OUT/wires-serve.log" ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
   ray)

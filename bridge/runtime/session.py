@@ -27,6 +27,7 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     OutputConfig,
     RunConfig,
     address_or_off,
+    check_run_config,
     check_subject,
     checked_adapter,
     llf_targets,
@@ -88,38 +89,18 @@ class BridgeSession:
     """Open with `open()` (or `with`), then `run()` once; `close()` releases everything that was opened."""
 
     def __init__(self, config: RunConfig) -> None:
-        if config.max_frames is not None and config.max_frames < 1:
-            raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
-        if config.audio_only and not config.audio:
-            raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
-        if config.learn is not None and (not config.audio or config.audio_only):
-            raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
-                                  "add --audio mic (and a camera source, without --audio-only)")
-        if config.faces > 1 and config.audio_only:
-            raise FaceBridgeError("--faces needs a camera or video: --audio-only has no face to count",
-                                  "drop --faces, or drop --audio-only")
+        check_run_config(config)
         from bridge.multiface import subject_names
 
         self.subjects = subject_names(config.subject, config.faces)
         for subject in self.subjects:
             check_subject(subject)
         config.pipeline.check()
-        if config.camera_size is not None and min(config.camera_size) < 1:
-            raise FaceBridgeError(f"--camera-size {config.camera_size[0]}x{config.camera_size[1]} is not a size",
-                                  "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
-        if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
-            raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
         self.file_mapping = None
         if config.mapping:
             from bridge.mapping import load_mapping
 
             self.file_mapping = load_mapping(config.mapping)
-        if config.head_dead_zone is not None:
-            from bridge.mapping import MAX_HEAD_DEAD_ZONE
-
-            if not 0.0 <= config.head_dead_zone <= MAX_HEAD_DEAD_ZONE:
-                raise FaceBridgeError(f"--head-dead-zone {config.head_dead_zone:g} is out of range",
-                                      f"give 0 (off) to {MAX_HEAD_DEAD_ZONE:g} degrees")
         self.config = config
         self.learn = None
         self.tuning = None
@@ -298,7 +279,9 @@ class BridgeSession:
 
     def _swap_event(self, event) -> None:
         self.stats.swap_event(event)
-        if event.release > 0:  # a signed release (recreations of the model in use say nothing here)
+        rolled = self.stats.rolled_back.get(event.model, 0)
+        if event.release > 0 and not (event.ok and event.release < rolled):  # a signed release (recreations of the
+            # model in use, and the one a rollback went back to, say nothing here)
             self.stats.set_update_status("installed" if event.ok else "failed")  # monitor/metrics.py's states
         if self.recreator is not None:
             self.recreator.on_event(event)
@@ -319,6 +302,12 @@ class BridgeSession:
         options = self.config.pipeline
         self.release_watch = ReleaseWatch(state, models, self.swapper, backend=options.backend,
                                           cpu_precision=options.cpu_precision, on_release=self.stats.set_release)
+        if self.recreator is not None:  # a release still failing after its session was recreated is rolled back
+            from bridge.runtime.fallback import ReleaseFallback
+
+            self.recreator.fallback = ReleaseFallback(
+                self.release_watch, lambda model, release, why: self.stats.release_rolled_back(model, release),
+                report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True))
 
     def _stages(self) -> list:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
@@ -370,7 +359,9 @@ class BridgeSession:
         if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
                                        self.config.timecode_source != "system"):
             monitor += f"; {self.clock.describe()}"
-        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{cal}{learn}{monitor}"
+        summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
+        detector = f"{summary}; " if summary else ""
+        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
@@ -421,7 +412,7 @@ class BridgeSession:
                          mode=self.source.mode, lossless=lossless, max_frames=self.config.max_frames,
                          frame_rate=float(self.source.fps), audio_only=self.config.audio_only,
                          audio_s=self.audio_duration if self.config.audio_only else None,
-                         )
+                         interrupted=self.runner.interrupted)
 
     def _on_frame(self, frame) -> None:
         self.control.on_frame(frame)
