@@ -139,6 +139,17 @@ def add_parser(sub) -> None:
                         "binds 127.0.0.1 unless HOST is given, which needs --osc-allow")
     p.add_argument("--osc-allow", metavar="IP,IP",
                    help="controller addresses the OSC remote control accepts beyond this machine")
+    p.add_argument("--timecode-source", choices=["system", "ntp", "ltc"], default="system",
+                   help="where timecode comes from: this machine's clock (default), an NTP server (--ntp-server), or "
+                        "LTC audio on an input (--ltc-input, e.g. a Tentacle Sync into a microphone input); carried "
+                        "into Live Link Face packets, takes, their CSV and USD")
+    p.add_argument("--timecode-rate", metavar="FPS",
+                   help="timecode rate: 23.976, 24, 25, 29.97, 30, 48, 50, 59.94 or 60 (29.97 and 59.94 drop-frame; "
+                        "default: the source's frame rate); outputs state it as their frame rate")
+    p.add_argument("--ltc-input", metavar="mic|mic:N|FILE",
+                   help="the audio input LTC comes in on (default mic); a file plays at real time")
+    p.add_argument("--ntp-server", metavar="HOST[:PORT]", help="NTP server for --timecode-source ntp "
+                   "(default pool.ntp.org)")
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
@@ -213,7 +224,9 @@ def run_config(args):
                      monitor_tls_key=args.monitor_tls_key, takes_dir=args.takes_dir, remote=args.remote,
                      remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca, mapping=args.mapping,
                      head_dead_zone=args.head_dead_zone, osc_remote=address_or_off(args.osc_remote),
-                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()))
+                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()),
+                     timecode_source=args.timecode_source, timecode_rate=args.timecode_rate,
+                     ltc_input=args.ltc_input, ntp_server=args.ntp_server)
 
 
 def run(args) -> int:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bridge import __version__
 from bridge.errors import SourceError
-from bridge.formats.livelinkface import CSV_HEADER, CURVE_NAMES, csv_row
+from bridge.formats.livelinkface import CSV_HEADER, CURVE_NAMES, csv_row, csv_timecode
 from bridge.formats.take_check import BadRecord, Timeline, checked_metadata, frame_from_record
 from bridge.frame import ARKIT_NAMES, FaceFrame
 from bridge.fsutil import atomic_write_json, atomic_write_with, printable
@@ -82,6 +82,7 @@ def take_metadata(first: FaceFrame | None, last: FaceFrame | None, frames: int, 
         "frame_rate": first.frame_rate if first else None,
         "started": (dt.datetime.fromtimestamp(first.t_capture, dt.timezone.utc).isoformat() if first else None),
         "started_unix": first.t_capture if first else None,
+        "start_timecode": csv_timecode(first.timecode()) if first else None,  # HH:MM:SS:FF.mmm, as in the CSV
         "frames": frames,
         "duration_s": round(last.t_capture - first.t_capture, 6) if first and last else 0.0,
         "complete": complete,

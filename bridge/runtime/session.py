@@ -105,6 +105,7 @@ class BridgeSession:
         self.learn = None
         self.tuning = None
         self.osc_remote = None
+        self.clock = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
@@ -130,6 +131,9 @@ class BridgeSession:
             # the monitor first: its port fails at once, and its start (about a second of imports) never eats into
             # a live audio input that is already playing
             self.monitor = self._open_monitor()
+            from bridge.runtime.timecode_clock import open_clock
+
+            self.clock = open_clock(config.timecode_source, config.timecode_rate, config.ltc_input, config.ntp_server)
             if not config.audio_only:
                 self.source = self._open_source()
             if config.audio:  # lip-sync on its own thread, polled by the video side; --fast: in step with a file's
@@ -320,7 +324,7 @@ class BridgeSession:
         one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
         two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
         # the mapping after calibration and fusion, inside the guard (a frame it repeats is never mapped twice)
-        tune = self.tuning.wrap
+        tune = lambda step: self.clock.wrap(self.tuning.wrap(step))  # noqa: E731 - then the timecode clock's stamp
         steps = [pipeline.track, tune(fuse(pipeline.describe))] if two else [tune(fuse(pipeline.process))]
         if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
             from bridge.runtime.faces import face_steps
@@ -353,6 +357,9 @@ class BridgeSession:
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
+        if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
+                                       self.config.timecode_source != "system"):
+            monitor += f"; {self.clock.describe()}"
         summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
         detector = f"{summary}; " if summary else ""
         return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
@@ -408,6 +415,7 @@ class BridgeSession:
             self._initial_lipsync_release()
             self.audio.start()
         try:
+            self.clock.wait_locked()  # LTC found (or a one-line error) before the first frame is stamped
             self.runner.run()
         finally:
             self.close()
@@ -440,6 +448,8 @@ class BridgeSession:
         if self.osc_remote is not None:
             self.osc_remote.close()
             self.osc_remote = None
+        if self.clock is not None:
+            self.clock.close()
         if self.release_watch is not None:
             self.release_watch.stop()
         if self.swapper is not None:
