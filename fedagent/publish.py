@@ -27,6 +27,7 @@ from bridge.fsutil import atomic_write_bytes, atomic_write_json
 from bridge.models.registry import ModelRegistry
 from bridge.models.verify import sha256_file
 from bridge.updates import bundle as bundles
+from bridge.updates.bridge_inputs import check_on_bridge_inputs
 from bridge.updates.contract import check_contract, check_tolerance, session_contract, shipped_contract
 from bridge.updates.reasons import UpdateRefused
 from bridge.updates.smoke import ReleaseSession, adapter_weights, open_release, read_npz, reference_inputs
@@ -229,6 +230,7 @@ def _checked_session(spec: ReleaseSpec, kind: str, staged: Path, base, shapes: d
         session = open_release(kind, staged, base, shapes)
         if kind == "model":
             check_contract(spec.model, session_contract(session.session), shipped_contract(shipped))
+        check_on_bridge_inputs(spec.model, session)
         return session
     except UpdateRefused as e:
         raise PublishError(f"{spec.path} cannot be published as {spec.model}: {e.problem}", e.fix) from None

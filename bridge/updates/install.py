@@ -29,6 +29,7 @@ from tuf.api.metadata import Metadata
 from bridge.models.registry import ModelRegistry
 from bridge.models.verify import sha256_file
 from bridge.updates import floors, reasons
+from bridge.updates.bridge_inputs import check_on_bridge_inputs
 from bridge.updates.bundle import MAX_BUNDLE_BYTES, Bundle, bundle_target, parse
 from bridge.updates.compat import check_compatible
 from bridge.updates.contract import check_contract, check_tolerance, session_contract, shipped_contract
@@ -210,6 +211,7 @@ def _install_model(store, updater, fetcher, state, model, steps, limits, registr
         if wanted is not None:
             check_contract(model, session_contract(session.session), wanted)
         smoke_test(session, staging / "reference.npz", bundle.atol, bundle.rtol)
+        check_on_bridge_inputs(model, session)  # and on what the bridge itself feeds this model
         steps.done("smoke-test")
         return _switch(store, state, ms, bundle, bundle_sha, staging, steps)
     finally:

@@ -119,3 +119,51 @@ def test_the_manifests_declare_the_interface_the_shipped_files_have():
             for port, d in zip(ports, listed):
                 assert [None if isinstance(x, str) else x for x in d["shape"]] == list(port.shape), (name, port)
         check_contract(name, contract, contract)
+
+
+def _scaled_emotion(path, factor: float):
+    """The shipped emotion model with its probabilities multiplied by `factor`: the right interface, and outputs
+    that are no probabilities (its own seeded reference still matches itself)."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(default_registry().shipped_path("emotion")))
+    out = model.graph.output[0].name
+    for node in model.graph.node:
+        node.output[:] = [f"{out}.raw" if o == out else o for o in node.output]
+    model.graph.initializer.append(numpy_helper.from_array(np.array(factor, np.float32), "scale"))
+    model.graph.node.append(helper.make_node("Mul", [f"{out}.raw", "scale"], [out]))
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_model_out_of_range_on_the_bridges_own_inputs_is_refused(publisher, device, server, tmp_path):
+    """Its own reference matches itself; on real face crops its 'probabilities' reach 5: refused."""
+    scaled = _scaled_emotion(tmp_path / "scaled.onnx", 5.0)
+    with pytest.raises(PublishError, match=r"emotion_probs in \[.*on the bridge's own input"):
+        publisher.publish(scaled, model="emotion")
+    _forge_model_release(publisher, "emotion", scaled.read_bytes(), _self_attested(scaled))
+    code, out = cli_install(server.url, device.state, tmp_path / "home", "--model", "emotion")
+    assert (code, out["reason"]) == (19, "smoke-test-failed"), out
+    assert "outside the [0, 1] its consumers accept" in out["message"]
+    recovers(publisher, device, server)
+
+
+def test_every_shipped_model_passes_the_bridges_own_inputs():
+    from bridge.updates.bridge_inputs import check_on_bridge_inputs, manifest
+    from bridge.updates.smoke import ReleaseSession
+
+    registry = default_registry()
+    assert set(manifest()["models"]) >= {"face_landmark", "iris_landmark", "emotion", "lipsync", "regressor"}
+    for model in manifest()["models"]:
+        assert check_on_bridge_inputs(model, ReleaseSession(registry.shipped_path(model))) >= 1, model
+
+
+def test_the_reference_inputs_tool_rebuilds_the_same_ranges_and_checks_the_shipped_models():
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "make_reference_inputs.py"), "--check"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
