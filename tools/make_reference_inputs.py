@@ -6,7 +6,7 @@ bridge/data/sample.mp4 and the lip-sync model and the voice-activity model run o
 bridge/data/sample_speech.wav, and every feed a model session receives is captured. Up to ITEMS feeds a model are
 kept (float16 to keep the files small: real face crops and speech features, not exact values). Each output gets
 the range its consumers accept (RANGES, from what the outputs mean); the shipped model's outputs on these inputs
-must lie inside, or this tool refuses to write. manifest.json records each file's sha256 and the ranges.
+must lie inside, or this tool refuses to write. index.json records each file's sha256 and the ranges.
 
     python tools/make_reference_inputs.py [--check]   # --check: rebuild in memory, compare with what is shipped
 """
@@ -122,7 +122,7 @@ def build() -> tuple[dict[str, bytes], dict]:
 
     recorded = _record()
     registry = default_registry()
-    files, manifest = {}, {"schema": 1, "models": {}}
+    files, index = {}, {"schema": 1, "models": {}}
     for model, ranges in RANGES.items():
         if model not in recorded:
             print(f"{model}: not run by the bridge on the sample (no reference inputs)", file=sys.stderr)
@@ -130,30 +130,30 @@ def build() -> tuple[dict[str, bytes], dict]:
         data = _npz(_pick(recorded[model]))
         name = f"{model}.npz"
         files[name] = data
-        manifest["models"][model] = {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "ranges": ranges}
+        index["models"][model] = {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "ranges": ranges}
         with tempfile.TemporaryDirectory() as tmp:
             (Path(tmp) / name).write_bytes(data)
             items = load_items(Path(tmp) / name, name)
         session = ReleaseSession(registry.shipped_path(model))
         run_checked(model, session, items, ranges)  # the shipped model must pass its own check
         print(f"{model}: {len(items)} items, {len(data)} bytes", file=sys.stderr)
-    return files, manifest
+    return files, index
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare a rebuild's inputs with the shipped ones")
     args = parser.parse_args()
-    files, manifest = build()
+    files, index = build()
     if args.check:
-        shipped = json.loads((OUT / "manifest.json").read_text())
-        same = {m: shipped["models"].get(m, {}).get("ranges") == e["ranges"] for m, e in manifest["models"].items()}
+        shipped = json.loads((OUT / "index.json").read_text())
+        same = {m: shipped["models"].get(m, {}).get("ranges") == e["ranges"] for m, e in index["models"].items()}
         print(json.dumps(same))
         return 0 if all(same.values()) else 1
     OUT.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
         (OUT / name).write_bytes(data)
-    (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    (OUT / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(files)} files to {OUT}", file=sys.stderr)
     return 0
 

@@ -5,7 +5,7 @@ also runs each new release on inputs shipped with the package (bridge/data/refer
 detector frames and landmark patches recorded from the real pipeline on bridge/data/sample.mp4, and a second of
 real speech features from bridge/data/sample_speech.wav, made by tools/make_reference_inputs.py), and every
 output its consumers read must be finite and inside the range they accept (coordinates within reach of the
-model's input, probabilities in [0, 1], ...; manifest.json beside the files, sha256-pinned). A model with the
+model's input, probabilities in [0, 1], ...; index.json beside the files, sha256-pinned). A model with the
 right interface but garbage on real data is refused as `smoke-test-failed` before it can serve.
 """
 from __future__ import annotations
@@ -27,9 +27,9 @@ REBUILD = "restore bridge/data/reference_inputs (`git checkout bridge/data`), or
 
 
 @lru_cache(maxsize=1)
-def manifest() -> dict:
+def index() -> dict:
     try:
-        return json.loads((INPUTS_DIR / "manifest.json").read_text())
+        return json.loads((INPUTS_DIR / "index.json").read_text())
     except (OSError, ValueError) as e:
         raise ModelError(f"the bridge's reference inputs are unreadable ({e})", REBUILD) from None
 
@@ -38,10 +38,10 @@ def load_items(path: Path, what: str) -> list[dict[str, np.ndarray]]:
     """The feeds of an inputs file (`item<i>.<input name>` arrays), float16 widened to float32."""
     items: dict[int, dict[str, np.ndarray]] = {}
     for key, value in read_npz(path, what).items():
-        index, _, name = key.partition(".")
-        if not index.startswith("item") or not index[4:].isdigit() or not name:
+        item, _, name = key.partition(".")
+        if not item.startswith("item") or not item[4:].isdigit() or not name:
             raise reasons.Malformed(f"{what} holds {key!r}, not item<i>.<input>")
-        items.setdefault(int(index[4:]), {})[name] = value.astype(np.float32) if value.dtype == np.float16 else value
+        items.setdefault(int(item[4:]), {})[name] = value.astype(np.float32) if value.dtype == np.float16 else value
     return [items[i] for i in sorted(items)]
 
 
@@ -70,7 +70,7 @@ def run_checked(model: str, session, items: list[dict[str, np.ndarray]], ranges:
 def check_on_bridge_inputs(model: str, session) -> int:
     """Run `session` (a release of `model`) on the bridge's own inputs for that model. -> items run (0: the
     bridge ships none for this model)."""
-    entry = manifest().get("models", {}).get(model)
+    entry = index().get("models", {}).get(model)
     if entry is None:
         return 0
     path = INPUTS_DIR / entry["file"]

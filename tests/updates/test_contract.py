@@ -150,12 +150,12 @@ def test_a_model_out_of_range_on_the_bridges_own_inputs_is_refused(publisher, de
 
 
 def test_every_shipped_model_passes_the_bridges_own_inputs():
-    from bridge.updates.bridge_inputs import check_on_bridge_inputs, manifest
+    from bridge.updates.bridge_inputs import check_on_bridge_inputs, index
     from bridge.updates.smoke import ReleaseSession
 
     registry = default_registry()
-    assert set(manifest()["models"]) >= {"face_landmark", "iris_landmark", "emotion", "lipsync", "regressor"}
-    for model in manifest()["models"]:
+    assert set(index()["models"]) >= {"face_landmark", "iris_landmark", "emotion", "lipsync", "regressor"}
+    for model in index()["models"]:
         assert check_on_bridge_inputs(model, ReleaseSession(registry.shipped_path(model))) >= 1, model
 
 
