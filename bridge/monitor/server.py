@@ -43,7 +43,7 @@ def _stats_view(s) -> dict:
             "face_ratio": round(s.face_ratio, 3), "face_lost_ratio": round(s.face_lost_ratio, 3),
             "guarded": s.guarded, "guarded_total": s.guarded_total, "recreated": s.recreated,
             "engine_builds": s.engine_builds, "engine_swaps": s.engine_swaps, "last_guard": s.last_guard,
-            "sinks": s.sinks, "releases": s.releases, "swaps_refused": s.swaps_refused,
+            "sinks": s.sinks, "releases": s.releases, "rolled_back": s.rolled_back, "swaps_refused": s.swaps_refused,
             "update_status": s.update_status, "models_loaded": s.models_loaded, "uptime_s": round(s.uptime_s, 1)}
 
 
