@@ -1,6 +1,7 @@
 """FacePipeline: one camera frame in, one FaceFrame out, in two stages.
 
-track:    detect (only when tracking is lost) -> 468 landmarks (+ both eyes and irises with the attention mesh)
+track:    detect (only when tracking is lost; which detector: stages/search.py) -> 468 landmarks (+ both eyes
+          and irises with the attention mesh)
           -> next frame's region
 describe: iris (both eyes, one batch; not with the attention mesh), then the shared describe step
           (bridge/stages/describe.py, the same one `facebridge serve` runs per stream): head pose (PnP) -> gaze
@@ -35,13 +36,14 @@ from bridge.stages.landmarks import (
     roi_from_detection,
     roi_from_landmarks,
 )
+from bridge.stages.search import FAR, FAR_AFTER, NEAR, FaceSearch, check_choice
 
 log = logging.getLogger(__name__)
 PRESENCE_THRESHOLD = 0.5
 # Where a replacement session is taken (the stage thread that runs the model): registry name -> component.
-# The detector's registry name depends on --detector; both are listed, only the one in use is ever requested.
+# --detector decides which of the two detectors run (stages/search.py); only those in use are ever requested.
 SWAP_POINTS = {
-    "track": (("face_detection_short_range", "detector"), ("face_detection_full_range", "detector"),
+    "track": (("face_detection_short_range", "detector"), ("face_detection_full_range", "far_detector"),
               ("face_landmark", "landmarker"), ("face_landmark_with_attention", "landmarker")),
     "describe": (("iris_landmark", "iris"), ("emotion", "emotion"), ("regressor", "expression")),
 }
@@ -54,7 +56,9 @@ class PipelineOptions:
     backend: str = "onnxruntime"
     threads: int = 1  # inference threads per model
     cpu_precision: str = "f32"  # CPU backends: "f32", or "bf16" where the CPU has it natively (engines/precision.py)
-    detector: str = "face_detection_short_range"
+    # "auto": BlazeFace short range, and full range too where small faces are looked for; "short"/"full": that one
+    # (bridge/stages/search.py)
+    detector: str = "auto"
     # "attention": MediaPipe's attention mesh, mesh + eyes + irises from one model (LiteRT only); "mesh+iris":
     # face_landmark then iris_landmark; "auto": the attention mesh where the models run on the CPU and LiteRT is
     # installed (4x closer to MediaPipe refine's points, a quarter less CPU a frame: docs/PERFORMANCE.md), else
@@ -67,6 +71,8 @@ class PipelineOptions:
     emotion_every: int = EMOTION_EVERY
     smoothing: float = 1.0  # One-Euro strength: 0 off, 1 the tuned default, 2 twice as smooth (FILTERS / 2)
     subject: str = "FaceBridge"
+    # One-Euro strength per region (head, eyes, brows, mouth: bridge/mapping.py REGIONS) instead of `smoothing`
+    region_smoothing: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def check(self) -> PipelineOptions:
         """Raise FaceBridgeError for an option no pipeline can run with (before any model loads)."""
@@ -75,12 +81,21 @@ class PipelineOptions:
         if not (math.isfinite(float(self.smoothing)) and 0.0 <= float(self.smoothing) <= MAX_SMOOTHING):
             raise FaceBridgeError(f"--smoothing {self.smoothing:g} is out of range",
                                   f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
+        check_choice(self.detector)
+        for region, strength in self.region_smoothing.items():
+            if not (math.isfinite(float(strength)) and 0.0 <= float(strength) <= MAX_SMOOTHING):
+                raise FaceBridgeError(f"--smoothing-{region} {strength:g} is out of range",
+                                      f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
         if self.landmarks not in LANDMARK_PATHS:
             raise FaceBridgeError(f"--landmarks {self.landmarks} is not a landmark path",
                                   f"choose one of: {', '.join(LANDMARK_PATHS)}")
         if self.emotion_every < 1:
             raise FaceBridgeError(f"--emotion-every {self.emotion_every} is not a positive number",
                                   "give 1 (every frame) or more")
+        if self.expression_model:  # its manifest and hash, before the other models load
+            from bridge.expression.contract import load_contract
+
+            load_contract(self.expression_model)
         return self
 
 
@@ -133,7 +148,7 @@ class FacePipeline:
         engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
         self.landmark_path, self.landmark_reason = (
             (shared.landmark_path, shared.landmark_reason) if shared else landmark_path(options))
-        self.detector = shared.detector if shared else FaceDetector(options.detector, **engine)
+        self.search = shared.search if shared else FaceSearch(options.detector, **engine)
         self.landmarker = shared.landmarker if shared else self._landmarker(engine)
         self.iris = shared.iris if shared else (None if self.landmark_path == "attention" else IrisLandmarker(**engine))
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
@@ -148,14 +163,24 @@ class FacePipeline:
             self._warm_up()
         self.describer = FaceDescriber(self.expression, subject=options.subject, smoothing=options.smoothing,
                                        profile=profile, emotion_every=options.emotion_every,
-                                       model_versions=lambda: self.model_versions)  # a swap replaces them
+                                       model_versions=lambda: self.model_versions,
+                                       region_smoothing=options.region_smoothing)  # a swap replaces them
         self._roi = None
         self._tracked = 0
+        self._missed = 0  # frames in a row without a face
         self.detector_runs = 0
         self.swapper = None  # a runtime.swap.ModelSwapper: new model sessions are taken between two frames
         # benchmarks: per-stage CPU time of the stage threads (time.thread_time), last frame's in last_stage_cpu_ms
         self.stage_cpu = False
         self.last_stage_cpu_ms: dict[str, float] = {}
+
+    # the search's two detectors, by the component names of SWAP_POINTS (None where --detector leaves one out)
+    detector = property(lambda self: self.search.near)
+    far_detector = property(lambda self: self.search.far)
+
+    @property
+    def detector_summary(self) -> str:
+        return self.search.summary(faces=1)
 
     def _landmarker(self, engine: dict):
         if self.landmark_path == "attention":
@@ -209,8 +234,8 @@ class FacePipeline:
 
     def swappable_models(self) -> list[str]:
         """Registry names of the models this pipeline runs and can swap live."""
-        names = [m for stage in SWAP_POINTS.values() for m, c in stage if c != "detector"]
-        names.append(self.options.detector)
+        names = [m for stage in SWAP_POINTS.values() for m, c in stage if c not in ("detector", "far_detector")]
+        names += list(self.search.detectors())
         unused = ("face_landmark", "iris_landmark") if self.landmark_path == "attention" else (
             "face_landmark_with_attention",)
         names = [n for n in names if n not in unused]
@@ -222,7 +247,8 @@ class FacePipeline:
         """Run every model once so the first real frame is not slowed by lazy allocation and kernel choice
         (a live source would otherwise drop the frames that arrive meanwhile)."""
         blank = np.zeros((256, 256, 3), np.uint8)
-        self.detector.detect(blank)
+        for detector in self.search.detectors().values():
+            detector.detect(blank)
         found = self.landmarker.run(blank, Roi(cx=128, cy=128, size=200))
         points = found.points
         iris = found.eyes if found.eyes is not None else self.iris.run(blank, points)
@@ -236,13 +262,14 @@ class FacePipeline:
     def reset(self) -> None:
         self._roi = None
         self._tracked = 0
+        self._missed = 0
         self.describer.reset()
 
     def run_deferred(self) -> None:
         """The work a frame left for after it was handed on (its emotion model, applied on the next tracked frame, and
         the identity refresh's spread step): the runner calls this in the describe thread right after each frame
         goes to the sinks, so that a webcam's frame gap absorbs it instead of the frames themselves
-        (docs/PERFORMANCE.md, issue 18 twelfth pass)."""
+        (docs/PERFORMANCE.md, "Face pipeline on one CPU core")."""
         self.describer.run_deferred()
 
     def reset_description(self) -> None:
@@ -258,7 +285,8 @@ class FacePipeline:
 
         o = self.options
         engine = {"backend": o.backend, "threads": o.threads, "cpu_precision": o.cpu_precision}
-        build = {"detector": lambda: FaceDetector(o.detector, **engine), "landmarker": lambda: self._landmarker(engine),
+        build = {"detector": lambda: FaceDetector(NEAR, **engine), "far_detector": lambda: FaceDetector(FAR, **engine),
+                 "landmarker": lambda: self._landmarker(engine),
                  "iris": lambda: IrisLandmarker(**engine), "emotion": lambda: EmotionClassifier(**engine),
                  "expression": lambda: ExpressionEstimator(method=o.expression, backend=o.backend,
                                                            model_dir=o.expression_model,
@@ -266,13 +294,14 @@ class FacePipeline:
         return build().session
 
     def _find_face(self, image: np.ndarray, timer: StageTimer):
-        """Landmarks from the tracked ROI; on loss, detect and try again once."""
+        """Landmarks from the tracked ROI; on loss, detect (wide once no face was found for FAR_AFTER frames) and
+        try again once."""
         if self._roi is not None:
             result = self.landmarker.run(image, self._roi)
             timer.lap("landmarks")
             if result.presence >= PRESENCE_THRESHOLD:
                 return result
-        detections = self.detector.detect(image)
+        detections = self.search.find(image, wide=self._missed >= FAR_AFTER)
         self.detector_runs += 1
         timer.lap("detect")
         if not detections:
@@ -294,9 +323,11 @@ class FacePipeline:
         if found is None:
             self._roi = None
             self._tracked = 0
+            self._missed += 1
         else:
             self._roi = roi_from_landmarks(found.points)
             self._tracked += 1
+            self._missed = 0
         return Tracked(frame=frame, found=found, tracked_count=self._tracked, stage_ms=timer.ms,
                        stage_cpu_ms=timer.cpu_ms)
 

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bridge import ports
 from bridge.errors import FaceBridgeError
 
 BIN = Path(sys.executable).parent
@@ -200,8 +201,8 @@ def explain(proc: Proc) -> str:
     return last[-1].strip()[:200] if last else "no output"
 
 
-def superlink(home: Path, log_dir: Path, host: str = "127.0.0.1", port: int = 9092, tls: Tls | None = None,
-              node_auth: bool = False, nice: int = 0) -> Proc:
+def superlink(home: Path, log_dir: Path, host: str = "127.0.0.1", port: int = ports.port_of(ports.SUPERLINK),
+              tls: Tls | None = None, node_auth: bool = False, nice: int = 0) -> Proc:
     """A SuperLink with in-memory state (its SQLite state failed with 10 devices) and no runtime installs."""
     cmd = [str(BIN / "flower-superlink"), "--host", host, "--port", str(port),
            "--disable-runtime-dependency-installation"]

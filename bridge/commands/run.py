@@ -3,13 +3,13 @@ the running bridge is bridge/runtime/session.py."""
 from __future__ import annotations
 
 import argparse
+import sys
 
+from bridge import console, ports
 from bridge.sources import SOURCE_HELP
+from bridge.stages.describe import EMOTION_EVERY
 
-DEFAULT_LLF = "127.0.0.1:11111"
-DEFAULT_VMC = "127.0.0.1:39539"
-DEFAULT_MONITOR = "127.0.0.1:8910"  # bridge.runtime.session.DEFAULT_MONITOR
-EMOTION_EVERY = 4  # bridge.stages.describe.EMOTION_EVERY (commands parse only: no numpy at parse time)
+DEFAULT_LLF, DEFAULT_VMC, DEFAULT_MONITOR = ports.LIVE_LINK_FACE, ports.VMC, ports.MONITOR
 
 
 def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,8 +39,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                         "model (LiteRT only); mesh+iris = face_landmark then iris_landmark on both eyes; auto "
                         "(default) = attention where the models run on the CPU and LiteRT is installed (closer to "
                         "MediaPipe refine and less CPU, docs/PERFORMANCE.md), else mesh+iris; the run names it")
-    p.add_argument("--detector", choices=["short", "full"], default="short",
-                   help="BlazeFace short range (faces within ~2 m, default) or full range (up to ~5 m)")
+    p.add_argument("--detector", choices=["auto", "short", "full"], default="auto",
+                   help="face detector: short = BlazeFace short range (fast; faces a fifth of the frame wide or "
+                        "more, within ~2 m), full = full range (faces down to ~6%% of a 16:9 frame's width, up to "
+                        "~5 m; misses a face filling the frame), auto (default) = short range, and full range too "
+                        "with --faces above 1 and after half a second without a face; the run names it")
     p.add_argument("--expression", choices=["regressor", "fit"], default="regressor",
                    help="blendshape estimator: the fast trained regressor (default) or the reference model fit")
     p.add_argument("--expression-model", metavar="DIR",
@@ -55,6 +58,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                         "(blendshapes 2.0 Hz / 1.5, head 0.8 Hz / 0.05, eyes 1.5 Hz / 0.05, emotion 1.0 Hz / 0.5) "
                         "by STRENGTH")
     p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filter (--smoothing 0)")
+    for region, what in (("head", "head rotation and position"), ("eyes", "eye blendshapes and gaze"),
+                         ("brows", "brow blendshapes"), ("mouth", "jaw, mouth, cheek, nose and tongue blendshapes")):
+        p.add_argument(f"--smoothing-{region}", type=float, metavar="STRENGTH",
+                       help=f"smoothing strength of the {what} alone (as --smoothing; default: the mapping's, else "
+                            "--smoothing)")
     p.add_argument("--stages", choices=["auto", "1", "2"], default="auto",
                    help="inference threads: 2 overlaps tracking of the next frame with the rest of this one "
                         "(more frames per second on 2+ cores, same latency); auto = 2 when there are 2+ cores")
@@ -77,10 +85,12 @@ def pipeline_options(args):
     return PipelineOptions(backend=args.backend, cpu_precision=args.cpu_precision, subject=args.subject,
                            expression=args.expression,
                            expression_model=args.expression_model,
-                           detector=f"face_detection_{args.detector}_range",
+                           detector=args.detector,
                            landmarks=getattr(args, "landmarks", "auto"),
                            emotion_every=args.emotion_every,
-                           smoothing=0.0 if args.no_smoothing else args.smoothing)
+                           smoothing=0.0 if args.no_smoothing else args.smoothing,
+                           region_smoothing={region: value for region in ("head", "eyes", "brows", "mouth")
+                                             if (value := getattr(args, f"smoothing_{region}", None)) is not None})
 
 
 def add_parser(sub) -> None:
@@ -113,19 +123,51 @@ def add_parser(sub) -> None:
                         "(A I U E O Blink Joy ... for VRM 0.x avatars without ARKit shapes), vrm1 (aa ih ou ...)")
     p.add_argument("--vmc-eye-bones", action="store_true",
                    help="also send LeftEye/RightEye bones from the gaze (for avatars without eyeLook shapes)")
+    p.add_argument("--ifm", metavar="HOST[:PORT]",
+                   help="also send the iFacialMocap UDP protocol (VMagicMirror, VRCFaceTracking, VNyan, Warudo, "
+                        "VSeeFace) to HOST (default port 49983)")
+    p.add_argument("--mapping", metavar="FILE.json",
+                   help="blendshape mapping (gain, offset, curve, dead zone, output range per blendshape; smoothing "
+                        "per region; head dead zone: docs/MAPPING.md) instead of the one stored in the subject's "
+                        "profile; applied after calibration, before every output")
+    p.add_argument("--head-dead-zone", type=float, metavar="DEGREES",
+                   help="the head holds still until it moves more than this (default: the mapping's, else 0)")
+    p.add_argument("--osc-remote", metavar="[HOST:]PORT",
+                   help="listen for OSC remote control as the Live Link Face app does (8000 in the app): /RecordStart "
+                        "SLATE TAKE starts a take in --takes-dir named SLATE_TAKE, /RecordStop ends it, "
+                        "/OSCSetSendTarget, /Slate, /Take, /BatteryQuery, /ThermalsQuery (docs/PROTOCOLS.md); "
+                        "binds 127.0.0.1 unless HOST is given, which needs --osc-allow")
+    p.add_argument("--osc-allow", metavar="IP,IP",
+                   help="controller addresses the OSC remote control accepts beyond this machine")
+    p.add_argument("--timecode-source", choices=["system", "ntp", "ltc"], default="system",
+                   help="where timecode comes from: this machine's clock (default), an NTP server (--ntp-server), or "
+                        "LTC audio on an input (--ltc-input, e.g. a Tentacle Sync into a microphone input); carried "
+                        "into Live Link Face packets, takes, their CSV and USD")
+    p.add_argument("--timecode-rate", metavar="FPS",
+                   help="timecode rate: 23.976, 24, 25, 29.97, 30, 48, 50, 59.94 or 60 (29.97 and 59.94 drop-frame; "
+                        "default: the source's frame rate); outputs state it as their frame rate")
+    p.add_argument("--ltc-input", metavar="mic|mic:N|FILE",
+                   help="the audio input LTC comes in on (default mic); a file plays at real time")
+    p.add_argument("--ntp-server", metavar="HOST[:PORT]", help="NTP server for --timecode-source ntp "
+                   "(default pool.ntp.org)")
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
-    p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token gRPC clients must send")
+    p.add_argument("--grpc-token", metavar="TOKEN|auto",
+                   help="bearer token gRPC clients must send; beyond 127.0.0.1 at least 128 bits (e.g. 22 random "
+                        "letters and digits); 'auto' makes a random one and prints it")
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate for the gRPC server")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key for the gRPC server")
     p.add_argument("--monitor", default=DEFAULT_MONITOR, metavar="HOST:PORT|off",
                    help=f"serve the live monitor page, /metrics (Prometheus), /healthz and /readyz on HOST:PORT, or "
                         f"'off' (default {DEFAULT_MONITOR}; port 0 picks a free one; the URL is printed). Binding "
                         "beyond 127.0.0.1 needs --monitor-token")
-    p.add_argument("--monitor-token", metavar="TOKEN",
+    p.add_argument("--monitor-token", metavar="TOKEN|auto",
                    help="token the monitor asks for (open the page as /?token=TOKEN; scrapers send "
-                        "'Authorization: Bearer TOKEN'); /healthz and /readyz stay open")
+                        "'Authorization: Bearer TOKEN'); /healthz and /readyz stay open. Beyond 127.0.0.1 at least "
+                        "128 bits; 'auto' makes a random one and prints it")
+    p.add_argument("--monitor-tls-cert", metavar="PEM", help="TLS certificate for the monitor (serves https)")
+    p.add_argument("--monitor-tls-key", metavar="PEM", help="TLS private key for the monitor")
     p.add_argument("--takes-dir", default="takes", metavar="DIR",
                    help="where takes started from the monitor page's Record button go (default ./takes)")
     p.add_argument("--no-calibration", action="store_true", help="ignore the subject's stored calibration")
@@ -163,7 +205,8 @@ def outputs_config(args):
     return OutputConfig(
         llf=llf_targets(args.llf, DEFAULT_LLF), vmc=address_or_off(args.vmc), vmc_bundle=not args.vmc_no_bundle,
         vmc_expressions=tuple(e.strip() for e in args.vmc_expressions.split(",") if e.strip()),
-        vmc_eye_bones=args.vmc_eye_bones, record=args.record, grpc=args.grpc, grpc_token=args.grpc_token,
+        vmc_eye_bones=args.vmc_eye_bones, record=args.record, ifm=address_or_off(args.ifm), grpc=args.grpc,
+        grpc_token=args.grpc_token,
         grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key)
 
 
@@ -177,20 +220,34 @@ def run_config(args):
                      calibration=not args.no_calibration, status_line=not args.quiet,
                      outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
                      adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
-                     monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
-                     remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca)
+                     monitor_token=args.monitor_token, monitor_tls_cert=args.monitor_tls_cert,
+                     monitor_tls_key=args.monitor_tls_key, takes_dir=args.takes_dir, remote=args.remote,
+                     remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca, mapping=args.mapping,
+                     head_dead_zone=args.head_dead_zone, osc_remote=address_or_off(args.osc_remote),
+                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()),
+                     timecode_source=args.timecode_source, timecode_rate=args.timecode_rate,
+                     ltc_input=args.ltc_input, ntp_server=args.ntp_server)
 
 
 def run(args) -> int:
+    from bridge.runtime.options import run_warnings
     from bridge.runtime.session import BridgeSession
     from bridge.runtime.summary import summary_lines
 
-    with BridgeSession(run_config(args)) as session:
+    config = run_config(args)
+    session = BridgeSession(config)  # checks the options first (runtime/options.py check_run_config)
+    for line in run_warnings(config):
+        print(f"facebridge: warning: {line}", file=sys.stderr, flush=True)
+    with session:
         if not args.quiet:
             print(f"facebridge: {session.describe()}", flush=True)
         elif args.grpc:  # a port the system chose (HOST:0) must be said even when quiet
             print(f"facebridge: {session.grpc_address()}", flush=True)
+        for line in session.generated_tokens():  # `auto` tokens: said once, even when quiet
+            print(f"facebridge: {line}", flush=True)
         summary = session.run()
     for line in summary_lines(summary):
         print(f"facebridge: {line}")
+    if summary.interrupted:  # what was done is kept (a take is closed whole); Ctrl-C's exit status
+        return console.interrupted("facebridge")
     return 1 if summary.failed else 0

@@ -1,10 +1,12 @@
 """RecordSwitch: the take recorder of a running bridge, turned on and off while the stream goes on (`--record DIR`
 at the start, the monitor page's Record button later). Each start opens a new take directory, never an existing
 one; a stop closes the take (flushed, take.json complete). A take started from the page goes to a new
-`<takes dir>/<subject>-<date>-<time>` directory: the page never names a path, so no remote client can write
-elsewhere on this machine."""
+`<takes dir>/<subject>-<date>-<time>-<milliseconds>` directory (numbered `-2`, `-3` if that exists): the page
+never names a path, and the subject is made safe for a file name (no separator, no `..`, no control character),
+so the take is always inside the takes directory and no remote client can write elsewhere on this machine."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -19,6 +21,9 @@ class RecordSwitch(Sink):
     recorder (the session passes the take recorder's class: only the session knows concrete sinks)."""
 
     name = "recorder"
+    queue_depth = 300  # as the take recorder's own: seconds of a slow disk before a frame is dropped (and counted)
+    keeps_every_frame = True
+    counts_skipped = True
 
     def __init__(self, open_take, takes_dir: str | Path = "takes", subject: str = "FaceBridge") -> None:
         super().__init__()
@@ -48,7 +53,7 @@ class RecordSwitch(Sink):
         with self._lock:
             if self._take is not None:
                 raise FaceBridgeError(f"already recording to {self._take.directory}", "stop that take first")
-            path = Path(directory) if directory else self.takes_dir / f"{self.subject}-{time.strftime('%Y%m%d-%H%M%S')}"
+            path = Path(directory) if directory else new_take_path(self.takes_dir, self.subject)
             self._take = self._open_take(path)
             return path
 
@@ -76,6 +81,11 @@ class RecordSwitch(Sink):
             self._take.send(frame)
         self.sent += 1
 
+    def skipped(self, count: int) -> None:
+        take = self._take
+        if take is not None:  # frames skipped while no take is open cost nothing
+            take.skipped(count)
+
     def close(self) -> None:
         self.stop()
 
@@ -84,7 +94,7 @@ class RecordSwitch(Sink):
         takes = self._finished + ([take] if take is not None else [])
         return {**super().stats(), "recording": self.recording or "",
                 "take_frames": take.sent if take is not None else 0,
-                "lost": sum(t.lost for t in takes)}
+                "lost": sum(t.lost for t in takes), "dropped": sum(t.dropped for t in takes)}
 
     def report(self) -> tuple[str | None, bool]:
         """Each take's own report (frames that did not reach the disk fail the run), else the base one."""
@@ -94,3 +104,23 @@ class RecordSwitch(Sink):
         if lines:
             return "\n".join(lines), any(failed for _, failed in reports)
         return super().report()
+
+
+def safe_name(subject: str) -> str:
+    """`subject` as one file name: letters, digits, `_`, `-` and single dots kept, any other run of characters (a
+    path separator, `..`, a control character, a space) one `_`, none at either end (so never `.` or `..`)."""
+    name = re.sub(r"(?:[^\w.-]|\.\.)+", "_", subject, flags=re.ASCII)
+    return re.sub(r"_+", "_", name).strip("._-")[:64] or "take"
+
+
+def new_take_path(takes_dir: Path, subject: str) -> Path:
+    """A take directory inside `takes_dir` that does not exist yet: the subject, the date and time to the
+    millisecond, numbered when two takes start within the same millisecond."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f"-{int(now * 1000) % 1000:03d}"
+    base = f"{safe_name(subject)}-{stamp}"
+    path, number = takes_dir / base, 1
+    while path.exists() or path.is_symlink():
+        number += 1
+        path = takes_dir / f"{base}-{number}"
+    return path

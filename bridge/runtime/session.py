@@ -19,6 +19,7 @@ import sys
 import time
 
 from bridge.errors import FaceBridgeError
+from bridge.pipeline import PipelineOptions
 from bridge.runtime.control import RunControl
 from bridge.runtime.guard import OutputGuard
 from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets re-exported)
@@ -26,6 +27,7 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     OutputConfig,
     RunConfig,
     address_or_off,
+    check_run_config,
     check_subject,
     checked_adapter,
     llf_targets,
@@ -59,6 +61,10 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
                 sinks.append(VmcSink(address, bundle=outputs.vmc_bundle, eye_bones=outputs.vmc_eye_bones,
                                      expressions=outputs.vmc_expressions))
                 sinks[-1].only_subject = subject
+        if outputs.ifm:
+            from bridge.sinks.ifacialmocap import IFacialMocapSink
+
+            sinks.append(IFacialMocapSink(outputs.ifm))
         if outputs.record:
             from bridge.sinks.recorder import TakeRecorder
 
@@ -83,29 +89,23 @@ class BridgeSession:
     """Open with `open()` (or `with`), then `run()` once; `close()` releases everything that was opened."""
 
     def __init__(self, config: RunConfig) -> None:
-        if config.max_frames is not None and config.max_frames < 1:
-            raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
-        if config.audio_only and not config.audio:
-            raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
-        if config.learn is not None and (not config.audio or config.audio_only):
-            raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
-                                  "add --audio mic (and a camera source, without --audio-only)")
-        if config.faces > 1 and config.audio_only:
-            raise FaceBridgeError("--faces needs a camera or video: --audio-only has no face to count",
-                                  "drop --faces, or drop --audio-only")
+        check_run_config(config)
         from bridge.multiface import subject_names
 
         self.subjects = subject_names(config.subject, config.faces)
         for subject in self.subjects:
             check_subject(subject)
         config.pipeline.check()
-        if config.camera_size is not None and min(config.camera_size) < 1:
-            raise FaceBridgeError(f"--camera-size {config.camera_size[0]}x{config.camera_size[1]} is not a size",
-                                  "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
-        if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
-            raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
+        self.file_mapping = None
+        if config.mapping:
+            from bridge.mapping import load_mapping
+
+            self.file_mapping = load_mapping(config.mapping)
         self.config = config
         self.learn = None
+        self.tuning = None
+        self.osc_remote = None
+        self.clock = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
@@ -131,6 +131,9 @@ class BridgeSession:
             # the monitor first: its port fails at once, and its start (about a second of imports) never eats into
             # a live audio input that is already playing
             self.monitor = self._open_monitor()
+            from bridge.runtime.timecode_clock import open_clock
+
+            self.clock = open_clock(config.timecode_source, config.timecode_rate, config.ltc_input, config.ntp_server)
             if not config.audio_only:
                 self.source = self._open_source()
             if config.audio:  # lip-sync on its own thread, polled by the video side; --fast: in step with a file's
@@ -153,9 +156,13 @@ class BridgeSession:
             if config.audio_only:
                 self.source = self._open_source()
             self.control.source = self.source
+            from bridge.runtime.tuning import Tuning
+
+            self.tuning = Tuning(default=self.file_mapping, head_dead_zone=self.config.head_dead_zone)
             subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
             self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None, subjects=subjects), self.control)
             self.sinks.append(self._open_recording())
+            self.osc_remote = self._open_osc_remote()
             self.stats.attach_sinks(self.sinks)
             self.pipeline = self._build_pipeline()
             self.control.pipeline = self.pipeline
@@ -181,6 +188,19 @@ class BridgeSession:
             self.recording.begin(self.config.outputs.record)
         return self.recording
 
+    def _open_osc_remote(self):
+        """The Live Link Face style OSC remote control (record start/stop with slate and take), when asked."""
+        spec = self.config.osc_remote
+        if not spec:
+            return None
+        from bridge.runtime.osc_remote import DEFAULT_PORT, OscRemote
+        from bridge.sinks.udp import parse_host_port
+
+        spec = spec.strip()
+        host, port = ("127.0.0.1", int(spec)) if spec.isdigit() else parse_host_port(spec, DEFAULT_PORT,
+                                                                                       "--osc-remote")
+        return OscRemote(host, port, self.recording, fps=lambda: float(self.source.fps), allow=self.config.osc_allow)
+
     def _open_monitor(self):
         config = self.config
         if not config.monitor:
@@ -190,7 +210,8 @@ class BridgeSession:
 
         self.feed = LiveFeed()
         return MonitorServer(config.monitor, self.stats, control=self.control, feed=self.feed,
-                             token=config.monitor_token, info={"subject": config.subject},
+                             token=config.monitor_token, tls_cert=config.monitor_tls_cert,
+                             tls_key=config.monitor_tls_key, info={"subject": config.subject},
                              fallback=config.monitor == DEFAULT_MONITOR)
 
     def _open_source(self):
@@ -223,11 +244,28 @@ class BridgeSession:
 
         profiles = [CalibrationProfile.load(s) if config.calibration else None for s in self.subjects]
         self.profile = profiles[0]
+        options = self._open_tuning(profiles)
         if len(self.subjects) > 1:
             from bridge.multiface import MultiFacePipeline
 
-            return MultiFacePipeline(config.pipeline, self.subjects, profiles)
-        return FacePipeline(config.pipeline, profile=self.profile)
+            return MultiFacePipeline(options, self.subjects, profiles)
+        return FacePipeline(options, profile=self.profile)
+
+    def _open_tuning(self, profiles: list) -> PipelineOptions:
+        """Each subject's mapping (--mapping FILE for all, else the one stored in their profile) and the pipeline
+        options with the mapping's smoothing per region under the --smoothing-REGION options given."""
+        from bridge.mapping import parse_mapping
+
+        mappings = {}
+        if self.file_mapping is None:
+            for subject, profile in zip(self.subjects, profiles):
+                if profile is not None and profile.mapping:
+                    mappings[subject] = parse_mapping(profile.mapping, f"of {subject}'s profile")
+        self.tuning.mappings.update(mappings)
+        first = self.tuning.mapping(self.subjects[0])
+        regions = {**(first.smoothing if first else {}), **self.config.pipeline.region_smoothing}
+        self.control.tuning = self.tuning
+        return dataclasses.replace(self.config.pipeline, region_smoothing=regions)
 
     def _start_swapper(self) -> None:
         """The run's one model swapper: the output guard recreates sessions through it (runtime/recreate.py),
@@ -242,7 +280,9 @@ class BridgeSession:
 
     def _swap_event(self, event) -> None:
         self.stats.swap_event(event)
-        if event.release > 0:  # a signed release (recreations of the model in use say nothing here)
+        rolled = self.stats.rolled_back.get(event.model, 0)
+        if event.release > 0 and not (event.ok and event.release < rolled):  # a signed release (recreations of the
+            # model in use, and the one a rollback went back to, say nothing here)
             self.stats.set_update_status("installed" if event.ok else "failed")  # monitor/metrics.py's states
         if self.recreator is not None:
             self.recreator.on_event(event)
@@ -263,6 +303,12 @@ class BridgeSession:
         options = self.config.pipeline
         self.release_watch = ReleaseWatch(state, models, self.swapper, backend=options.backend,
                                           cpu_precision=options.cpu_precision, on_release=self.stats.set_release)
+        if self.recreator is not None:  # a release still failing after its session was recreated is rolled back
+            from bridge.runtime.fallback import ReleaseFallback
+
+            self.recreator.fallback = ReleaseFallback(
+                self.release_watch, lambda model, release, why: self.stats.release_rolled_back(model, release),
+                report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True))
 
     def _stages(self) -> list:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
@@ -277,12 +323,15 @@ class BridgeSession:
             fuse = lambda step: step
         one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
         two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
-        steps = [pipeline.track, fuse(pipeline.describe)] if two else [fuse(pipeline.process)]
+        # the mapping after calibration and fusion, inside the guard (a frame it repeats is never mapped twice)
+        tune = lambda step: self.clock.wrap(self.tuning.wrap(step))  # noqa: E731 - then the timecode clock's stamp
+        steps = [pipeline.track, tune(fuse(pipeline.describe))] if two else [tune(fuse(pipeline.process))]
         if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
             from bridge.runtime.faces import face_steps
 
-            face_steps(pipeline, lambda k, step, reset: OutputGuard(fuse(step) if k == 0 else step, stats=self.stats,
-                                                                    recreate=self.recreator, reset=reset))
+            face_steps(pipeline, lambda k, step, reset: OutputGuard(tune(fuse(step) if k == 0 else step),
+                                                                    stats=self.stats, recreate=self.recreator,
+                                                                    reset=reset))
             steps = [pipeline.track, pipeline.describe] if two else [pipeline.process]
         elif not config.remote:  # the guard resets and recreates local model sessions; a remote run has none (the
             # runner counts a frame the server lost as a bad frame, as before)
@@ -306,7 +355,24 @@ class BridgeSession:
         backend = self._backend()
         lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
-        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{cal}{learn}{monitor}"
+        if self.osc_remote is not None:
+            monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
+        if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
+                                       self.config.timecode_source != "system"):
+            monitor += f"; {self.clock.describe()}"
+        summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
+        detector = f"{summary}; " if summary else ""
+        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
+
+    def generated_tokens(self) -> list[str]:
+        """The tokens `auto` made for this run's listeners, one line each, to be printed once."""
+        lines = []
+        if self.monitor is not None and self.monitor.generated_token:
+            lines.append(f"monitor token (made for this run): {self.monitor.token}; open "
+                         f"{self.monitor.url}?token={self.monitor.token}")
+        lines += [f"gRPC token (made for this run): {s.token}; clients send 'authorization: Bearer {s.token}'"
+                  for s in self.sinks if getattr(s, "generated_token", False)]
+        return lines
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
@@ -349,6 +415,7 @@ class BridgeSession:
             self._initial_lipsync_release()
             self.audio.start()
         try:
+            self.clock.wait_locked()  # LTC found (or a one-line error) before the first frame is stamped
             self.runner.run()
         finally:
             self.close()
@@ -356,7 +423,7 @@ class BridgeSession:
                          mode=self.source.mode, lossless=lossless, max_frames=self.config.max_frames,
                          frame_rate=float(self.source.fps), audio_only=self.config.audio_only,
                          audio_s=self.audio_duration if self.config.audio_only else None,
-                         )
+                         interrupted=self.runner.interrupted)
 
     def _on_frame(self, frame) -> None:
         self.control.on_frame(frame)
@@ -378,6 +445,11 @@ class BridgeSession:
             close_all(self.sinks)
             if self.source is not None:
                 self.source.close()
+        if self.osc_remote is not None:
+            self.osc_remote.close()
+            self.osc_remote = None
+        if self.clock is not None:
+            self.clock.close()
         if self.release_watch is not None:
             self.release_watch.stop()
         if self.swapper is not None:

@@ -97,7 +97,9 @@ function onSlowState(m) {
   setText("latency", `${s.latency_ms_p50.toFixed(1)} / p99 ${s.latency_ms_p99.toFixed(1)}`);
   setText("backend", (m.backends || []).join(", ") || "–");
   const installed = Object.entries(s.releases || {}).filter(([, r]) => r).map(([k, r]) => `${k} r${r}`).join(", ");
-  setText("release", `release ${installed || "shipped"}` + (s.update_status !== "none" ? ` · ${s.update_status}` : ""));
+  const rolled = Object.entries(s.rolled_back || {}).map(([k, r]) => `${k} r${r}`).join(", ");
+  setText("release", `release ${installed || "shipped"}` + (s.update_status !== "none" ? ` · ${s.update_status}` : "")
+    + (rolled ? ` · rolled back ${rolled}` : ""));
   const found = f && f.face_found;
   setText("face", f ? (found ? `face ${(100 * f.confidence).toFixed(0)}%` : "no face") : "waiting");
   const pill = "pill " + (found ? "good" : "bad");

@@ -1,0 +1,13 @@
+"""The default address of every FaceBridge listener and output, in one place. Everything binds or sends to
+127.0.0.1 unless the user names another host (docs/ARCHITECTURE.md). Imports nothing of the house."""
+
+LIVE_LINK_FACE = "127.0.0.1:11111"  # Unreal's Live Link Face source (UDP)
+VMC = "127.0.0.1:39539"  # a VMC/OSC Marionette (VSeeFace, Warudo, ...)
+GRPC = "127.0.0.1:50051"  # our gRPC stream (Unreal plugin, Omniverse)
+MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz
+SUPERLINK = "127.0.0.1:9092"  # fedagent's Flower SuperLink (Fleet API)
+
+
+def port_of(address: str) -> int:
+    """The port of a HOST:PORT default above."""
+    return int(address.rpartition(":")[2])
