@@ -24,6 +24,7 @@ from aiohttp import WSMsgType, web
 from bridge import __version__, ports
 from bridge.errors import FaceBridgeError
 from bridge.listeners import bearer_matches, is_loopback, split_address, token_matches
+from bridge.monitor import tuning_api
 from bridge.monitor.feed import PAGE_HZ, PREVIEW_HZ, LiveFeed
 from bridge.monitor.health import liveness, readiness
 from bridge.monitor.metrics import CONTENT_TYPE, metrics_registry, metrics_text
@@ -97,6 +98,7 @@ class MonitorServer:
         app.router.add_get("/api/status", self._status)
         app.router.add_post("/api/calibrate", self._calibrate)
         app.router.add_post("/api/record", self._record)
+        tuning_api.add_routes(app, self.control, _json, _refuse)  # the tuning panel (bridge/monitor/tuning_api.py)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.SockSite(self._runner, sock).start()
