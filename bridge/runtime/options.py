@@ -136,7 +136,9 @@ class RunConfig:
     adapter: str | None = None  # a lip-sync adapter (.npz) to try locally instead of the installed one
     adapter_sha256: str | None = None  # its sha256 (or a prefix of at least 12 hex digits), checked before use
     monitor: str | None = DEFAULT_MONITOR  # HOST:PORT of the monitor page and metrics; None: off
-    monitor_token: str | None = None  # needed to serve the monitor beyond 127.0.0.1
+    monitor_token: str | None = None  # needed to serve the monitor beyond 127.0.0.1 ("auto": a random one)
+    monitor_tls_cert: str | None = None  # PEM: the monitor serves https
+    monitor_tls_key: str | None = None
     takes_dir: str = "takes"  # where takes started from the monitor page go (one new directory each)
     remote: str | None = None  # HOST:PORT of a `facebridge serve` that tracks instead of this machine
     remote_token: str | None = None
@@ -146,6 +148,10 @@ class RunConfig:
     head_dead_zone: float | None = None  # degrees; None: the mapping's own (0 without one)
     osc_remote: str | None = None  # [HOST:]PORT of the OSC remote control listener (runtime/osc_remote.py); None: off
     osc_allow: tuple[str, ...] = ()  # controller addresses allowed beyond loopback
+    timecode_source: str = "system"  # system | ntp | ltc (runtime/timecode_clock.py)
+    timecode_rate: str | None = None  # --timecode-rate as given (bridge/timecode.py RATES); None: the source's rate
+    ltc_input: str | None = None  # the audio input LTC comes in on (mic, mic:N, FILE); None: mic
+    ntp_server: str | None = None  # HOST[:PORT]; None: pool.ntp.org
 
 
 # (option given, option it needs, what the needed option is given as): each refused when given alone
@@ -169,6 +175,10 @@ _NEEDS = (
      lambda c: c.outputs.vmc),
     ("--audio-only", "--audio", "--audio mic or --audio FILE.wav", lambda c: c.audio_only, lambda c: c.audio),
     ("--osc-allow", "--osc-remote", "--osc-remote HOST:PORT", lambda c: c.osc_allow, lambda c: c.osc_remote),
+    ("--ltc-input", "--timecode-source ltc", "--timecode-source ltc", lambda c: c.ltc_input,
+     lambda c: c.timecode_source == "ltc"),
+    ("--ntp-server", "--timecode-source ntp", "--timecode-source ntp", lambda c: c.ntp_server,
+     lambda c: c.timecode_source == "ntp"),
 )
 
 

@@ -105,6 +105,7 @@ class BridgeSession:
         self.learn = None
         self.tuning = None
         self.osc_remote = None
+        self.clock = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
         self.stats.audio_only = config.audio_only
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
@@ -131,6 +132,9 @@ class BridgeSession:
             # the monitor first: its port fails at once, and its start (about a second of imports) never eats into
             # a live audio input that is already playing
             self.monitor = self._open_monitor()
+            from bridge.runtime.timecode_clock import open_clock
+
+            self.clock = open_clock(config.timecode_source, config.timecode_rate, config.ltc_input, config.ntp_server)
             if not config.audio_only:
                 self.source = self._open_source()
             if config.audio:  # lip-sync on its own thread, polled by the video side; --fast: in step with a file's
@@ -207,7 +211,8 @@ class BridgeSession:
 
         self.feed = LiveFeed()
         return MonitorServer(config.monitor, self.stats, control=self.control, feed=self.feed,
-                             token=config.monitor_token, info={"subject": config.subject},
+                             token=config.monitor_token, tls_cert=config.monitor_tls_cert,
+                             tls_key=config.monitor_tls_key, info={"subject": config.subject},
                              fallback=config.monitor == DEFAULT_MONITOR)
 
     def _open_source(self):
@@ -320,7 +325,7 @@ class BridgeSession:
         one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
         two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
         # the mapping after calibration and fusion, inside the guard (a frame it repeats is never mapped twice)
-        tune = self.tuning.wrap
+        tune = lambda step: self.clock.wrap(self.tuning.wrap(step))  # noqa: E731 - then the timecode clock's stamp
         steps = [pipeline.track, tune(fuse(pipeline.describe))] if two else [tune(fuse(pipeline.process))]
         if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
             from bridge.runtime.faces import face_steps
@@ -347,6 +352,9 @@ class BridgeSession:
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
+        if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
+                                       self.config.timecode_source != "system"):
+            monitor += f"; {self.clock.describe()}"
         first = f"{source}{lossless} -> {outs or 'no outputs'}{monitor}"
         subject = ", ".join(self.subjects)
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
@@ -361,6 +369,16 @@ class BridgeSession:
         summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
         detector = f"{summary}; " if summary and (verbose or len(self.subjects) > 1) else ""
         return [first, f"{self._backend(verbose)}{detector}{cal}{learn}"]
+
+    def generated_tokens(self) -> list[str]:
+        """The tokens `auto` made for this run's listeners, one line each, to be printed once."""
+        lines = []
+        if self.monitor is not None and self.monitor.generated_token:
+            lines.append(f"monitor token (made for this run): {self.monitor.token}; open "
+                         f"{self.monitor.url}?token={self.monitor.token}")
+        lines += [f"gRPC token (made for this run): {s.token}; clients send 'authorization: Bearer {s.token}'"
+                  for s in self.sinks if getattr(s, "generated_token", False)]
+        return lines
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
@@ -408,6 +426,7 @@ class BridgeSession:
             self._initial_lipsync_release()
             self.audio.start()
         try:
+            self.clock.wait_locked()  # LTC found (or a one-line error) before the first frame is stamped
             self.runner.run()
         finally:
             self.close()
@@ -440,6 +459,8 @@ class BridgeSession:
         if self.osc_remote is not None:
             self.osc_remote.close()
             self.osc_remote = None
+        if self.clock is not None:
+            self.clock.close()
         if self.release_watch is not None:
             self.release_watch.stop()
         if self.swapper is not None:
