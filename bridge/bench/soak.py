@@ -174,17 +174,23 @@ def _idle_websockets(port: int, count: int) -> list[socket.socket]:
 
 
 def _bridge_pid(proc: subprocess.Popen, wrapped: bool) -> int:
-    """The bridge's own pid: the process itself, or strace's child when strace runs it."""
+    """The bridge's own pid: the process itself, or the descendant of strace that runs bridge.cli (strace may fork
+    a helper first)."""
     if not wrapped:
         return proc.pid
-    for _ in range(200):
-        try:
-            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
-                children = f.read().split()
-            if children:
-                return int(children[0])
-        except OSError:
-            pass
+    for _ in range(400):
+        todo = [proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if pid != proc.pid and b"bridge.cli" in f.read():
+                        return pid
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        todo += [int(c) for c in f.read().split()]
+            except OSError:
+                continue
         time.sleep(0.05)
     return proc.pid
 
