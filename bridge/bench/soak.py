@@ -184,8 +184,9 @@ def _bridge_pid(proc: subprocess.Popen, wrapped: bool) -> int:
             pid = todo.pop()
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if pid != proc.pid and b"bridge.cli" in f.read():
-                        return pid
+                    argv = f.read().split(b"\0")
+                if pid != proc.pid and b"bridge.cli" in argv and not argv[0].endswith(b"strace"):
+                    return pid  # not strace's own fork before it runs the bridge
                 for task in os.listdir(f"/proc/{pid}/task"):
                     with open(f"/proc/{pid}/task/{task}/children") as f:
                         todo += [int(c) for c in f.read().split()]
