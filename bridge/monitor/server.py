@@ -35,6 +35,7 @@ from bridge.listeners import (
     token_matches,
     warn_plain_text,
 )
+from bridge.monitor import tuning_api
 from bridge.monitor.feed import PAGE_HZ, PREVIEW_HZ, LiveFeed
 from bridge.monitor.health import liveness, readiness
 from bridge.monitor.metrics import CONTENT_TYPE, metrics_registry, metrics_text
@@ -116,6 +117,7 @@ class MonitorServer:
         app.router.add_get("/api/status", self._status)
         app.router.add_post("/api/calibrate", self._calibrate)
         app.router.add_post("/api/record", self._record)
+        tuning_api.add_routes(app, self.control, _json, _refuse)  # the tuning panel (bridge/monitor/tuning_api.py)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.SockSite(self._runner, sock, ssl_context=ssl_context).start()
