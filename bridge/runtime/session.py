@@ -355,6 +355,10 @@ class BridgeSession:
         backend = self._backend()
         lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
+        if self.config.mapping:
+            cal += f"; mapping {self.config.mapping}"
+        elif self.tuning is not None and self.tuning.mappings:
+            cal += "; the profile's mapping"
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
         if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
