@@ -23,6 +23,7 @@ import numpy as np
 
 from bridge.bench.common import positive_int, reporter, table
 from bridge.bench.faces import LABELS
+from bridge.paths import real_data_dir
 
 WAYS = ("short", "full", "short tiles", "full tiles", "auto wide")
 WIDE_SHARES = (0.06, 0.08, 0.10, 0.13)  # face width / 1280x720 frame width
@@ -33,7 +34,8 @@ _say = reporter("detectors")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--data", default="build/real", help="folder filled by tools/fetch_real_data.py")
+    p.add_argument("--data", default=str(real_data_dir()),
+                   help="folder filled by tools/fetch_real_data.py (default: the user's cache, %(default)s)")
     p.add_argument("--backend", default="onnxruntime", help="inference backend of both detectors")
     p.add_argument("--frames", type=positive_int, default=60, help="sample frames per synthetic set (default 60)")
     p.add_argument("--repeats", type=positive_int, default=30, help="timed runs per way and frame size (default 30)")
