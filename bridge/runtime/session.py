@@ -366,6 +366,10 @@ class BridgeSession:
             cal = f"tracked by facebridge serve at {self.config.remote}"
         if self.config.audio_only:
             cal = "audio only: the voice drives the mouth, the rest of the face stays neutral"
+        if self.config.mapping:
+            cal += f"; mapping {self.config.mapping}"
+        elif self.tuning is not None and self.tuning.mappings:
+            cal += "; the profile's mapping"
         summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
         detector = f"{summary}; " if summary and (verbose or len(self.subjects) > 1) else ""
         return [first, f"{self._backend(verbose)}{detector}{cal}{learn}"]
