@@ -56,6 +56,9 @@ def run(args) -> int:
     if not loopback and not (tls and node_auth):
         raise FaceBridgeError(f"listening on {args.host} exposes the server beyond this machine",
                               "add --tls-cert/--tls-key/--tls-ca and --node-auth (with --register-key per device)")
+    if args.control_port == args.port:
+        raise FaceBridgeError(f"--control-port {args.control_port} is also the devices' --port",
+                              "give the Control API a port of its own (default 9093)")
     if not Path(args.eval_store).is_dir():
         raise FaceBridgeError(f"held-out store {args.eval_store} does not exist", "pass a learning-store folder")
     if bool(args.keys) != bool(args.repo):
