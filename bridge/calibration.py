@@ -2,7 +2,9 @@
 
 A profile holds the subject's neutral blendshape weights, head rotation and eye angles (what their relaxed face
 reads as), plus the expression engine's identity coefficients. Applying it removes that offset and rescales each
-shape so the full range stays reachable: w' = (w - n) / (1 - n).
+shape so the full range stays reachable: w' = (w - n) / (1 - n). It may also hold the subject's blendshape mapping
+(bridge/mapping.py: gains, curves, dead zones, smoothing per region), applied after it; `calibrate --ranges`, the
+monitor page and `calibrate --mapping FILE` store it here.
 
 Files: one per subject under `profiles_dir()` (FACEBRIDGE_HOME/profiles, else ~/.config/facebridge/profiles),
 named by a readable slug of the name plus a short hash of its exact UTF-8 bytes (`Ada_Lovelace-3e1f5a0c2b.json`,
@@ -67,6 +69,7 @@ class CalibrationProfile:
     frames: int = 0
     created: float = field(default_factory=time.time)
     version: int = PROFILE_VERSION
+    mapping: dict | None = None  # the subject's mapping (bridge/mapping.py's JSON), None: none stored
 
     @classmethod
     def from_frames(cls, subject: str, frames: list[FaceFrame], identity: np.ndarray | None = None):
@@ -135,12 +138,20 @@ class CalibrationProfile:
         created = data.get("created", 0.0)
         if isinstance(created, bool) or not isinstance(created, (int, float)) or not math.isfinite(created):
             raise ValueError("'created' is not a time")
+        mapping = data.get("mapping")
+        if mapping is not None:
+            from bridge.mapping import parse_mapping
+
+            try:
+                mapping = parse_mapping(mapping, "in the profile").to_dict()
+            except FaceBridgeError as e:
+                raise ValueError(e.problem.removeprefix("mapping in the profile: ")) from None
         return cls(subject=subject,
                    neutral_blendshapes=_floats(data, "neutral_blendshapes", NUM_BLENDSHAPES),
                    neutral_head_rotation=_floats(data, "neutral_head_rotation", 3),
                    neutral_eyes=pairs,
                    identity=_floats({"identity": data.get("identity", [])}, "identity", None),
-                   frames=frames, created=float(created), version=PROFILE_VERSION)
+                   frames=frames, created=float(created), version=PROFILE_VERSION, mapping=mapping)
 
     def apply(self, frame: FaceFrame) -> None:
         """Remove the neutral offset from a frame, in place."""

@@ -67,6 +67,8 @@ class PipelineOptions:
     emotion_every: int = EMOTION_EVERY
     smoothing: float = 1.0  # One-Euro strength: 0 off, 1 the tuned default, 2 twice as smooth (FILTERS / 2)
     subject: str = "FaceBridge"
+    # One-Euro strength per region (head, eyes, brows, mouth: bridge/mapping.py REGIONS) instead of `smoothing`
+    region_smoothing: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def check(self) -> PipelineOptions:
         """Raise FaceBridgeError for an option no pipeline can run with (before any model loads)."""
@@ -75,6 +77,10 @@ class PipelineOptions:
         if not (math.isfinite(float(self.smoothing)) and 0.0 <= float(self.smoothing) <= MAX_SMOOTHING):
             raise FaceBridgeError(f"--smoothing {self.smoothing:g} is out of range",
                                   f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
+        for region, strength in self.region_smoothing.items():
+            if not (math.isfinite(float(strength)) and 0.0 <= float(strength) <= MAX_SMOOTHING):
+                raise FaceBridgeError(f"--smoothing-{region} {strength:g} is out of range",
+                                      f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
         if self.landmarks not in LANDMARK_PATHS:
             raise FaceBridgeError(f"--landmarks {self.landmarks} is not a landmark path",
                                   f"choose one of: {', '.join(LANDMARK_PATHS)}")
@@ -148,7 +154,8 @@ class FacePipeline:
             self._warm_up()
         self.describer = FaceDescriber(self.expression, subject=options.subject, smoothing=options.smoothing,
                                        profile=profile, emotion_every=options.emotion_every,
-                                       model_versions=lambda: self.model_versions)  # a swap replaces them
+                                       model_versions=lambda: self.model_versions,
+                                       region_smoothing=options.region_smoothing)  # a swap replaces them
         self._roi = None
         self._tracked = 0
         self.detector_runs = 0
@@ -242,7 +249,7 @@ class FacePipeline:
         """The work a frame left for after it was handed on (its emotion model, applied on the next tracked frame, and
         the identity refresh's spread step): the runner calls this in the describe thread right after each frame
         goes to the sinks, so that a webcam's frame gap absorbs it instead of the frames themselves
-        (docs/PERFORMANCE.md, issue 18 twelfth pass)."""
+        (docs/PERFORMANCE.md, "Face pipeline on one CPU core")."""
         self.describer.run_deferred()
 
     def reset_description(self) -> None:

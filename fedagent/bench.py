@@ -29,8 +29,8 @@ from fedagent.federation import LocalFederation
 from fedagent.simulation import device_stores, server_eval_store
 from fedagent.task import TrainConfig, default_adapter, fine_tune, mouth_error
 
-ROUND_CONFIG = TrainConfig(max_epochs=5, patience=2)  # what the server sends by default (fedagent/project.py)
-PERSONAL_CONFIG = TrainConfig(max_epochs=40, patience=4)
+ROUND_CONFIG = TrainConfig()  # what the server sends by default (fedagent/project.py RUN_CONFIG)
+PERSONAL_CONFIG = TrainConfig.personal()
 
 
 def _mean(values) -> float:

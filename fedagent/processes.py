@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from bridge import ports
 from bridge.errors import FaceBridgeError
 
 BIN = Path(sys.executable).parent
@@ -200,8 +201,9 @@ def explain(proc: Proc) -> str:
     return last[-1].strip()[:200] if last else "no output"
 
 
-def superlink(home: Path, log_dir: Path, control_port: int, fleet_host: str = "127.0.0.1", fleet_port: int = 9092,
-              tls: Tls | None = None, node_auth: bool = False, nice: int = 0) -> Proc:
+def superlink(home: Path, log_dir: Path, control_port: int, fleet_host: str = "127.0.0.1",
+              fleet_port: int = ports.port_of(ports.SUPERLINK), tls: Tls | None = None, node_auth: bool = False,
+              nice: int = 0) -> Proc:
     """A SuperLink with in-memory state (its SQLite state failed with 10 devices) and no runtime installs. Its
     Control and Runtime APIs listen on 127.0.0.1:`control_port` only; devices get `fleet_host:fleet_port`, which
     serves nothing but the Fleet API (fedagent/superlink_main.py)."""

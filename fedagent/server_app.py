@@ -23,6 +23,7 @@ from flwr.server.workflow import DefaultWorkflow
 from bridge.audio.learn_store import LearnStore
 from bridge.audio.lipsync import save_adapter
 from fedagent.data_store import store_frames
+from fedagent.project import RUN_CONFIG
 from fedagent.release import current_global, publish_adapter
 from fedagent.strategy import AdapterFedAvg
 from fedagent.task import TrainConfig, default_adapter, mouth_error
@@ -54,9 +55,10 @@ def held_out_evaluator(store_dir: str):
     return lambda adapter: mouth_error(adapter, frames)
 
 
-def _get(cfg, key, default):
-    value = cfg.get(key, default)
-    return type(default)(value) if default is not None else value
+def _get(cfg, key):
+    """A run setting: the run's value, else its one default (fedagent/project.py RUN_CONFIG), as its type."""
+    default = RUN_CONFIG[key][0]
+    return type(default)(cfg.get(key, default))
 
 
 app = ServerApp()
@@ -67,11 +69,11 @@ def main(grid: Grid, context: Context) -> None:
     cfg = context.run_config
     state_dir = Path(str(cfg["state-dir"]))
     events = EventLog(state_dir / "events.jsonl")
-    rounds = _get(cfg, "rounds", 1)
+    rounds = _get(cfg, "rounds")
     events({"event": "run", "status": "started", "run_id": context.run_id, "rounds": rounds})
     initial = current_global(state_dir) or default_adapter()
     evaluate_fn = held_out_evaluator(str(cfg["eval-store"])) if str(cfg.get("eval-store", "")) else None
-    num_examples = _get(cfg, "num-examples", 1)
+    num_examples = _get(cfg, "num-examples")
     keys_dir, repo_dir = str(cfg.get("keys-dir", "")), str(cfg.get("repo-dir", ""))
 
     def publish(adapter, server_round, error):
@@ -84,19 +86,19 @@ def main(grid: Grid, context: Context) -> None:
         save_adapter(state_dir / "rounds" / f"round-{server_round:04d}.npz", adapter)
 
     strategy = AdapterFedAvg(
-        initial, min_clients=_get(cfg, "min-clients", 2), clients_per_round=_get(cfg, "clients-per-round", 0),
+        initial, min_clients=_get(cfg, "min-clients"), clients_per_round=_get(cfg, "clients-per-round"),
         train_config={k: cfg[k] for k in TRAIN_KEYS if k in cfg}, num_examples=num_examples,
-        clipping_range=_get(cfg, "clipping-range", 1.0), max_update_norm=_get(cfg, "max-update-norm", 2.0),
-        dp_noise=_get(cfg, "dp-noise", 0.0), dp_clip=_get(cfg, "dp-clip", 0.0), wait_s=_get(cfg, "wait", 120.0),
+        clipping_range=_get(cfg, "clipping-range"), max_update_norm=_get(cfg, "max-update-norm"),
+        dp_noise=_get(cfg, "dp-noise"), dp_clip=_get(cfg, "dp-clip"), wait_s=_get(cfg, "wait"),
         evaluate_fn=evaluate_fn, on_publish=publish, on_accept=keep, on_event=events)
     fit = RobustSecAggPlusWorkflow(
-        _get(cfg, "num-shares", 1.0), _get(cfg, "threshold", 0.67),
-        max_weight=float(num_examples), clipping_range=_get(cfg, "clipping-range", 1.0),
-        quantization_range=_get(cfg, "quantization-range", 1 << 22), modulus_range=_get(cfg, "modulus-range", 1 << 32),
-        stage_timeouts={"setup": _get(cfg, "timeout-setup", 30.0), "share_keys": _get(cfg, "timeout-share-keys", 30.0),
-                        "collect_masked_vectors": _get(cfg, "timeout-train", 120.0),
-                        "unmask": _get(cfg, "timeout-unmask", 30.0)},
-        poll_s=_get(cfg, "poll", 0.1), max_retries=_get(cfg, "retries", 2), progress=events, exclude=strategy.exclude)
+        _get(cfg, "num-shares"), _get(cfg, "threshold"),
+        max_weight=float(num_examples), clipping_range=_get(cfg, "clipping-range"),
+        quantization_range=_get(cfg, "quantization-range"), modulus_range=_get(cfg, "modulus-range"),
+        stage_timeouts={"setup": _get(cfg, "timeout-setup"), "share_keys": _get(cfg, "timeout-share-keys"),
+                        "collect_masked_vectors": _get(cfg, "timeout-train"),
+                        "unmask": _get(cfg, "timeout-unmask")},
+        poll_s=_get(cfg, "poll"), max_retries=_get(cfg, "retries"), progress=events, exclude=strategy.exclude)
     legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=rounds), strategy=strategy)
     started = time.monotonic()
     DefaultWorkflow(fit_workflow=fit)(grid, legacy)

@@ -26,6 +26,9 @@ from bridge.audio.lipsync import load_adapter
 from bridge.audio.visemes import MOUTH_CHANNELS
 from bridge.errors import FaceBridgeError
 from bridge.frame import VISEME_NAMES
+from fedagent.project import RUN_CONFIG
+
+PERSONAL_MAX_EPOCHS, PERSONAL_PATIENCE = 40, 4  # a device's own fine-tune (TrainConfig.personal)
 
 log = logging.getLogger(__name__)
 
@@ -171,18 +174,30 @@ def mouth_error(adapter: Adapter, frames: Frames) -> float:
     return float((np.abs(mouth - frames.teacher) * frames.mask).sum() / max(frames.mask.sum(), 1e-9))
 
 
+def _round_default(key: str):
+    return RUN_CONFIG[key][0]
+
+
 @dataclass
 class TrainConfig:
-    """Local training settings; the server may send any of them in the round's config."""
+    """Local training settings; the server may send any of them in the round's config. The defaults are a
+    round's, from the one table of run settings (fedagent/project.py RUN_CONFIG); `personal()` is the longer
+    fine-tune a device keeps for itself."""
 
-    lr: float = 3e-3
-    max_epochs: int = 40
-    patience: int = 4
-    batch: int = 2048  # frames per step
-    viseme_kl: float = 0.1
-    proximal: float = 1e-3
-    jaw_weight: float = 3.0
+    lr: float = _round_default("lr")
+    max_epochs: int = _round_default("max-epochs")
+    patience: int = _round_default("patience")
+    batch: int = _round_default("batch")  # frames per step
+    viseme_kl: float = _round_default("viseme-kl")
+    proximal: float = _round_default("proximal")
+    jaw_weight: float = _round_default("jaw-weight")
     seed: int = 0
+
+    @classmethod
+    def personal(cls) -> TrainConfig:
+        """Personalisation from the global adapter on the device's own data: more epochs, more patience (no
+        round deadline to meet)."""
+        return cls(max_epochs=PERSONAL_MAX_EPOCHS, patience=PERSONAL_PATIENCE)
 
     @classmethod
     def from_config(cls, config: dict) -> TrainConfig:
@@ -220,7 +235,7 @@ def _grads(theta: list[np.ndarray], frames: Frames, idx: np.ndarray, start_vis: 
 
 def fine_tune(start: Adapter, train: Frames, held_out: Frames, cfg: TrainConfig | None = None) -> TrainResult:
     """Adam from `start` on `train`; the adapter with the lowest held-out error is returned (early stopping)."""
-    cfg = cfg or TrainConfig()
+    cfg = cfg or TrainConfig.personal()
     if len(train) == 0 or len(held_out) == 0:
         raise FaceBridgeError("no trusted training frames on this device", "record more with --learn")
     rng = np.random.default_rng(cfg.seed)

@@ -1,5 +1,5 @@
-"""tools/diag/grpc_floor.py, the floor under a served frame's host CPU (docs/PERFORMANCE.md, fourteenth
-measurement): real grpc.aio servers and clients on 127.0.0.1, every message answered and its CPU counted."""
+"""tools/diag/grpc_floor.py, the floor under a served frame's host CPU (docs/PERFORMANCE.md,
+"Serving many streams"): real grpc.aio servers and clients on 127.0.0.1, every message answered and its CPU counted."""
 from __future__ import annotations
 
 import json

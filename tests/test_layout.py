@@ -12,7 +12,7 @@ from tests.helpers import ROOT
 
 PACKAGES = ("bridge", "fedagent")
 # import nothing of the house
-LEAVES = ("bridge.frame", "bridge.mesh", "bridge.errors", "bridge.fsutil", "bridge.compiled")
+LEAVES = ("bridge.frame", "bridge.mesh", "bridge.errors", "bridge.fsutil", "bridge.compiled", "bridge.ports")
 FACE_DOMAIN = ("bridge.stages", "bridge.expression", "bridge.pipeline")
 
 
@@ -131,3 +131,25 @@ def test_there_is_no_import_circle():
         if module not in state:
             cycle = visit(module)
             assert cycle is None, " -> ".join(cycle)
+
+
+def test_only_the_model_registry_reads_a_manifest():
+    """A model file reaches a session only through bridge/models/registry.py, which verifies its hash: no other
+    module parses a manifest (json.load of a path that names one) or scans a folder for JSON files."""
+    readers = []
+    for module in GRAPH:
+        if _within(module, "bridge.models"):
+            continue
+        path = ROOT / (module.replace(".", "/") + ".py")
+        if not path.exists():
+            path = path.with_suffix("") / "__init__.py"
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+                continue
+            args = " ".join(ast.get_source_segment(source, a) or "" for a in node.args)
+            parsed = node.func.attr in ("load", "loads") and "manifest" in args.lower()
+            scanned = node.func.attr in ("glob", "rglob") and args in ('"*.json"', "'*.json'")  # a folder's JSONs
+            if parsed or scanned:
+                readers.append(f"{module}:{node.lineno}")
+    assert readers == [], f"manifests read outside bridge/models/registry.py: {readers}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from forced_alignment import force_align  # the same two-pass alignment as for English
 
 from bridge.audio.visemes import phoneme_visemes
 
@@ -83,8 +84,6 @@ class ForeignAligner:
             entries.append((name, phones))
         if not entries:
             return None
-        from label_real_speech import force_align  # the same two-pass alignment as for English
-
         aligned = force_align(self.decoder, pcm, " ".join(n for n, _ in entries))
         if aligned is None:
             return None

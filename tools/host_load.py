@@ -164,7 +164,7 @@ def main() -> None:
     m.add_argument("--dmon", action="append")
     where = m.add_mutually_exclusive_group(required=True)
     where.add_argument("--log", help="a bench serve log, each line prefixed by its unix time")
-    where.add_argument("--bench-json", help="a bench serve JSON whose trials carry measured_unix (since serve8)")
+    where.add_argument("--bench-json", help="a bench serve JSON whose trials carry measured_unix")
     m.add_argument("--secs", type=float, default=20.0)
     m.add_argument("--warmup", type=float, default=3.0)
     m.add_argument("--json")

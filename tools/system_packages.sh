@@ -15,8 +15,9 @@ set -u
 RUN_OPTIONAL="libportaudio2"
 # test: the lip-sync tests synthesize speech with espeak-ng; the microphone test opens a real PortAudio (ALSA)
 # device; the TLS test makes a certificate with openssl; the Unreal plugin core builds with CMake against gRPC C++
-# and runs its GoogleTest suite; the monitor page test drives Debian's Chromium with Playwright.
-TEST="espeak-ng libportaudio2 openssl cmake g++ pkg-config libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc libgtest-dev chromium"
+# and runs its GoogleTest suite; the monitor page test drives Debian's Chromium with Playwright; the slow-disk tests
+# delay the recorder's fsyncs with strace.
+TEST="espeak-ng libportaudio2 openssl cmake g++ pkg-config libgrpc++-dev libprotobuf-dev protobuf-compiler-grpc libgtest-dev chromium strace"
 
 say() { printf 'facebridge: %s\n' "$*" >&2; }
 

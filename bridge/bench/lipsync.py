@@ -168,8 +168,8 @@ FLITE_TEXT = ("Good morning. Please open the window, and bring me a cup of coffe
 
 
 def other_synthesizer(backend: str) -> dict | None:
-    """Speech from flite's voices (diphone/clustergen, not formant synthesis; never heard by the models before
-    issue 19's third pass, which trains on them with other texts: tools/gen_voice_data.py), when the `flite`
+    """Speech from flite's voices (diphone/clustergen, not formant synthesis; the shipped model trains on
+    flite's voices too, with other texts: tools/gen_voice_data.py), when the `flite`
     program is installed. No phoneme targets here: the check is that the jaw opens while the VAD hears speech
     and rests otherwise."""
     import shutil

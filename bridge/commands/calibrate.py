@@ -15,6 +15,14 @@ def add_parser(sub) -> None:
     add_pipeline_arguments(p)
     p.add_argument("--frames", type=int, default=60, metavar="N", help="frames to measure (default 60)")
     p.add_argument("--show", action="store_true", help="print the stored profile instead of calibrating")
+    p.add_argument("--ranges", action="store_true",
+                   help="range calibration instead of the neutral face: walk through blink, smile, jaw open, brows "
+                        "up and down, pucker, cheek puff and looks left/right/up/down; each blendshape's gain is set "
+                        "so your full expression reaches 1.0 (stored in the profile's mapping). With --source FILE "
+                        "the clip holds every expression and each shape takes its peak from all of it")
+    p.add_argument("--mapping", metavar="FILE.json",
+                   help="store this blendshape mapping (docs/MAPPING.md) in the subject's profile, used by later "
+                        "runs")
     p.set_defaults(func=run)
 
 
@@ -31,6 +39,10 @@ def run(args) -> int:
             return 1
         print(f"{profile.path()}: {profile.frames} frames, identity {len(profile.identity)} coefficients")
         return 0
+    if args.mapping:
+        return store_mapping(args.subject, args.mapping)
+    if args.ranges:
+        return calibrate_ranges(args)
     if args.frames < 5:
         raise FaceBridgeError(f"--frames {args.frames} is too few to measure a neutral face", "use 30 or more")
     if args.source in (None, "", "auto"):
@@ -59,4 +71,73 @@ def run(args) -> int:
     profile = CalibrationProfile.from_frames(args.subject, frames, pipeline.expression.identity)
     path = profile.save()
     print(f"saved calibration for '{args.subject}' ({profile.frames} frames) to {path}")
+    return 0
+
+
+def _profile_or_new(subject: str):
+    """The subject's stored profile, or a new one holding no neutral offset (a mapping alone changes nothing else)."""
+    from bridge.calibration import CalibrationProfile
+
+    return CalibrationProfile.load(subject) or CalibrationProfile(subject=subject)
+
+
+def store_mapping(subject: str, path: str) -> int:
+    from bridge.mapping import load_mapping
+
+    mapping = load_mapping(path)
+    profile = _profile_or_new(subject)
+    profile.mapping = mapping.to_dict()
+    saved = profile.save()
+    print(f"stored the mapping of {path} for '{subject}' in {saved}")
+    return 0
+
+
+def calibrate_ranges(args) -> int:
+    """Walk the user through the expressions (a camera) or read a clip that holds them all (a file), then store
+    the gains in the subject's mapping (bridge/ranges.py)."""
+    import time
+
+    from bridge.errors import FaceBridgeError
+    from bridge.mapping import parse_mapping
+    from bridge.pipeline import FacePipeline
+    from bridge.ranges import STEP_SECONDS, STEPS, ranges_from_frames
+    from bridge.sources import open_source
+
+    profile = _profile_or_new(args.subject)
+    mapping = parse_mapping(profile.mapping or {}, f"of {args.subject}'s profile")
+    pipeline = FacePipeline(pipeline_options(args), profile=profile if profile.frames else None)
+    source_spec = args.source or "camera:0"
+    if source_spec == "sample":
+        print(f"note: range calibration of '{args.subject}' from the bundled sample clip, as asked: that is not "
+              "your face, so calibrate from your camera before you perform", file=sys.stderr)
+    steps = []
+    with open_source(source_spec, realtime=False, size=args.camera_size, fps=args.camera_fps,
+                     mirror=args.mirror) as source:
+        if not source.live:  # a clip that holds every expression: one step for all the shapes
+            frames = []
+            while (frame := source.read()) is not None and len(frames) < 20 * 60 * 60:
+                out = pipeline.process(frame)
+                if out.face_found:
+                    frames.append(out.blendshapes)
+            print(f"measured {len(frames)} frames with a face from {source.name}", file=sys.stderr)
+            steps.append((tuple(n for _, names in STEPS for n in names), frames))
+        else:
+            for prompt, names in STEPS:
+                print(f"now {prompt}, and hold it...", file=sys.stderr, flush=True)
+                frames, end = [], time.monotonic() + STEP_SECONDS
+                while time.monotonic() < end and (frame := source.read()) is not None:
+                    out = pipeline.process(frame)
+                    if out.face_found:
+                        frames.append(out.blendshapes)
+                steps.append((names, frames))
+    if not any(frames for _, frames in steps):
+        raise FaceBridgeError("no face was found in the range calibration's frames",
+                              "face the camera in good light (or give a clip that shows the face) and try again")
+    mapping, results = ranges_from_frames(mapping, steps)
+    for r in results:
+        what = f"gain {r.gain:g}" if r.gain is not None else "not seen, gain kept"
+        print(f"  {r.name:<18} peak {r.peak:.2f}  {what}")
+    profile.mapping = mapping.to_dict()
+    saved = profile.save()
+    print(f"saved the ranges of '{args.subject}' to {saved}")
     return 0

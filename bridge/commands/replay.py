@@ -6,6 +6,7 @@ import math
 import sys
 import time
 
+from bridge import ports
 from bridge.errors import FaceBridgeError
 from bridge.sinks.base import Sink
 
@@ -18,7 +19,7 @@ def add_parser(sub) -> None:
     p.add_argument("take", metavar="TAKE", help="the take directory (holds frames.jsonl and take.json)")
     p.add_argument("--llf", metavar="HOST:PORT", action="append",
                    help="Live Link Face receiver (Unreal), or 'off'; repeat it for several (default: 127.0.0.1:11111)")
-    p.add_argument("--vmc", metavar="HOST:PORT", default="127.0.0.1:39539",
+    p.add_argument("--vmc", metavar="HOST:PORT", default=ports.VMC,
                    help="VMC receiver (VSeeFace, VNyan, Warudo, ...), or 'off' (default: %(default)s)")
     p.add_argument("--vmc-no-bundle", action="store_true",
                    help="send VMC messages one per datagram, for receivers that cannot read OSC bundles")
@@ -36,7 +37,7 @@ def add_parser(sub) -> None:
 def open_sinks(args) -> list[Sink]:
     from bridge.runtime.session import OutputConfig, address_or_off, llf_targets, open_sinks
 
-    outputs = OutputConfig(llf=llf_targets(args.llf, "127.0.0.1:11111"), llf_subject=args.subject,
+    outputs = OutputConfig(llf=llf_targets(args.llf, ports.LIVE_LINK_FACE), llf_subject=args.subject,
                            vmc=address_or_off(args.vmc), vmc_bundle=not args.vmc_no_bundle)
     if not (outputs.llf or outputs.vmc):
         raise FaceBridgeError("both --llf and --vmc are off, nothing to send to",

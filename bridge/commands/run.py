@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from bridge import ports
 from bridge.sources import SOURCE_HELP
+from bridge.stages.describe import EMOTION_EVERY
 
-DEFAULT_LLF = "127.0.0.1:11111"
-DEFAULT_VMC = "127.0.0.1:39539"
-DEFAULT_MONITOR = "127.0.0.1:8910"  # bridge.runtime.session.DEFAULT_MONITOR
-EMOTION_EVERY = 4  # bridge.stages.describe.EMOTION_EVERY (commands parse only: no numpy at parse time)
+DEFAULT_LLF, DEFAULT_VMC, DEFAULT_MONITOR = ports.LIVE_LINK_FACE, ports.VMC, ports.MONITOR
 
 
 def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,6 +54,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                         "(blendshapes 2.0 Hz / 1.5, head 0.8 Hz / 0.05, eyes 1.5 Hz / 0.05, emotion 1.0 Hz / 0.5) "
                         "by STRENGTH")
     p.add_argument("--no-smoothing", action="store_true", help="turn off the One-Euro filter (--smoothing 0)")
+    for region, what in (("head", "head rotation and position"), ("eyes", "eye blendshapes and gaze"),
+                         ("brows", "brow blendshapes"), ("mouth", "jaw, mouth, cheek, nose and tongue blendshapes")):
+        p.add_argument(f"--smoothing-{region}", type=float, metavar="STRENGTH",
+                       help=f"smoothing strength of the {what} alone (as --smoothing; default: the mapping's, else "
+                            "--smoothing)")
     p.add_argument("--stages", choices=["auto", "1", "2"], default="auto",
                    help="inference threads: 2 overlaps tracking of the next frame with the rest of this one "
                         "(more frames per second on 2+ cores, same latency); auto = 2 when there are 2+ cores")
@@ -80,7 +84,9 @@ def pipeline_options(args):
                            detector=f"face_detection_{args.detector}_range",
                            landmarks=getattr(args, "landmarks", "auto"),
                            emotion_every=args.emotion_every,
-                           smoothing=0.0 if args.no_smoothing else args.smoothing)
+                           smoothing=0.0 if args.no_smoothing else args.smoothing,
+                           region_smoothing={region: value for region in ("head", "eyes", "brows", "mouth")
+                                             if (value := getattr(args, f"smoothing_{region}", None)) is not None})
 
 
 def add_parser(sub) -> None:
@@ -113,6 +119,15 @@ def add_parser(sub) -> None:
                         "(A I U E O Blink Joy ... for VRM 0.x avatars without ARKit shapes), vrm1 (aa ih ou ...)")
     p.add_argument("--vmc-eye-bones", action="store_true",
                    help="also send LeftEye/RightEye bones from the gaze (for avatars without eyeLook shapes)")
+    p.add_argument("--ifm", metavar="HOST[:PORT]",
+                   help="also send the iFacialMocap UDP protocol (VMagicMirror, VRCFaceTracking, VNyan, Warudo, "
+                        "VSeeFace) to HOST (default port 49983)")
+    p.add_argument("--mapping", metavar="FILE.json",
+                   help="blendshape mapping (gain, offset, curve, dead zone, output range per blendshape; smoothing "
+                        "per region; head dead zone: docs/MAPPING.md) instead of the one stored in the subject's "
+                        "profile; applied after calibration, before every output")
+    p.add_argument("--head-dead-zone", type=float, metavar="DEGREES",
+                   help="the head holds still until it moves more than this (default: the mapping's, else 0)")
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
@@ -163,7 +178,8 @@ def outputs_config(args):
     return OutputConfig(
         llf=llf_targets(args.llf, DEFAULT_LLF), vmc=address_or_off(args.vmc), vmc_bundle=not args.vmc_no_bundle,
         vmc_expressions=tuple(e.strip() for e in args.vmc_expressions.split(",") if e.strip()),
-        vmc_eye_bones=args.vmc_eye_bones, record=args.record, grpc=args.grpc, grpc_token=args.grpc_token,
+        vmc_eye_bones=args.vmc_eye_bones, record=args.record, ifm=address_or_off(args.ifm), grpc=args.grpc,
+        grpc_token=args.grpc_token,
         grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key)
 
 
@@ -178,7 +194,8 @@ def run_config(args):
                      outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
                      adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
                      monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
-                     remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca)
+                     remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca, mapping=args.mapping,
+                     head_dead_zone=args.head_dead_zone)
 
 
 def run(args) -> int:

@@ -1,18 +1,16 @@
-"""The ONNX models FaceBridge ships, found on disk rather than listed by hand.
-
-Every `*.onnx` under the bridge package counts (bridge/models, bridge/expression, bridge/audio, ...). A model
-listed in a manifest.json beside it is verified against that manifest's sha256 before use, and its manifest
-entry (pre-processing, optional `engine` hints such as refittable weights) travels with it.
+"""The ONNX models FaceBridge ships, as the model registry lists them (bridge/models/registry.py, the one reader
+of manifests): each with its manifest entry (pre-processing, optional `engine` hints such as refittable weights),
+verified against its sha256 before use. Also real frames from the bundled sample for parity checks and benchmarks.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from bridge.models import verify_file
+from bridge.models.registry import shipped_zoo
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
@@ -39,35 +37,10 @@ class ShippedModel:
         return hints
 
 
-def _manifest_entries(directory: Path) -> dict[str, dict]:
-    """file name -> manifest entry, from every JSON in `directory` that is a manifest: either a zoo manifest
-    {"models": {name: {"file": ...}}} or a one-model manifest {"file": "x.onnx", "sha256": ...}."""
-    entries: dict[str, dict] = {}
-    for manifest_path in sorted(directory.glob("*.json")):
-        try:
-            doc = json.loads(manifest_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue  # the owning package reports a broken manifest itself
-        if not isinstance(doc, dict):
-            continue
-        if str(doc.get("file", "")).endswith(".onnx"):
-            entries[doc["file"]] = doc
-        models = doc.get("models", {})
-        if isinstance(models, dict):
-            for entry in models.values():
-                if isinstance(entry, dict) and "file" in entry:
-                    entries[entry["file"]] = entry
-    return entries
-
-
-def shipped_models(root: Path = PACKAGE_DIR) -> list[ShippedModel]:
-    """All shipped ONNX models, sorted by path."""
-    found = []
-    for directory in sorted({p.parent for p in root.rglob("*.onnx")}):
-        entries = _manifest_entries(directory)
-        for path in sorted(directory.glob("*.onnx")):
-            found.append(ShippedModel(path.stem, path, entries.get(path.name, {})))
-    return found
+def shipped_models() -> list[ShippedModel]:
+    """All shipped ONNX models (the registry's, less the LiteRT-only ones), sorted by path."""
+    models = [ShippedModel(m.path.stem, m.path, m.entry) for m in shipped_zoo().values() if m.path.suffix == ".onnx"]
+    return sorted(models, key=lambda m: m.path)
 
 
 def find_model(name_or_path: str) -> ShippedModel:

@@ -19,7 +19,6 @@ Manifest ("format": "facebridge-expression-model/1"):
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import numpy as np
 
 from bridge.errors import ModelError
 from bridge.models import sha256_file
+from bridge.models.registry import read_manifest
 
 FORMAT = "facebridge-expression-model/1"
 LAYOUTS = ("landmarks-2d-v1", "face-image-v1")
@@ -87,10 +87,7 @@ def _digest(path: Path) -> str:
 
 def load_contract(model_dir: str | Path) -> ModelContract:
     path = find_manifest(model_dir)
-    try:
-        m = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise _bad(path, f"cannot be read as JSON ({e})") from None
+    m = read_manifest(path, "fix it as described in docs/FACE.md, 'Expression model contract'")
     if m.get("format") != FORMAT:
         raise _bad(path, f"'format' must be '{FORMAT}'")
     for key in ("file", "model_id", "input", "outputs"):

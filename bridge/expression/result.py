@@ -3,8 +3,8 @@ reprojection and region confidence on contiguous coordinate rows, the parameter 
 
 ExpressionEstimator._result runs this every frame. The quantities are model.py's (solve_translation, project,
 cv2.Rodrigues of head_matrix for the eyes, ict_expression, jaw_rotation), computed in fewer numpy calls (each call
-costs microseconds of overhead on arrays of 468 points): to rounding, not bit for bit (docs/PERFORMANCE.md, issue 18
-sixth pass).
+costs microseconds of overhead on arrays of 468 points): to rounding, not bit for bit (docs/PERFORMANCE.md,
+"Face pipeline on one CPU core").
 """
 from __future__ import annotations
 

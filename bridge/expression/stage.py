@@ -247,7 +247,7 @@ class ExpressionEstimator:
         next step; on the frames that refresh the identity (own model only), it is refreshed inline (spread over
         frames after the first second, when asked), or handed to the shared refresher. busy: a spread step waits
         for the next frame, at most one frame in a row (a frame with the emotion model and an identity step made
-        the pipeline's p99: docs/PERFORMANCE.md, issue 18 fifth pass)."""
+        the pipeline's p99: docs/PERFORMANCE.md, "Face pipeline on one CPU core")."""
         self._frames += 1
         wait = busy and not self._waited
         self._waited = wait and self._pending is not None

@@ -31,11 +31,12 @@ import uuid
 
 import numpy as np
 
+from bridge import ports
 from bridge.errors import SinkError
 from bridge.frame import ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame
 
 PACKET_VERSION = 6
-DEFAULT_PORT = 11111
+DEFAULT_PORT = ports.port_of(ports.LIVE_LINK_FACE)
 ROTATION_NAMES = ("HeadYaw", "HeadPitch", "HeadRoll", "LeftEyeYaw", "LeftEyePitch", "LeftEyeRoll",
                   "RightEyeYaw", "RightEyePitch", "RightEyeRoll")
 # Unreal's curve names: EARFaceBlendShape without its prefix, i.e. PascalCase ARKit names + the 9 rotations.

@@ -8,9 +8,10 @@ A take directory holds
                   values as on the Live Link Face wire (shapes clipped to [0, 1], angles / 180)
     take.json     metadata: subject, frame rate, start time, curve names, facebridge version, frame count
 
-Crash safety (the recorder's side): each frame's two lines are written together and both files are fsynced at
-least once a second and on close, so a crash loses at most the last second and the files differ by at most one
-row; take.json is written atomically when the first frame arrives and again on close ("complete": true). The
+Crash safety (the recorder's side): each frame's two lines are written together, so the files differ by at most
+one row; the recorder's sync thread fsyncs both about once a second and then rewrites take.json (atomically) with
+the frames that sync covered, so a killed take is readable as it is and loses at most the last seconds; on close
+take.json says "complete": true, and "frames_dropped" counts frames a disk too slow for the stream cost. The
 reader's side: every record is checked (bridge/formats/take_check.py), a bad one is skipped and its line named,
 capture-time jumps are clamped. `repair_take` makes a killed take whole again: take.json and frames.csv rebuilt
 from the frames that frames.jsonl really holds.

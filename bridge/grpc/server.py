@@ -3,7 +3,8 @@
 The pipeline calls `send(frame)`; it converts the frame once and drops it into each subscriber's latest-frame
 slot (one slot per subject), so `send` never waits on the network. Each subscriber's own server thread takes
 what is in its slots and writes it; a slow reader only ever gets the newest frame, and what it missed is
-counted (Frame.dropped_frames); a client that stops reading loses its slot (bridge/grpc/subscribers.py). Who may
+counted (Frame.dropped_frames); a client that falls behind the live stream loses its slot, one peer host holds
+a bounded share of them and a newcomer always gets one (bridge/grpc/subscribers.py). Who may
 connect is bridge/grpc/access.py. Requests are capped at MAX_REQUEST_BYTES and the server's receive window is
 kept that small, so a huge request costs the server one window, not its whole body; a malformed one is refused
 with INVALID_ARGUMENT and one log line, never a traceback. Health checking and server reflection are enabled.
@@ -20,14 +21,14 @@ from typing import Protocol
 import grpc
 from grpc_health.v1 import health_pb2
 
-from bridge import __version__
+from bridge import __version__, ports
 from bridge.errors import SinkError
 from bridge.frame import FaceFrame
 from bridge.grpc import access
 from bridge.grpc.convert import build_frame, build_header, layout_key
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
-from bridge.grpc.subscribers import LEASE_GRACE_S, WRITE_DEADLINE_S, Subscriber, stuck_longest
+from bridge.grpc.subscribers import MAX_LAG_S, MAX_PER_PEER, Subscriber, choose_slot, peer_host
 from bridge.runtime.stats import RollingWindow
 from bridge.sinks.base import Sink
 
@@ -86,9 +87,7 @@ class _Servicer(pb_grpc.FaceBridgeServiceServicer):
                           f"bridge has {', '.join(map(repr, known))} (send no subjects for all of them)")
         sub = self.sink._add_subscriber(context.peer(), set(request.subjects), rate, context)
         if sub is None:
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                          f"this bridge already serves {self.sink.max_subscribers} subscribers that all read; "
-                          "close one or start facebridge with a higher limit")
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the bridge is shutting down; reconnect later")
         # Runs when the client cancels, vanishes or the server stops: wakes the loop below at once.
         context.add_callback(sub.close)
         try:
@@ -152,9 +151,9 @@ class GrpcSink(Sink):
     name = "grpc"
     failure_hint = "frames that could not be encoded; the stream went on"
 
-    def __init__(self, address: str = "127.0.0.1:50051", *, token: str | None = None, tls_cert: str | None = None,
+    def __init__(self, address: str = ports.GRPC, *, token: str | None = None, tls_cert: str | None = None,
                  tls_key: str | None = None, control: BridgeControl | None = None, max_subscribers: int = 16,
-                 write_deadline_s: float = WRITE_DEADLINE_S) -> None:
+                 max_lag_s: float = MAX_LAG_S, max_per_peer: int = MAX_PER_PEER) -> None:
         super().__init__()
         access.check_token(token)
         host, port = access.split_address(address)
@@ -168,7 +167,8 @@ class GrpcSink(Sink):
             log.warning("gRPC token on %s travels unencrypted; add --grpc-tls-cert/--grpc-tls-key", address)
         self.control = control
         self.max_subscribers = max_subscribers
-        self.write_deadline_s = write_deadline_s
+        self.max_lag_s = max_lag_s
+        self.max_per_peer = max(1, min(max_per_peer, max_subscribers))
         self._lock = threading.Lock()
         self._subscribers: list[Subscriber] = []
         self._layouts: dict[str, tuple[tuple, pb.StreamHeader]] = {}  # subject -> (layout key, header)
@@ -271,22 +271,22 @@ class GrpcSink(Sink):
     # ---- service side ------------------------------------------------------------------------------------------
     def _add_subscriber(self, peer: str, subjects: set[str], max_frame_rate: float, context=None
                         ) -> Subscriber | None:
-        evicted = None
+        """A slot for a newcomer, always (bridge/grpc/subscribers.py `choose_slot`); None once closing."""
         with self._lock:
             if self._closed:
                 return None
-            if len(self._subscribers) >= self.max_subscribers:  # the lease: a stuck one gives up its slot
-                evicted = stuck_longest(self._subscribers, time.monotonic(), LEASE_GRACE_S)
-                if evicted is None:
-                    return None
+            admitted, evicted, why = choose_slot(self._subscribers, peer_host(peer), self.max_subscribers,
+                                                 self.max_per_peer, time.monotonic())
+            if not admitted:
+                return None
+            if evicted is not None:
                 self._subscribers.remove(evicted)
                 self._dropped_by_gone += evicted.dropped
             sub = Subscriber(peer, subjects, max_frame_rate, context)
             self._subscribers.append(sub)
             latest = list(self._latest.items())
         if evicted is not None:
-            self._evict(evicted, f"its slot went to {peer}; it took no frame for "
-                                 f"{evicted.stuck_for(time.monotonic()):.0f} s")
+            self._evict(evicted, f"its slot went to {peer}: {why}")
         now = time.monotonic()
         for subject, (header, frame) in latest:  # a client of an idle bridge still gets header and state now
             sub.offer(subject, header, frame, now)
@@ -295,18 +295,19 @@ class GrpcSink(Sink):
 
     def _evict(self, sub: Subscriber, why: str) -> None:
         self.evicted += 1
-        log.warning("gRPC subscriber %s evicted: it stopped reading (%s); its slot is free", sub.peer, why)
+        log.warning("gRPC subscriber %s dropped (%s); its slot is free", sub.peer, why)
         sub.evict(why)
 
     def _evict_stuck(self) -> None:
-        """The lease keeper: cancel every subscriber whose frame gRPC has not taken for `write_deadline_s`."""
-        while not self._closing.wait(1.0):
+        """The lease keeper: drop every subscriber whose frame gRPC has not taken for `max_lag_s` (it fell that
+        far behind the live stream)."""
+        while not self._closing.wait(min(0.25, self.max_lag_s / 4)):
             now = time.monotonic()
             with self._lock:
-                stuck = [s for s in self._subscribers if s.stuck_for(now) >= self.write_deadline_s and not s.evicted]
+                stuck = [s for s in self._subscribers if s.stuck_for(now) >= self.max_lag_s and not s.evicted]
             for sub in stuck:
                 self._remove_subscriber(sub)
-                self._evict(sub, f"no frame taken for {sub.stuck_for(now):.0f} s")
+                self._evict(sub, f"it fell behind the live stream: no frame taken for {sub.stuck_for(now):.1f} s")
 
     def _remove_subscriber(self, sub: Subscriber) -> None:
         sub.close()

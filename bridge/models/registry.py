@@ -33,8 +33,12 @@ def read_manifest(path: Path, hint: str) -> dict:
         doc = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ModelError(f"model manifest {path} is missing", hint) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise ModelError(f"model manifest {path} is not valid JSON ({e})", hint) from None
+    except IsADirectoryError:
+        raise ModelError(f"model manifest {path} is a folder, not a JSON file", hint) from None
+    except PermissionError:
+        raise ModelError(f"model manifest {path} cannot be read (permission denied)", hint) from None
+    except (OSError, ValueError) as e:  # ValueError: JSON syntax, or bytes that are not UTF-8 text
+        raise ModelError(f"model manifest {path} is not valid JSON ({str(e)[:120]})", hint) from None
     if not isinstance(doc, dict):
         raise ModelError(f"model manifest {path} is not a JSON object", hint)
     return doc
@@ -165,6 +169,11 @@ def _shipped_models(zoo_manifest: Path, zoo_dir: Path) -> dict[str, ShippedModel
             entry = read_manifest(path, "restore it with `git checkout bridge`")
             models[path.stem] = ShippedModel(path.stem, path.parent / entry["file"], entry["sha256"], entry)
     return models
+
+
+def shipped_zoo() -> dict[str, ShippedModel]:
+    """Every shipped model by name, from the zoo's manifest and the one-model manifests (read once)."""
+    return _shipped_models(ZOO_DIR / "manifest.json", ZOO_DIR)
 
 
 def default_registry() -> ModelRegistry:

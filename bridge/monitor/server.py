@@ -21,7 +21,7 @@ from pathlib import Path
 
 from aiohttp import WSMsgType, web
 
-from bridge import __version__
+from bridge import __version__, ports
 from bridge.errors import FaceBridgeError
 from bridge.listeners import bearer_matches, is_loopback, split_address, token_matches
 from bridge.monitor.feed import PAGE_HZ, PREVIEW_HZ, LiveFeed
@@ -55,7 +55,7 @@ class MonitorServer:
 
     def __init__(self, address: str, stats, *, control=None, feed: LiveFeed | None = None, token: str | None = None,
                  info: dict[str, str] | None = None, fallback: bool = False) -> None:
-        host, port = split_address(address, "--monitor", "127.0.0.1:8910")
+        host, port = split_address(address, "--monitor", ports.MONITOR)
         self.loopback = is_loopback(host)
         if not self.loopback and not token:
             raise FaceBridgeError(f"the monitor on {address} would show your camera and face data to the network "

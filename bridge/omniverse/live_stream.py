@@ -12,6 +12,7 @@ import threading
 
 import grpc
 
+from bridge import ports
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
@@ -22,7 +23,7 @@ class StreamSubscription:
     """Subscribes to a bridge on its own thread, reconnecting with backoff; keeps headers in order and only the
     newest frame per subject, so a slow consumer never builds a backlog."""
 
-    def __init__(self, address: str = "127.0.0.1:50051", *, token: str = "", subjects=(),
+    def __init__(self, address: str = ports.GRPC, *, token: str = "", subjects=(),
                  root_cert_pem: bytes | None = None, backoff_initial_s: float = 0.5, backoff_max_s: float = 8.0):
         self.address = address
         self._metadata = [("authorization", f"Bearer {token}")] if token else None

@@ -32,6 +32,7 @@ class RunControl:
         self._calibrating = threading.Lock()  # held for the whole of one calibration
         self._frames_lock = threading.Lock()
         self.recording = None  # the session's RecordSwitch, when the run can record
+        self.tuning = None  # the session's Tuning (runtime/tuning.py): each subject's mapping, live
         self._calibration_frames: list | None = None
         self._calibration_done = threading.Event()
 

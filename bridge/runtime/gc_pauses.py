@@ -4,7 +4,8 @@ collection's pause counted.
 A full (generation-2) collection walks every object the collector tracks, and it holds the interpreter lock while
 it does: in a `facebridge serve` process on torch-cuda runners (torch imported, the passes compiled and captured)
 one took 576 ms in the middle of a measured count on the H200, every stream of that process stalled behind it, and
-the start-up's own were 580-730 ms (docs/PERFORMANCE.md, issue 17). The objects it walks are nearly all the
+the start-up's own were 580-730 ms (docs/PERFORMANCE.md, "Serving many streams"). The objects it walks are nearly
+all the
 start-up's, which live as long as the process. `settle()` collects once and freezes what is left (`gc.freeze`:
 moved to a permanent generation no collection visits), then collects the now empty old generation once more so
 that the collector's "old generation grew by a quarter" trigger counts from what is not frozen: later full

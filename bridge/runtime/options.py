@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bridge import ports
 from bridge.errors import FaceBridgeError, SinkError
 from bridge.pipeline import PipelineOptions
 
-DEFAULT_MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
+DEFAULT_MONITOR = ports.MONITOR  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
 
 OFF = ("off", "none", "no", "")
 
@@ -89,13 +90,14 @@ def checked_adapter(path: str, sha256: str | None) -> dict:
 class OutputConfig:
     """Where frames go. An address of None means that output is off."""
 
-    llf: tuple[str, ...] = ("127.0.0.1:11111",)  # Live Link Face (Unreal) UDP targets; () = off
+    llf: tuple[str, ...] = (ports.LIVE_LINK_FACE,)  # Live Link Face (Unreal) UDP targets; () = off
     llf_subject: str | None = None  # send under this subject instead of the frame's (replay --subject)
-    vmc: str | None = "127.0.0.1:39539"  # VMC/OSC receiver
+    vmc: str | None = ports.VMC  # VMC/OSC receiver
     vmc_bundle: bool = True
     vmc_expressions: tuple[str, ...] = ("arkit",)
     vmc_eye_bones: bool = False
     record: str | None = None  # take directory
+    ifm: str | None = None  # iFacialMocap receiver HOST[:PORT] (VMagicMirror, VRCFaceTracking, VNyan, Warudo, ...)
     grpc: str | None = None  # HOST:PORT of the gRPC server
     grpc_token: str | None = None
     grpc_tls_cert: str | None = None
@@ -134,3 +136,6 @@ class RunConfig:
     remote: str | None = None  # HOST:PORT of a `facebridge serve` that tracks instead of this machine
     remote_token: str | None = None
     remote_tls_ca: str | None = None  # the server's CA certificate (PEM) for TLS
+    mapping: str | None = None  # --mapping FILE.json: the blendshape mapping (bridge/mapping.py) instead of the
+    # one stored in the subject's profile
+    head_dead_zone: float | None = None  # degrees; None: the mapping's own (0 without one)

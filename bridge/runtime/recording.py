@@ -19,6 +19,9 @@ class RecordSwitch(Sink):
     recorder (the session passes the take recorder's class: only the session knows concrete sinks)."""
 
     name = "recorder"
+    queue_depth = 300  # as the take recorder's own: seconds of a slow disk before a frame is dropped (and counted)
+    keeps_every_frame = True
+    counts_skipped = True
 
     def __init__(self, open_take, takes_dir: str | Path = "takes", subject: str = "FaceBridge") -> None:
         super().__init__()
@@ -76,6 +79,11 @@ class RecordSwitch(Sink):
             self._take.send(frame)
         self.sent += 1
 
+    def skipped(self, count: int) -> None:
+        take = self._take
+        if take is not None:  # frames skipped while no take is open cost nothing
+            take.skipped(count)
+
     def close(self) -> None:
         self.stop()
 
@@ -84,7 +92,7 @@ class RecordSwitch(Sink):
         takes = self._finished + ([take] if take is not None else [])
         return {**super().stats(), "recording": self.recording or "",
                 "take_frames": take.sent if take is not None else 0,
-                "lost": sum(t.lost for t in takes)}
+                "lost": sum(t.lost for t in takes), "dropped": sum(t.dropped for t in takes)}
 
     def report(self) -> tuple[str | None, bool]:
         """Each take's own report (frames that did not reach the disk fail the run), else the base one."""

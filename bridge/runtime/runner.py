@@ -60,7 +60,10 @@ class BridgeRunner:
         self._stop = threading.Event()
         self._stop_requested_at: float | None = None
         self.error: BaseException | None = None
-        self.workers = [SinkWorker(sink, self.lossless, label) for sink, label in zip(sinks, sink_labels(sinks))]
+        # a file read as fast as it goes waits for every sink; a file recorded at its rate only for the recorder
+        fast = source.mode is SourceMode.FAST
+        self.workers = [SinkWorker(sink, self.lossless and (fast or sink.keeps_every_frame), label)
+                        for sink, label in zip(sinks, sink_labels(sinks))]
         self.abandoned: list[str] = []  # threads that did not stop in time (their names)
 
     def stop(self) -> None:

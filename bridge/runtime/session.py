@@ -19,6 +19,7 @@ import sys
 import time
 
 from bridge.errors import FaceBridgeError
+from bridge.pipeline import PipelineOptions
 from bridge.runtime.control import RunControl
 from bridge.runtime.guard import OutputGuard
 from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets re-exported)
@@ -59,6 +60,10 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
                 sinks.append(VmcSink(address, bundle=outputs.vmc_bundle, eye_bones=outputs.vmc_eye_bones,
                                      expressions=outputs.vmc_expressions))
                 sinks[-1].only_subject = subject
+        if outputs.ifm:
+            from bridge.sinks.ifacialmocap import IFacialMocapSink
+
+            sinks.append(IFacialMocapSink(outputs.ifm))
         if outputs.record:
             from bridge.sinks.recorder import TakeRecorder
 
@@ -104,8 +109,20 @@ class BridgeSession:
                                   "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
         if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
             raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
+        self.file_mapping = None
+        if config.mapping:
+            from bridge.mapping import load_mapping
+
+            self.file_mapping = load_mapping(config.mapping)
+        if config.head_dead_zone is not None:
+            from bridge.mapping import MAX_HEAD_DEAD_ZONE
+
+            if not 0.0 <= config.head_dead_zone <= MAX_HEAD_DEAD_ZONE:
+                raise FaceBridgeError(f"--head-dead-zone {config.head_dead_zone:g} is out of range",
+                                      f"give 0 (off) to {MAX_HEAD_DEAD_ZONE:g} degrees")
         self.config = config
         self.learn = None
+        self.tuning = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
@@ -153,6 +170,9 @@ class BridgeSession:
             if config.audio_only:
                 self.source = self._open_source()
             self.control.source = self.source
+            from bridge.runtime.tuning import Tuning
+
+            self.tuning = Tuning(default=self.file_mapping, head_dead_zone=self.config.head_dead_zone)
             subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
             self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None, subjects=subjects), self.control)
             self.sinks.append(self._open_recording())
@@ -223,11 +243,28 @@ class BridgeSession:
 
         profiles = [CalibrationProfile.load(s) if config.calibration else None for s in self.subjects]
         self.profile = profiles[0]
+        options = self._open_tuning(profiles)
         if len(self.subjects) > 1:
             from bridge.multiface import MultiFacePipeline
 
-            return MultiFacePipeline(config.pipeline, self.subjects, profiles)
-        return FacePipeline(config.pipeline, profile=self.profile)
+            return MultiFacePipeline(options, self.subjects, profiles)
+        return FacePipeline(options, profile=self.profile)
+
+    def _open_tuning(self, profiles: list) -> PipelineOptions:
+        """Each subject's mapping (--mapping FILE for all, else the one stored in their profile) and the pipeline
+        options with the mapping's smoothing per region under the --smoothing-REGION options given."""
+        from bridge.mapping import parse_mapping
+
+        mappings = {}
+        if self.file_mapping is None:
+            for subject, profile in zip(self.subjects, profiles):
+                if profile is not None and profile.mapping:
+                    mappings[subject] = parse_mapping(profile.mapping, f"of {subject}'s profile")
+        self.tuning.mappings.update(mappings)
+        first = self.tuning.mapping(self.subjects[0])
+        regions = {**(first.smoothing if first else {}), **self.config.pipeline.region_smoothing}
+        self.control.tuning = self.tuning
+        return dataclasses.replace(self.config.pipeline, region_smoothing=regions)
 
     def _start_swapper(self) -> None:
         """The run's one model swapper: the output guard recreates sessions through it (runtime/recreate.py),
@@ -277,12 +314,15 @@ class BridgeSession:
             fuse = lambda step: step
         one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
         two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
-        steps = [pipeline.track, fuse(pipeline.describe)] if two else [fuse(pipeline.process)]
+        # the mapping after calibration and fusion, inside the guard (a frame it repeats is never mapped twice)
+        tune = self.tuning.wrap
+        steps = [pipeline.track, tune(fuse(pipeline.describe))] if two else [tune(fuse(pipeline.process))]
         if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
             from bridge.runtime.faces import face_steps
 
-            face_steps(pipeline, lambda k, step, reset: OutputGuard(fuse(step) if k == 0 else step, stats=self.stats,
-                                                                    recreate=self.recreator, reset=reset))
+            face_steps(pipeline, lambda k, step, reset: OutputGuard(tune(fuse(step) if k == 0 else step),
+                                                                    stats=self.stats, recreate=self.recreator,
+                                                                    reset=reset))
             steps = [pipeline.track, pipeline.describe] if two else [pipeline.process]
         elif not config.remote:  # the guard resets and recreates local model sessions; a remote run has none (the
             # runner counts a frame the server lost as a bad frame, as before)

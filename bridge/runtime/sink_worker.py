@@ -3,10 +3,12 @@ on a slow disk, a receiver's full buffer) never stalls another.
 
 When a sink's queue is full the oldest frame waiting for that sink is dropped and counted for that sink alone:
 live outputs keep two frames (the newest pose is what matters), the recorder keeps `Sink.queue_depth` frames
-(seconds of a slow disk). A lossless run (a file read as fast as it goes) waits for room instead, so every sink
-gets every frame. One item is one frame: a FaceFrame, or the list of a frame's faces (`--faces N`), of which a
-sink with `only_subject` set sends only that subject's. A sink that raises is counted and warned about; its
-worker goes on with the next frame.
+(seconds of a slow disk) and is told how many it missed (`Sink.skipped`), so a take says exactly what it lacks.
+A lossless run waits for room instead: a file read as fast as it goes waits for every sink; a file being recorded
+at its own rate waits only for the sinks that keep every frame (the recorder), so a slow disk never holds back
+the live outputs while the recorder's queue has room. One item is one frame: a FaceFrame, or the list of a
+frame's faces (`--faces N`), of which a sink with `only_subject` set sends only that subject's. A sink that
+raises is counted and warned about; its worker goes on with the next frame.
 """
 from __future__ import annotations
 
@@ -45,7 +47,10 @@ class SinkWorker:
         self._thread.start()
 
     def put(self, frame: FaceFrame) -> None:
+        before = self.queue.dropped
         self.queue.put(frame, block=self.lossless)
+        if self.queue.dropped != before:
+            self.sink.skipped(self.queue.dropped - before)
 
     def _run(self) -> None:
         while True:

@@ -50,7 +50,8 @@ def summarise(stats: StatsSnapshot, sinks: list[Sink], labels: list[str], source
         if line:
             notes.append(line)
         failed = failed or lost
-        if counters[label]["queue_dropped"] and getattr(sink, "in_use", True):  # not the idle record switch
+        # the take names its own (exactly the frames it lacks); the idle record switch lacks none
+        if counters[label]["queue_dropped"] and not sink.counts_skipped and getattr(sink, "in_use", True):
             notes.append(f"{label}: {counters[label]['queue_dropped']} frames skipped for this output alone "
                          "(it was slower than the stream; the other outputs got them)")
     return RunSummary(stats=stats, sinks=counters, notes=notes, failed=failed, source=getattr(source, "name", ""),

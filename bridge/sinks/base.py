@@ -19,6 +19,8 @@ class Sink:
     failure_hint = "is the receiver running?"  # what the run summary says about failed sends
     destination = ""  # where it sends, in words (an address, a directory), for the monitor and the metrics
     only_subject: str | None = None  # with several faces: send only this subject's frames (None: every subject)
+    keeps_every_frame = False  # a run that keeps every frame (a file being recorded) waits for this sink's queue
+    counts_skipped = False  # `skipped` counts, and `report` names, the frames its queue dropped before it got them
 
     def __init__(self) -> None:
         self.sent = 0
@@ -30,6 +32,10 @@ class Sink:
 
     def close(self) -> None:
         pass
+
+    def skipped(self, count: int) -> None:
+        """`count` frames were dropped from this sink's queue before it got them (it was slower than the stream);
+        called from the thread that feeds the queue. A sink that keeps a record (the take) says so in it."""
 
     def _failed(self, what: str, exc: BaseException) -> None:
         """Count a failed send; warn on the first and then at most every WARNING_INTERVAL_S, naming the fix."""

@@ -40,6 +40,7 @@ from pythonosc.osc_bundle_builder import IMMEDIATELY, OscBundleBuilder
 from pythonosc.osc_message import OscMessage
 from pythonosc.osc_message_builder import OscMessageBuilder
 
+from bridge import ports
 from bridge.errors import SinkError
 from bridge.frame import ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame
 from bridge.sinks.udp import UdpSink
@@ -47,7 +48,7 @@ from bridge.sinks.vrm_expressions import VRM0_NAMES, VRM1_NAMES, vrm_weights
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 39539
+DEFAULT_PORT = ports.port_of(ports.VMC)
 MAX_DATAGRAM = 1400  # stays under a 1500-byte Ethernet MTU with IP/UDP headers to spare
 CALIBRATED, NORMAL_CALIBRATION = 3, 0
 HEAD_POSITION = (0.0, 0.1, 0.0)  # Head relative to Neck, metres (typical humanoid)

@@ -2,7 +2,8 @@
 
 face_landmark_with_attention.tflite (what MediaPipe FaceMesh runs with refine_landmarks) takes the same 192x192 crop
 as face_landmark and returns the mesh plus lip, eye and iris points from heads that crop its own feature map, where
-the two-model path runs the iris model on two more image crops (docs/PERFORMANCE.md, issue 18). The result keeps
+the two-model path runs the iris model on two more image crops (docs/PERFORMANCE.md, "Face pipeline on one CPU
+core"). The result keeps
 the two-model path's conventions: `LandmarkResult.points` is the (468, 3) mesh in image pixels with the lips
 refined as MediaPipe does (x, y from the lips head, z the mesh's), and `LandmarkResult.eyes` an `IrisResult` like
 the iris model's ([subject's left, right], 71 contour points whose first 16 are the lids, 5 iris points centre

@@ -24,7 +24,8 @@ OPEN_PERCENTILE = 90
 def open_reference(history: np.ndarray, axis: int = 0) -> np.ndarray:
     """np.percentile(history, OPEN_PERCENTILE, axis) (linear), value for value, as one sort and two rows: on a
     warm core the same cost, but np.percentile's many Python layers ran cold every REFRESH frames (0.25 ms in the
-    pipeline against 0.03 isolated: the slowest frames of a run, docs/PERFORMANCE.md issue 18 ninth pass). The
+    pipeline against 0.03 isolated: the slowest frames of a run, docs/PERFORMANCE.md, "Face pipeline on one CPU
+    core"). The
     history's order does not matter (a ring may hold it rotated)."""
     ordered = np.sort(history, axis=axis)
     virtual = (ordered.shape[axis] - 1) * (OPEN_PERCENTILE / 100)  # numpy's 'linear' method, its arithmetic

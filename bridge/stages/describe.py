@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from bridge.calibration import CalibrationProfile
-from bridge.frame import ARKIT_INDEX, NUM_BLENDSHAPES, FaceFrame, Frame, MorphParams
+from bridge.frame import ARKIT_INDEX, ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame, Frame, MorphParams
+from bridge.mapping import region_of
 from bridge.stages.blink import BlinkEstimator
 from bridge.stages.emotion_context import EmotionContext
 from bridge.stages.filters import OneEuroFilter
@@ -26,10 +27,11 @@ from bridge.stages.head_pose import HeadPoseEstimator
 
 # Emotion runs on every EMOTION_EVERY-th tracked frame and is held between (the filter smooths its steps): on the
 # sample against every frame, every 4th changes the 7 probabilities by 0.0026 on average (every 3rd: 0.0020) and
-# keeps the top class on 100% of frames, for a quarter of the model's cost (docs/PERFORMANCE.md, issue 18 sixth
-# pass). `facebridge run --emotion-every` and serve's DescribeRows share it. A frame's emotion is applied on the
+# keeps the top class on 100% of frames, for a quarter of the model's cost (docs/PERFORMANCE.md, "Face pipeline on
+# one CPU core"). `facebridge run --emotion-every` and serve's DescribeRows share it. A frame's emotion is applied on
+# the
 # next tracked frame (one frame late), so that its model can run after the frame is handed on, in the time before
-# the next one arrives, instead of inside one frame in four (FaceDescriber.run_deferred; issue 18 twelfth pass).
+# the next one arrives, instead of inside one frame in four (FaceDescriber.run_deferred).
 EMOTION_EVERY = 4
 # One-Euro (min cutoff Hz, beta) per channel group at smoothing strength 1; strength S divides both by S, so a
 # still face jitters less (lower cutoff) and fast motion lags more (smaller speed boost)
@@ -44,6 +46,19 @@ _at = 0
 for _name, _width in FILTER_WIDTHS.items():
     FILTER_SLICES[_name] = slice(_at, _at + _width)
     _at += _width
+
+PASS_THROUGH_HZ = 1e9  # a channel with smoothing 0 in a filter that runs: its cutoff so high it passes through
+
+
+def channel_strengths(smoothing: float, regions: dict[str, float]) -> np.ndarray:
+    """One-Euro strength per filter channel (FILTER_SLICES order): `smoothing`, or the region's own strength."""
+    out = np.full(sum(FILTER_WIDTHS.values()), smoothing, np.float64)
+    for i, name in enumerate(ARKIT_NAMES):
+        out[FILTER_SLICES["blendshapes"].start + i] = regions.get(region_of(name), smoothing)
+    for key in ("head_rotation", "head_translation"):
+        out[FILTER_SLICES[key]] = regions.get("head", smoothing)
+    out[FILTER_SLICES["eyes"]] = regions.get("eyes", smoothing)
+    return out
 
 
 @dataclass
@@ -86,8 +101,9 @@ class FaceDescriber:
 
     def __init__(self, expression, subject: str = "FaceBridge", smoothing: float = 1.0,
                  profile: CalibrationProfile | None = None, emotion_every: int = EMOTION_EVERY,
-                 model_versions=None) -> None:
-        """model_versions: the dict the frames announce, or a function giving it (a live swap replaces it)."""
+                 model_versions=None, region_smoothing: dict[str, float] | None = None) -> None:
+        """model_versions: the dict the frames announce, or a function giving it (a live swap replaces it);
+        region_smoothing: strengths for head, eyes, brows, mouth (bridge/mapping.py REGIONS) instead of `smoothing`."""
         self.expression = expression
         self.subject = subject
         self.smoothing = smoothing
@@ -97,10 +113,8 @@ class FaceDescriber:
         self.head_pose = HeadPoseEstimator()
         self.blink = BlinkEstimator()
         self.emotion_context = EmotionContext()  # blinks, open mouth, surprise (stages/emotion_context.py)
-        strength = float(smoothing) or 1.0  # 0: off (no filter runs); S: FILTERS / S
-        self._filter = OneEuroFilter(
-            np.concatenate([np.full(FILTER_WIDTHS[k], lo / strength) for k, (lo, _) in FILTERS.items()]),
-            np.concatenate([np.full(FILTER_WIDTHS[k], beta / strength) for k, (_, beta) in FILTERS.items()]))
+        self._filter = OneEuroFilter()
+        self.set_smoothing(smoothing, region_smoothing)
         self._emotion = np.zeros(7, np.float32)
         # the last wanted frame's emotion (probabilities, or what classifies them), applied on the next tracked frame
         self._pending_emotion: np.ndarray | Callable[[], np.ndarray] | None = None
@@ -111,6 +125,20 @@ class FaceDescriber:
         self.calibration_tap = None
         if profile is not None and profile.identity:
             expression.set_identity(np.asarray(profile.identity, np.float32))
+
+    def set_smoothing(self, smoothing: float, regions: dict[str, float] | None = None) -> None:
+        """The One-Euro strength of every channel: `smoothing`, or a region's own (head: rotation and translation;
+        eyes, brows, mouth: their blendshapes, eyes also the gaze angles; emotion keeps `smoothing`). A strength S
+        divides the channel's min cutoff and beta by S; 0 passes the channel through. Taken on the next frame
+        (the monitor page changes it while the stream runs)."""
+        strengths = channel_strengths(float(smoothing), regions or {})
+        on = strengths > 0
+        safe = np.where(on, strengths, 1.0)
+        lows = np.concatenate([np.full(FILTER_WIDTHS[k], lo) for k, (lo, _) in FILTERS.items()])
+        betas = np.concatenate([np.full(FILTER_WIDTHS[k], beta) for k, (_, beta) in FILTERS.items()])
+        self._filter.min_cutoff = np.where(on, lows / safe, PASS_THROUGH_HZ)
+        self._filter.beta = np.where(on, betas / safe, 0.0)
+        self.smoothing = float(smoothing) if not regions else float(on.any())
 
     def reset(self) -> None:
         """Forget the tracking history (a new subject on this stream): pose guess, lid reference, filters."""

@@ -5,14 +5,16 @@ import ipaddress
 import time
 from pathlib import Path
 
+from bridge import ports
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("client", help="take part in federated rounds from this device",
                        description="Start a Flower SuperNode that trains the lip-sync adapter on this device's "
                                    "learning store and sends only the SecAgg+-masked update. Your recordings never "
                                    "leave the device; a personalised adapter is kept here.")
-    p.add_argument("--superlink", default="127.0.0.1:9092", metavar="HOST:PORT",
-                   help="the server's SuperLink (default 127.0.0.1:9092)")
+    p.add_argument("--superlink", default=ports.SUPERLINK, metavar="HOST:PORT",
+                   help=f"the server's SuperLink (default {ports.SUPERLINK})")
     p.add_argument("--root-certificates", metavar="CA.pem", help="CA that signed the server's TLS certificate "
                    "(required for a SuperLink that is not on this machine)")
     p.add_argument("--auth-key", metavar="KEY", help="this device's private key (OpenSSH EC), registered on the "

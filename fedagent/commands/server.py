@@ -4,6 +4,9 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+from bridge import ports
+from fedagent.project import RUN_CONFIG
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("server", help="run federated rounds for devices running `fedagent client`",
@@ -12,9 +15,11 @@ def add_parser(sub) -> None:
                                    "evaluate each new global adapter on --eval-store and publish it when no worse.")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; anything wider "
                    "needs --tls-* and --node-auth)")
-    p.add_argument("--port", type=int, default=9092, help="the devices' port: Flower's Fleet API only (default 9092)")
-    p.add_argument("--control-port", type=int, default=9093, help="Flower's Control API (flwr run/list/stop, "
-                   "device key registration), always on 127.0.0.1 (default 9093; from elsewhere: an SSH tunnel)")
+    p.add_argument("--port", type=int, default=ports.port_of(ports.SUPERLINK),
+                   help=f"the devices' port: Flower's Fleet API only (default {ports.port_of(ports.SUPERLINK)})")
+    control = ports.port_of(ports.SUPERLINK_CONTROL)
+    p.add_argument("--control-port", type=int, default=control, help="Flower's Control API (flwr run/list/stop, "
+                   f"device key registration), always on 127.0.0.1 (default {control}; from elsewhere: an SSH tunnel)")
     p.add_argument("--tls-cert", metavar="PEM", help="server certificate (with the address in its SAN)")
     p.add_argument("--tls-key", metavar="PEM", help="server private key")
     p.add_argument("--tls-ca", metavar="PEM", help="CA that signed --tls-cert (devices use it too)")
@@ -23,9 +28,12 @@ def add_parser(sub) -> None:
                    help="register a device's public key (OpenSSH EC); repeatable; implies --node-auth")
     p.add_argument("--eval-store", required=True, metavar="DIR",
                    help="the server's own held-out learning store; a new adapter is published only when no worse")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--min-clients", type=int, default=2, help="devices a round needs (default 2)")
-    p.add_argument("--clients-per-round", type=int, default=0, help="devices sampled per round (0: all online)")
+    p.add_argument("--rounds", type=int, default=RUN_CONFIG["rounds"][0],
+                   help=f"federated rounds (default {RUN_CONFIG['rounds'][0]})")
+    p.add_argument("--min-clients", type=int, default=RUN_CONFIG["min-clients"][0],
+                   help=f"devices a round needs (default {RUN_CONFIG['min-clients'][0]})")
+    p.add_argument("--clients-per-round", type=int, default=RUN_CONFIG["clients-per-round"][0],
+                   help="devices sampled per round (0: all online)")
     p.add_argument("--state", default="fedagent-server", metavar="DIR",
                    help="server folder: logs, events, global adapter (default ./fedagent-server)")
     p.add_argument("--keys", metavar="DIR", help="signing keys (fedagent keys init); with --repo, sign releases")
@@ -58,7 +66,7 @@ def run(args) -> int:
                               "add --tls-cert/--tls-key/--tls-ca and --node-auth (with --register-key per device)")
     if args.control_port == args.port:
         raise FaceBridgeError(f"--control-port {args.control_port} is also the devices' --port",
-                              "give the Control API a port of its own (default 9093)")
+                              "give the Control API a port of its own (--control-port)")
     if not Path(args.eval_store).is_dir():
         raise FaceBridgeError(f"held-out store {args.eval_store} does not exist", "pass a learning-store folder")
     if bool(args.keys) != bool(args.repo):

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedagent.project import RUN_CONFIG
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("simulate", help="run federated rounds with simulated speakers on this machine",
@@ -11,7 +13,8 @@ def add_parser(sub) -> None:
                                    "SecAgg+ fine-tuning of the lip-sync adapter, show every stage, and stop all "
                                    "processes at the end. Needs a source checkout and espeak-ng.")
     p.add_argument("--clients", type=int, default=3, help="devices (default 3)")
-    p.add_argument("--rounds", type=int, default=2, help="rounds (default 2)")
+    p.add_argument("--rounds", type=int, default=RUN_CONFIG["rounds"][0],
+                   help=f"rounds (default {RUN_CONFIG['rounds'][0]})")
     p.add_argument("--work", metavar="DIR", help="work folder for logs, Flower homes and server state (default: a "
                    "new temporary folder)")
     p.add_argument("--flower-default", action="store_true",

@@ -61,8 +61,8 @@ def test_manifest_matches_files_and_names_the_adapter():
     # Recorded speech (issue 19). The bar here was "within 0.05 of espeak-ng reading the same texts", and it held only
     # while partial alignments labelled espeak's last words silence (labels v1: 0.579); on complete alignments
     # espeak's reading scores 0.85 and the recorded set 0.67, so that Done-when is not met (docs/PERFORMANCE.md,
-    # "Recorded voices (issue 19, fourth pass)"). What is asserted: recorded speech is scored and has not fallen
-    # below the third pass's level by more than seed noise.
+    # "Lip-sync"). What is asserted: recorded speech is scored and has not fallen
+    # below the level of the model that first trained on recorded voices by more than seed noise.
     real = manifest["evaluation"].get("real_eval")
     if real is not None:
         assert real["jawOpen_correlation"] >= 0.65

@@ -8,6 +8,7 @@ import pytest
 
 from bridge.engines import shipped
 from bridge.models.check import find_checks, shipped_checks
+from tests.helpers import ROOT
 
 ALL = {"face_detection_short_range", "face_detection_full_range", "face_landmark", "iris_landmark", "emotion",
        "lipsync", "silero_vad", "regressor", "face_landmark_with_attention"}
@@ -17,7 +18,8 @@ def test_every_shipped_onnx_file_is_checked():
     checks = shipped_checks()
     assert {c.name for c in checks} == ALL
     onnx = {c.path for c in checks if c.path.suffix == ".onnx"}
-    assert onnx == {m.path for m in shipped.shipped_models()}  # nothing on disk is left out
+    assert onnx == set((ROOT / "bridge").rglob("*.onnx"))  # nothing on disk is left out
+    assert onnx == {m.path for m in shipped.shipped_models()}
     assert {c.name for c in checks if c.path.suffix == ".tflite"} == {"face_landmark_with_attention"}
     assert all(c.sha256 for c in checks)
 

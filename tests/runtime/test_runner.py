@@ -159,7 +159,7 @@ print("stopped", stats.sent, flush=True)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=subprocess_env())
     assert proc.stdout.readline().strip() == "running"
     deadline = time.monotonic() + 30
-    while not (take / "take.json").exists() and time.monotonic() < deadline:  # the first frame was recorded
+    while not _recorded(take) and time.monotonic() < deadline:  # the first frame was recorded
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=30)
@@ -169,6 +169,14 @@ print("stopped", stats.sent, flush=True)
     meta = json.loads((take / "take.json").read_text())
     lines = (take / "frames.jsonl").read_text().splitlines()
     assert meta["complete"] is True and meta["frames"] == len(lines) == int(out.split()[1])
+
+
+def _recorded(take) -> bool:
+    """Whether the take holds a frame (its take.json exists from the start)."""
+    try:
+        return (take / "frames.jsonl").stat().st_size > 0
+    except OSError:
+        return False
 
 
 class BlockingSource(CountingSource):
@@ -209,7 +217,7 @@ print("stopped", stats.sent, flush=True)
     lines = take / "frames.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the capture thread reached the FIFO and sits in open(2)
-        if (tmp_path / "stalled.png.reached").exists() and (take / "take.json").exists():
+        if (tmp_path / "stalled.png.reached").exists() and _recorded(take):
             break
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)

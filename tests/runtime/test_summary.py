@@ -61,7 +61,7 @@ def test_an_audio_only_take_shorter_than_its_file_is_flagged():
     assert short[-1].endswith("(50%): --max-frames stopped it")
 
 
-def test_the_idle_record_switch_never_reports_skipped_frames_but_a_recording_one_does(tmp_path):
+def test_the_idle_record_switch_never_reports_skipped_frames_but_a_take_names_exactly_what_it_lacks(tmp_path):
     from bridge.runtime.recording import RecordSwitch
     from bridge.runtime.summary import summarise
     from bridge.sinks.recorder import TakeRecorder
@@ -72,6 +72,10 @@ def test_the_idle_record_switch_never_reports_skipped_frames_but_a_recording_one
     assert not any("recorder" in n for n in summarise(stats.snapshot(), [idle], ["recorder"]).notes)
     used = RecordSwitch(TakeRecorder, tmp_path / "takes")
     used.begin(tmp_path / "take")
+    used.skipped(3)  # what the sink worker tells the take when its queue lets frames go
     used.stop()
-    notes = summarise(stats.snapshot(), [used], ["recorder"]).notes
-    assert any(n.startswith("recorder: 3 frames skipped for this output alone") for n in notes)
+    summary = summarise(stats.snapshot(), [used], ["recorder"])
+    assert [n for n in summary.notes if n.startswith("recorder:")] == [
+        "recorder: 3 of 3 frames were NOT recorded (3 the disk was slower than the stream for longer than the "
+        f"recorder's queue holds); no frame landed, no take was left in {tmp_path / 'take'}"]
+    assert summary.failed and not (tmp_path / "take").exists()

@@ -20,7 +20,7 @@ from bridge.formats.livelinkface import CURVE_NAMES, decode_llf_packet
 from bridge.formats.take import TakeReader
 from bridge.frame import ARKIT_NAMES, FaceFrame
 from bridge.sinks.recorder import TakeRecorder
-from tests.helpers import default_sigint
+from tests.helpers import default_sigint, wait_until
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -250,18 +250,57 @@ while True:
 """
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "going"
+    # take.json is rewritten as frames land (each sync): a killed take says how many it held without a repair
+    assert wait_until(lambda: _frames_in_metadata(take) >= 200, 30)
     proc.kill()
     proc.wait(30)
     lines = (take / "frames.jsonl").read_bytes().split(b"\n")
     rows = (take / "frames.csv").read_bytes().split(b"\n")[1:]
     assert abs(len(lines) - len(rows)) <= 1  # the kernel had both lines of every frame but the last
-    assert json.loads((take / "take.json").read_text())["complete"] is False
+    killed = json.loads((take / "take.json").read_text())
+    assert killed["complete"] is False and 200 <= killed["frames"] <= len(lines)
+    assert killed["subject"] == "Actor_1" and len(list(TakeReader(take))) >= killed["frames"]
     report = repair_take(take)
     meta = json.loads((take / "take.json").read_text())
     whole = (take / "frames.jsonl").read_text().splitlines()
     assert meta["complete"] is True and meta["frames"] == report.frames == len(whole) >= 200
     assert len((take / "frames.csv").read_text().splitlines()) == 1 + len(whole)
     assert len(list(TakeReader(take))) == len(whole) and "repaired" in meta
+
+
+def _frames_in_metadata(take) -> int:
+    try:
+        return json.loads((take / "take.json").read_text())["frames"]
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def test_a_take_that_got_no_frame_is_removed_and_one_killed_before_its_first_frame_is_reused(tmp_path):
+    TakeRecorder(tmp_path / "none").close()
+    assert not (tmp_path / "none").exists()  # nothing recorded, nothing left: the name stays free
+    (tmp_path / "kept").mkdir()
+    TakeRecorder(tmp_path / "kept").close()
+    assert (tmp_path / "kept").is_dir() and not any((tmp_path / "kept").iterdir())  # a folder the user made stays
+    take = tmp_path / "killed"
+    script = f"""
+import sys
+sys.path.insert(0, {REPO!r})
+from bridge.sinks.recorder import TakeRecorder
+rec = TakeRecorder({str(take)!r})
+print("open", flush=True)
+sys.stdin.read()
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "open"
+    proc.kill()
+    proc.wait(30)
+    assert sorted(p.name for p in take.iterdir()) == ["frames.csv", "frames.jsonl", "take.json"]
+    record(take, make_frames(3))  # the empty take left by the kill is reused
+    assert len(list(TakeReader(take))) == 3
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(SinkError, match="already has files"):
+        TakeRecorder(tmp_path / "other")
 
 
 def test_symbolic_links_and_long_names_as_record_paths_are_refused_in_one_line(tmp_path):
