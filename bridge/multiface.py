@@ -4,11 +4,13 @@ while its face is tracked.
 Every slot is a FacePipeline of its own (region of interest, pose tracking, blink baseline, identity, filters,
 calibration profile) that shares the models of slot 0, so N faces load the models once. Tracking runs the
 landmark model on each tracked slot's region; a slot whose face is lost is free. While a slot is free the
-detector runs (every frame while no face is tracked, every SCAN_EVERY frames otherwise) and each new face, one not
-already tracked, takes the free slot whose face was last seen nearest to it (a face that leaves and comes back
-keeps its subject), else the lowest free slot. Two slots that come to track the same face are merged into the
-one tracked longer. Slot 0 is always sent, as with one face; another slot is sent from the first frame its face
-is seen on, and while its face is away it is sent as lost (confidence 0, relaxing to neutral) like slot 0.
+detector runs (every frame while no face is tracked, every SCAN_EVERY frames otherwise; a wide search, so that two
+people side by side on one 16:9 webcam, each a tenth of the frame wide, are found: bridge/stages/search.py) and
+each new face, one not already tracked, takes the free slot whose face was last seen nearest to it (a face that
+leaves and comes back keeps its subject), else the lowest free slot. Two slots that come to track the same face
+are merged into the one tracked longer. Slot 0 is always sent, as with one face; another slot is sent from the
+first frame its face is seen on, and while its face is away it is sent as lost (confidence 0, relaxing to
+neutral) like slot 0.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from bridge.stages.landmarks import LandmarkResult, roi_from_detection, roi_from
 
 SCAN_EVERY = 10  # frames between detector runs while some faces are tracked and a slot is free
 SAME_FACE_IOU = 0.4  # landmark boxes overlapping this much are one face
+# detections asked for per slot: some are faces already tracked, some the landmark model refuses (dark glasses)
+CANDIDATES_PER_SLOT = 2
 
 
 @dataclass
@@ -78,6 +82,7 @@ class MultiFacePipeline:
 
     # what the session, control and swapper read of a pipeline: slot 0's, the models are shared
     detector = property(lambda self: self.slots[0].detector)
+    far_detector = property(lambda self: self.slots[0].far_detector)
     landmarker = property(lambda self: self.slots[0].landmarker)
     landmark_path = property(lambda self: self.slots[0].landmark_path)
     landmark_reason = property(lambda self: self.slots[0].landmark_reason)
@@ -91,6 +96,10 @@ class MultiFacePipeline:
     @swapper.setter
     def swapper(self, value) -> None:
         self.slots[0].swapper = value  # slot 0 takes swapped sessions; the others share them (_share_sessions)
+
+    @property
+    def detector_summary(self) -> str:
+        return self.slots[0].search.summary(faces=len(self.slots))
 
     def slot(self, subject: str) -> FacePipeline:
         return self.slots[self.subjects.index(subject)]
@@ -163,7 +172,7 @@ class MultiFacePipeline:
                     del found[b]
 
     def _detect_into(self, image, found: dict[int, LandmarkResult], free: list[int], timer: StageTimer) -> None:
-        detections = self.detector.detect(image, max_faces=len(self.slots))
+        detections = self.slots[0].search.find(image, max_faces=CANDIDATES_PER_SLOT * len(self.slots), wide=True)
         self.detector_runs += 1
         timer.lap("detect")
         boxes = [_box(r.points) for r in found.values()]

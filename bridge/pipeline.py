@@ -1,6 +1,7 @@
 """FacePipeline: one camera frame in, one FaceFrame out, in two stages.
 
-track:    detect (only when tracking is lost) -> 468 landmarks (+ both eyes and irises with the attention mesh)
+track:    detect (only when tracking is lost; which detector: stages/search.py) -> 468 landmarks (+ both eyes
+          and irises with the attention mesh)
           -> next frame's region
 describe: iris (both eyes, one batch; not with the attention mesh), then the shared describe step
           (bridge/stages/describe.py, the same one `facebridge serve` runs per stream): head pose (PnP) -> gaze
@@ -35,13 +36,14 @@ from bridge.stages.landmarks import (
     roi_from_detection,
     roi_from_landmarks,
 )
+from bridge.stages.search import FAR, FAR_AFTER, NEAR, FaceSearch, check_choice
 
 log = logging.getLogger(__name__)
 PRESENCE_THRESHOLD = 0.5
 # Where a replacement session is taken (the stage thread that runs the model): registry name -> component.
-# The detector's registry name depends on --detector; both are listed, only the one in use is ever requested.
+# --detector decides which of the two detectors run (stages/search.py); only those in use are ever requested.
 SWAP_POINTS = {
-    "track": (("face_detection_short_range", "detector"), ("face_detection_full_range", "detector"),
+    "track": (("face_detection_short_range", "detector"), ("face_detection_full_range", "far_detector"),
               ("face_landmark", "landmarker"), ("face_landmark_with_attention", "landmarker")),
     "describe": (("iris_landmark", "iris"), ("emotion", "emotion"), ("regressor", "expression")),
 }
@@ -54,7 +56,9 @@ class PipelineOptions:
     backend: str = "onnxruntime"
     threads: int = 1  # inference threads per model
     cpu_precision: str = "f32"  # CPU backends: "f32", or "bf16" where the CPU has it natively (engines/precision.py)
-    detector: str = "face_detection_short_range"
+    # "auto": BlazeFace short range, and full range too where small faces are looked for; "short"/"full": that one
+    # (bridge/stages/search.py)
+    detector: str = "auto"
     # "attention": MediaPipe's attention mesh, mesh + eyes + irises from one model (LiteRT only); "mesh+iris":
     # face_landmark then iris_landmark; "auto": the attention mesh where the models run on the CPU and LiteRT is
     # installed (4x closer to MediaPipe refine's points, a quarter less CPU a frame: docs/PERFORMANCE.md), else
@@ -77,6 +81,7 @@ class PipelineOptions:
         if not (math.isfinite(float(self.smoothing)) and 0.0 <= float(self.smoothing) <= MAX_SMOOTHING):
             raise FaceBridgeError(f"--smoothing {self.smoothing:g} is out of range",
                                   f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
+        check_choice(self.detector)
         for region, strength in self.region_smoothing.items():
             if not (math.isfinite(float(strength)) and 0.0 <= float(strength) <= MAX_SMOOTHING):
                 raise FaceBridgeError(f"--smoothing-{region} {strength:g} is out of range",
@@ -139,7 +144,7 @@ class FacePipeline:
         engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
         self.landmark_path, self.landmark_reason = (
             (shared.landmark_path, shared.landmark_reason) if shared else landmark_path(options))
-        self.detector = shared.detector if shared else FaceDetector(options.detector, **engine)
+        self.search = shared.search if shared else FaceSearch(options.detector, **engine)
         self.landmarker = shared.landmarker if shared else self._landmarker(engine)
         self.iris = shared.iris if shared else (None if self.landmark_path == "attention" else IrisLandmarker(**engine))
         self.expression = ExpressionEstimator(method=options.expression, backend=options.backend,
@@ -158,11 +163,20 @@ class FacePipeline:
                                        region_smoothing=options.region_smoothing)  # a swap replaces them
         self._roi = None
         self._tracked = 0
+        self._missed = 0  # frames in a row without a face
         self.detector_runs = 0
         self.swapper = None  # a runtime.swap.ModelSwapper: new model sessions are taken between two frames
         # benchmarks: per-stage CPU time of the stage threads (time.thread_time), last frame's in last_stage_cpu_ms
         self.stage_cpu = False
         self.last_stage_cpu_ms: dict[str, float] = {}
+
+    # the search's two detectors, by the component names of SWAP_POINTS (None where --detector leaves one out)
+    detector = property(lambda self: self.search.near)
+    far_detector = property(lambda self: self.search.far)
+
+    @property
+    def detector_summary(self) -> str:
+        return self.search.summary(faces=1)
 
     def _landmarker(self, engine: dict):
         if self.landmark_path == "attention":
@@ -216,8 +230,8 @@ class FacePipeline:
 
     def swappable_models(self) -> list[str]:
         """Registry names of the models this pipeline runs and can swap live."""
-        names = [m for stage in SWAP_POINTS.values() for m, c in stage if c != "detector"]
-        names.append(self.options.detector)
+        names = [m for stage in SWAP_POINTS.values() for m, c in stage if c not in ("detector", "far_detector")]
+        names += list(self.search.detectors())
         unused = ("face_landmark", "iris_landmark") if self.landmark_path == "attention" else (
             "face_landmark_with_attention",)
         names = [n for n in names if n not in unused]
@@ -229,7 +243,8 @@ class FacePipeline:
         """Run every model once so the first real frame is not slowed by lazy allocation and kernel choice
         (a live source would otherwise drop the frames that arrive meanwhile)."""
         blank = np.zeros((256, 256, 3), np.uint8)
-        self.detector.detect(blank)
+        for detector in self.search.detectors().values():
+            detector.detect(blank)
         found = self.landmarker.run(blank, Roi(cx=128, cy=128, size=200))
         points = found.points
         iris = found.eyes if found.eyes is not None else self.iris.run(blank, points)
@@ -243,6 +258,7 @@ class FacePipeline:
     def reset(self) -> None:
         self._roi = None
         self._tracked = 0
+        self._missed = 0
         self.describer.reset()
 
     def run_deferred(self) -> None:
@@ -265,7 +281,8 @@ class FacePipeline:
 
         o = self.options
         engine = {"backend": o.backend, "threads": o.threads, "cpu_precision": o.cpu_precision}
-        build = {"detector": lambda: FaceDetector(o.detector, **engine), "landmarker": lambda: self._landmarker(engine),
+        build = {"detector": lambda: FaceDetector(NEAR, **engine), "far_detector": lambda: FaceDetector(FAR, **engine),
+                 "landmarker": lambda: self._landmarker(engine),
                  "iris": lambda: IrisLandmarker(**engine), "emotion": lambda: EmotionClassifier(**engine),
                  "expression": lambda: ExpressionEstimator(method=o.expression, backend=o.backend,
                                                            model_dir=o.expression_model,
@@ -273,13 +290,14 @@ class FacePipeline:
         return build().session
 
     def _find_face(self, image: np.ndarray, timer: StageTimer):
-        """Landmarks from the tracked ROI; on loss, detect and try again once."""
+        """Landmarks from the tracked ROI; on loss, detect (wide once no face was found for FAR_AFTER frames) and
+        try again once."""
         if self._roi is not None:
             result = self.landmarker.run(image, self._roi)
             timer.lap("landmarks")
             if result.presence >= PRESENCE_THRESHOLD:
                 return result
-        detections = self.detector.detect(image)
+        detections = self.search.find(image, wide=self._missed >= FAR_AFTER)
         self.detector_runs += 1
         timer.lap("detect")
         if not detections:
@@ -301,9 +319,11 @@ class FacePipeline:
         if found is None:
             self._roi = None
             self._tracked = 0
+            self._missed += 1
         else:
             self._roi = roi_from_landmarks(found.points)
             self._tracked += 1
+            self._missed = 0
         return Tracked(frame=frame, found=found, tracked_count=self._tracked, stage_ms=timer.ms,
                        stage_cpu_ms=timer.cpu_ms)
 

@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-from tuf.api.metadata import Metadata, MetaFile, Snapshot, TargetFile, Targets, Timestamp
+from tuf.api.metadata import Metadata, MetaFile, Root, Snapshot, TargetFile, Targets, Timestamp
 from tuf.api.serialization.json import JSONSerializer
 
 from bridge.errors import FaceBridgeError
@@ -95,12 +95,12 @@ def publish(keys_dir, repo_dir, specs: list[ReleaseSpec] = (), *,
     targets.version, targets.expires = version, ring.expires("targets", expires)
     targets_md = _signed(Metadata(targets), ring.signers("targets", root))
     _write(meta_dir / f"{version}.targets.json", targets_md)
-    snap_version = 1 + max(versions.get("snapshot", 0), _version(meta_dir, "snapshot"))
+    snap_version = 1 + max(versions.get("snapshot", 0), _version(meta_dir, "snapshot", root))
     snapshot = Snapshot(version=snap_version, expires=ring.expires("snapshot", expires),
                         meta={"targets.json": MetaFile(version=version)})
     snap_md = _signed(Metadata(snapshot), ring.signers("snapshot", root))
     snap_bytes = _write(meta_dir / f"{snap_version}.snapshot.json", snap_md)
-    ts_version = 1 + max(versions.get("timestamp", 0), _version(meta_dir, "timestamp"))
+    ts_version = 1 + max(versions.get("timestamp", 0), _version(meta_dir, "timestamp", root))
     timestamp = Timestamp(version=ts_version, expires=ring.expires("timestamp", expires),
                           snapshot_meta=MetaFile.from_data(snap_version, snap_bytes, ["sha256"]))
     _write(meta_dir / "timestamp.json", _signed(Metadata(timestamp), ring.signers("timestamp", root)))
@@ -142,12 +142,23 @@ def _copy_roots(ring: KeyRing, meta_dir: Path) -> None:
     atomic_write_bytes(meta_dir / "root.json", (ring.dir / "trust.json").read_bytes())
 
 
-def _version(meta_dir: Path, role: str) -> int:
+def _version(meta_dir: Path, role: str, root: Root) -> int:
+    """The newest version of `role` in the repository that the current keys of `role` signed. Metadata signed by
+    keys rotated out since (an attacker's inflated version, a fast-forward) does not count: after a rotation
+    the publisher goes on from its own record, and devices reset that role's floor (TUF 5.3.11)."""
     if role == "timestamp":
-        path = meta_dir / "timestamp.json"
-        return Metadata.from_file(str(path)).signed.version if path.exists() else 0
-    versions = [int(p.name.split(".")[0]) for p in meta_dir.glob(f"*.{role}.json")]
-    return max(versions, default=0)
+        paths = [meta_dir / "timestamp.json"]
+    else:
+        found = [(int(p.name.split(".")[0]), p) for p in meta_dir.glob(f"*.{role}.json") if p.name[0].isdigit()]
+        paths = [p for _, p in sorted(found, reverse=True)]
+    for path in paths:
+        try:
+            md = Metadata.from_file(str(path))
+            root.verify_delegate(role, md.signed_bytes, md.signatures)
+        except Exception:  # missing, unreadable or signed by other keys: not ours
+            continue
+        return md.signed.version
+    return 0
 
 
 def _current_targets(meta_dir: Path) -> Metadata[Targets] | None:

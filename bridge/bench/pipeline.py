@@ -196,8 +196,8 @@ def run(args) -> dict:
 
 def _backends(pipeline) -> dict:
     """Which backend and precision each model's session runs on."""
-    stages = {"detector": pipeline.detector, "landmarks": pipeline.landmarker, "iris": pipeline.iris,
-              "emotion": pipeline.emotion, "expression": pipeline.expression}
+    stages = {"detector": pipeline.detector, "far detector": pipeline.far_detector, "landmarks": pipeline.landmarker,
+              "iris": pipeline.iris, "emotion": pipeline.emotion, "expression": pipeline.expression}
     return {name: f"{stage.session.backend_name} {getattr(stage.session, 'precision', '')}".strip()
             for name, stage in stages.items() if getattr(stage, "session", None) is not None}
 

@@ -66,6 +66,9 @@ def add_arguments(p) -> None:
                         "streams reconnect to the others; counted in reconnects)")
     p.add_argument("--quality", type=int, default=80, help="JPEG quality (default 80)")
     p.add_argument("--deadline-ms", type=float, default=100.0, help="the server's per-frame deadline")
+    p.add_argument("--wire", default="track", choices=["track", "many"],
+                   help="track (default): one Track call per face stream; many: a client process's streams on one "
+                        "TrackMany call per server, the frames due together in one message (a gateway's wire)")
     p.add_argument("--in-flight", type=int, default=0, metavar="K",
                    help="frames each stream keeps unanswered at most: 0 (default) sends every frame at --fps, as a "
                         "camera streaming blindly; K holds a frame back while K are unanswered (latest wins at the "
@@ -93,10 +96,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
-    out = {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [], "replica": "",
-           "stale": 0, "late": 0, "bad": 0,
-           "stages": {k: [] for k in STAGES[:6]}, "error": None, "slowest": [],
-           "reconnects": 0, "moved": 0, "replicas": []}
+    out = _stream_record(stream_id)
     loop = asyncio.get_running_loop()
     k, which = 0, stream_id % len(channels)
     totals = {"stale": 0, "late": 0, "bad": 0}
@@ -139,21 +139,8 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
                 this_call["dropped"] = response.stale_dropped + response.late_dropped + response.bad_frames
                 if response.WhichOneof("part") != "frame":
                     continue
-                out["served"] += 1
                 this_call["answered"] += 1
-                frame = response.frame
-                if frame.source_time >= measure_from:
-                    latency = (time.perf_counter() - frame.source_time) * 1000.0
-                    out["latency_ms"].append(latency)
-                    got = frame.latencies_ms
-                    for stage in STAGES:
-                        if stage in got:
-                            out["stages"].setdefault(stage, []).append(got[stage])
-                    kept = out["slowest"]
-                    if len(kept) < SLOWEST_KEPT or latency > kept[0][0]:  # its stages copied only when kept
-                        slowest = (latency, frame.source_time - measure_from, stream_id,
-                                   {k: round(v, 2) for k, v in got.items()})
-                        (heapq.heappush if len(kept) < SLOWEST_KEPT else heapq.heapreplace)(kept, slowest)
+                _record_frame(out, response.frame, stream_id, measure_from)
 
         try:
             await asyncio.gather(writer(), reader())
@@ -169,19 +156,120 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     return out
 
 
-def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results, in_flight=0):
+def _stream_record(stream_id: int) -> dict:
+    return {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [],
+            "replica": "", "stale": 0, "late": 0, "bad": 0, "stages": {k: [] for k in STAGES[:6]}, "error": None,
+            "slowest": [], "reconnects": 0, "moved": 0, "replicas": [], "id": stream_id}
+
+
+def _record_frame(out: dict, frame, stream_id: int, measure_from: float) -> None:
+    """A served Frame's latency (send to receipt) and server stages into a stream's record."""
+    out["served"] += 1
+    if frame.source_time < measure_from:
+        return
+    latency = (time.perf_counter() - frame.source_time) * 1000.0
+    out["latency_ms"].append(latency)
+    got = frame.latencies_ms
+    for stage in STAGES:
+        if stage in got:
+            out["stages"].setdefault(stage, []).append(got[stage])
+    kept = out["slowest"]
+    if len(kept) < SLOWEST_KEPT or latency > kept[0][0]:  # its stages copied only when kept
+        slowest = (latency, frame.source_time - measure_from, stream_id, {k: round(v, 2) for k, v in got.items()})
+        (heapq.heappush if len(kept) < SLOWEST_KEPT else heapq.heapreplace)(kept, slowest)
+
+
+async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, measure_from, deadline_ms,
+                        in_flight=0, batch_ms=2.0):
+    """Face streams on one TrackMany call: every `batch_ms` the frames due since the last request go together in
+    one, and each response's replies are shared out by stream id. The same schedule, in-flight rule and records
+    as `_one_stream` (no reconnects: a broken call is reported in every stream's `error`)."""
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+
+    outs = {s: _stream_record(s) for s in stream_ids}
+    in_call = {s: {"sent": 0, "answered": 0, "dropped": 0} for s in stream_ids}
+    loop = asyncio.get_running_loop()
+    call = pb_grpc.FaceServeServiceStub(channel).TrackMany()
+
+    async def writer():
+        k = 0
+        while (t := start + k / fps) < end:
+            await asyncio.sleep(max(0.0, t - loop.time()))
+            items = []
+            for s in stream_ids:  # every stream's frame k is due now (the streams share one schedule)
+                this, out = in_call[s], outs[s]
+                if in_flight and this["sent"] - this["answered"] - this["dropped"] >= in_flight:
+                    out["held"] += 1
+                    out["held_measured"] += time.perf_counter() >= measure_from
+                    continue
+                image = pb.ImageFrame(encoding=pb.ImageFrame.JPEG, data=jpegs[(s + k) % len(jpegs)], seq=k,
+                                      capture_time=time.time(), source_time=time.perf_counter(),
+                                      media_time=k / fps, frame_rate=fps)
+                items.append(pb.TrackManyItem(stream_id=s, subject=f"bench{s}" if k == 0 else "", image=image,
+                                              deadline_ms=deadline_ms))
+                out["sent"] += 1
+                this["sent"] += 1
+                out["sent_measured"] += image.source_time >= measure_from
+            if items:
+                await call.write(pb.TrackManyRequest(items=items))
+            k += 1
+            while start + k / fps <= loop.time() - batch_ms / 1000.0:  # behind: the missed ticks' frames are skipped
+                k += 1
+        await call.done_writing()
+
+    async def reader():
+        async for response in call:
+            for reply in response.replies:
+                out, this = outs.get(reply.stream_id), in_call.get(reply.stream_id)
+                if out is None:
+                    continue
+                if reply.ended and not reply.HasField("response"):
+                    if reply.ended != "ended by the client":
+                        out["error"] = reply.ended[:200]
+                    continue
+                r = reply.response
+                if not out["replicas"]:
+                    out["replicas"].append(r.replica)
+                out["replica"] = r.replica
+                out["stale"], out["late"], out["bad"] = r.stale_dropped, r.late_dropped, r.bad_frames
+                this["dropped"] = r.stale_dropped + r.late_dropped + r.bad_frames
+                if r.WhichOneof("part") == "frame":
+                    this["answered"] += 1
+                    _record_frame(out, r.frame, reply.stream_id, measure_from)
+
+    try:
+        await asyncio.gather(writer(), reader())
+    except Exception as e:  # noqa: BLE001 - a broken call is reported in each of its streams
+        code = getattr(e, "code", None)
+        error = f"{code().name}: {e.details()}"[:200] if callable(code) else str(e).splitlines()[0][:200]
+        for out in outs.values():
+            out["error"] = out["error"] or error
+        call.cancel()
+    return [outs[s] for s in stream_ids]
+
+
+def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results, in_flight=0,
+                    wire="track"):
     import grpc
 
     async def main():
-        channels = {a: grpc.aio.insecure_channel(a) for a in addresses}
+        channels = {a: grpc.aio.insecure_channel(a, options=[("grpc.max_receive_message_length", 64 << 20)])
+                    for a in addresses}
         loop = asyncio.get_running_loop()
         start = loop.time() + max(0.0, t0 - time.perf_counter())  # every process starts the same instant
         end = start + seconds
         measure_from = t0 + warmup
         ordered = [channels[a] for a in addresses]
-        tasks = [_one_stream(ordered, s, jpegs, fps, start, end, measure_from, deadline_ms, in_flight)
-                 for s in stream_ids]
-        streams = await asyncio.gather(*tasks)
+        if wire == "many":  # one call per server address, the streams spread over them as Track spreads them
+            by_channel = {i: [s for s in stream_ids if s % len(ordered) == i] for i in range(len(ordered))}
+            calls = [_many_streams(ordered[i], ids, jpegs, fps, start, end, measure_from, deadline_ms, in_flight)
+                     for i, ids in by_channel.items() if ids]
+            streams = [s for group in await asyncio.gather(*calls) for s in group]
+        else:
+            tasks = [_one_stream(ordered, s, jpegs, fps, start, end, measure_from, deadline_ms, in_flight)
+                     for s in stream_ids]
+            streams = await asyncio.gather(*tasks)
         for c in channels.values():
             await c.close()
         return streams
@@ -244,7 +332,8 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     groups = [list(range(i, n, args.client_processes)) for i in range(min(args.client_processes, n))]
     t0 = time.perf_counter() + 3.0  # time for the processes to start
     procs = [ctx.Process(target=_client_process, args=(addresses, ids, jpegs, args.fps, args.seconds, args.warmup,
-                                                       int(args.deadline_ms), t0, results, args.in_flight))
+                                                       int(args.deadline_ms), t0, results, args.in_flight,
+                                                       args.wire))
              for ids in groups]
     for p in procs:
         p.start()
@@ -288,7 +377,8 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     stale, late, bad = (sum(s[k] for s in streams) for k in ("stale", "late", "bad"))
     measured_s = args.seconds - args.warmup
     return {
-        "streams": n, "fps_per_stream": args.fps, "seconds": args.seconds, "in_flight": args.in_flight,
+        "streams": n, "wire": args.wire, "fps_per_stream": args.fps, "seconds": args.seconds,
+        "in_flight": args.in_flight,
         "measured_unix": measured_unix,
         "server_gc": _gc_during(status_start, status_end),
         "server_thread_cpu_ms_per_frame": _threads_during(status_start, status_end, served_measured),

@@ -38,8 +38,11 @@ def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
                         "model (LiteRT only); mesh+iris = face_landmark then iris_landmark on both eyes; auto "
                         "(default) = attention where the models run on the CPU and LiteRT is installed (closer to "
                         "MediaPipe refine and less CPU, docs/PERFORMANCE.md), else mesh+iris; the run names it")
-    p.add_argument("--detector", choices=["short", "full"], default="short",
-                   help="BlazeFace short range (faces within ~2 m, default) or full range (up to ~5 m)")
+    p.add_argument("--detector", choices=["auto", "short", "full"], default="auto",
+                   help="face detector: short = BlazeFace short range (fast; faces a fifth of the frame wide or "
+                        "more, within ~2 m), full = full range (faces down to ~6%% of a 16:9 frame's width, up to "
+                        "~5 m; misses a face filling the frame), auto (default) = short range, and full range too "
+                        "with --faces above 1 and after half a second without a face; the run names it")
     p.add_argument("--expression", choices=["regressor", "fit"], default="regressor",
                    help="blendshape estimator: the fast trained regressor (default) or the reference model fit")
     p.add_argument("--expression-model", metavar="DIR",
@@ -81,7 +84,7 @@ def pipeline_options(args):
     return PipelineOptions(backend=args.backend, cpu_precision=args.cpu_precision, subject=args.subject,
                            expression=args.expression,
                            expression_model=args.expression_model,
-                           detector=f"face_detection_{args.detector}_range",
+                           detector=args.detector,
                            landmarks=getattr(args, "landmarks", "auto"),
                            emotion_every=args.emotion_every,
                            smoothing=0.0 if args.no_smoothing else args.smoothing,
@@ -128,6 +131,13 @@ def add_parser(sub) -> None:
                         "profile; applied after calibration, before every output")
     p.add_argument("--head-dead-zone", type=float, metavar="DEGREES",
                    help="the head holds still until it moves more than this (default: the mapping's, else 0)")
+    p.add_argument("--osc-remote", metavar="[HOST:]PORT",
+                   help="listen for OSC remote control as the Live Link Face app does (8000 in the app): /RecordStart "
+                        "SLATE TAKE starts a take in --takes-dir named SLATE_TAKE, /RecordStop ends it, "
+                        "/OSCSetSendTarget, /Slate, /Take, /BatteryQuery, /ThermalsQuery (docs/PROTOCOLS.md); "
+                        "binds 127.0.0.1 unless HOST is given, which needs --osc-allow")
+    p.add_argument("--osc-allow", metavar="IP,IP",
+                   help="controller addresses the OSC remote control accepts beyond this machine")
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
@@ -195,7 +205,8 @@ def run_config(args):
                      adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
                      monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
                      remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca, mapping=args.mapping,
-                     head_dead_zone=args.head_dead_zone)
+                     head_dead_zone=args.head_dead_zone, osc_remote=address_or_off(args.osc_remote),
+                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()))
 
 
 def run(args) -> int:

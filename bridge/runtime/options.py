@@ -139,3 +139,5 @@ class RunConfig:
     mapping: str | None = None  # --mapping FILE.json: the blendshape mapping (bridge/mapping.py) instead of the
     # one stored in the subject's profile
     head_dead_zone: float | None = None  # degrees; None: the mapping's own (0 without one)
+    osc_remote: str | None = None  # [HOST:]PORT of the OSC remote control listener (runtime/osc_remote.py); None: off
+    osc_allow: tuple[str, ...] = ()  # controller addresses allowed beyond loopback

@@ -123,6 +123,7 @@ class BridgeSession:
         self.config = config
         self.learn = None
         self.tuning = None
+        self.osc_remote = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
@@ -176,6 +177,7 @@ class BridgeSession:
             subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
             self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None, subjects=subjects), self.control)
             self.sinks.append(self._open_recording())
+            self.osc_remote = self._open_osc_remote()
             self.stats.attach_sinks(self.sinks)
             self.pipeline = self._build_pipeline()
             self.control.pipeline = self.pipeline
@@ -200,6 +202,19 @@ class BridgeSession:
         if self.config.outputs.record:
             self.recording.begin(self.config.outputs.record)
         return self.recording
+
+    def _open_osc_remote(self):
+        """The Live Link Face style OSC remote control (record start/stop with slate and take), when asked."""
+        spec = self.config.osc_remote
+        if not spec:
+            return None
+        from bridge.runtime.osc_remote import DEFAULT_PORT, OscRemote
+        from bridge.sinks.udp import parse_host_port
+
+        spec = spec.strip()
+        host, port = ("127.0.0.1", int(spec)) if spec.isdigit() else parse_host_port(spec, DEFAULT_PORT,
+                                                                                       "--osc-remote")
+        return OscRemote(host, port, self.recording, fps=lambda: float(self.source.fps), allow=self.config.osc_allow)
 
     def _open_monitor(self):
         config = self.config
@@ -346,7 +361,11 @@ class BridgeSession:
         backend = self._backend()
         lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
-        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{cal}{learn}{monitor}"
+        if self.osc_remote is not None:
+            monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
+        summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
+        detector = f"{summary}; " if summary else ""
+        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
@@ -418,6 +437,9 @@ class BridgeSession:
             close_all(self.sinks)
             if self.source is not None:
                 self.source.close()
+        if self.osc_remote is not None:
+            self.osc_remote.close()
+            self.osc_remote = None
         if self.release_watch is not None:
             self.release_watch.stop()
         if self.swapper is not None:

@@ -1,4 +1,5 @@
-"""TrackClient: one face stream to `facebridge serve`, images out and FaceFrames back on one long-lived Track call.
+"""TrackClient: one face stream to `facebridge serve`, images out and FaceFrames back on one long-lived Track call;
+TrackManyClient: many face streams on one TrackMany call (a gateway, a load generator).
 
 Sending never waits for the server: requests go into the call's outgoing queue and gRPC flow control paces them;
 a reader thread turns every response into a FaceFrame (with the server's drop counters for this stream) on the
@@ -137,6 +138,112 @@ class TrackClient:
 
     def close(self) -> None:
         """End the stream now (the server frees its slot), and the channel if this client opened it."""
+        self._outgoing.put(_END)
+        self._call.cancel()
+        self._reader.join(5.0)
+        if self._own_channel:
+            self.channel.close()
+
+
+class TrackManyClient:
+    """Many face streams to `facebridge serve` on one TrackMany call: `send` puts the images of any of them in one
+    request; a reader thread turns each reply into a FaceFrame on that stream's `results[stream_id]` queue (as
+    TrackClient's `results`: (FaceFrame, dropped, replica), (None, dropped, replica) for a drop or refusal, None
+    once the stream ended; `ended[stream_id]` says why when the server ended it)."""
+
+    def __init__(self, address: str, token: str | None = None, tls_ca: str | None = None,
+                 channel: grpc.Channel | None = None) -> None:
+        self._own_channel = channel is None
+        self.channel = channel or open_channel(address, tls_ca)
+        self._outgoing: queue.Queue = queue.Queue()
+        self.results: dict[int, queue.Queue] = {}
+        self.reports: dict[int, StreamReport] = {}
+        self.refused: dict[int, list[tuple[int, str]]] = {}
+        self.ended: dict[int, str] = {}
+        self.error: grpc.RpcError | None = None
+        self._started: set[int] = set()
+        self._lock = threading.Lock()
+        metadata = [("authorization", f"Bearer {token}")] if token else None
+        self._call = pb_grpc.FaceServeServiceStub(self.channel).TrackMany(self._requests(), metadata=metadata)
+        self._reader = threading.Thread(target=self._read, name="track-many-client", daemon=True)
+        self._reader.start()
+
+    def stream(self, stream_id: int) -> queue.Queue:
+        """The results queue of one face stream (made on first use)."""
+        with self._lock:
+            if stream_id not in self.results:
+                self.results[stream_id] = queue.Queue()
+                self.reports[stream_id] = StreamReport()
+                self.refused[stream_id] = []
+            return self.results[stream_id]
+
+    def _requests(self):
+        while (request := self._outgoing.get()) is not _END:
+            yield request
+
+    def item(self, stream_id: int, data: bytes, subject: str = "", seq: int = 0, capture_time: float | None = None,
+             source_time: float | None = None, media_time: float = 0.0, frame_rate: float = 30.0,
+             deadline_ms: int = 0, encoding: int = pb.ImageFrame.JPEG, width: int = 0, height: int = 0):
+        """One face stream's image as a TrackManyItem (its subject sent with the stream's first image)."""
+        self.stream(stream_id)
+        image = pb.ImageFrame(encoding=encoding, data=data, width=width, height=height, seq=seq,
+                              capture_time=time.time() if capture_time is None else capture_time,
+                              source_time=time.perf_counter() if source_time is None else source_time,
+                              media_time=media_time, frame_rate=frame_rate)
+        first = stream_id not in self._started
+        self._started.add(stream_id)
+        return pb.TrackManyItem(stream_id=stream_id, subject=subject if first else "", image=image,
+                                deadline_ms=deadline_ms)
+
+    def send(self, items) -> None:
+        """Items (from `item`, or TrackManyItems of your own) in one request."""
+        self._outgoing.put(pb.TrackManyRequest(items=list(items)))
+
+    def end(self, stream_ids) -> None:
+        """The client is done with these face streams: the server serves what it holds, then ends each."""
+        self._outgoing.put(pb.TrackManyRequest(items=[pb.TrackManyItem(stream_id=i, end=True) for i in stream_ids]))
+
+    def _read(self) -> None:
+        headers: dict[int, pb.StreamHeader] = {}
+        try:
+            for response in self._call:
+                for reply in response.replies:
+                    self._reply(reply, headers)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                self.error = e
+        finally:
+            for q in list(self.results.values()):
+                q.put(None)
+
+    def _reply(self, reply, headers: dict) -> None:
+        sid = reply.stream_id
+        results = self.stream(sid)
+        if reply.HasField("response"):
+            response, r = reply.response, self.reports[sid]
+            r.replica, r.slot, r.received = response.replica, response.stream_slot, response.received
+            r.stale_dropped, r.late_dropped, r.bad_frames = (response.stale_dropped, response.late_dropped,
+                                                             response.bad_frames)
+            part = response.WhichOneof("part")
+            if part == "header":
+                headers[sid] = response.header
+            elif part == "frame" and sid in headers:
+                face = parse_frame(headers[sid], response.frame)
+                face.latencies_ms["client_rtt"] = (time.perf_counter() - face.t_capture_mono) * 1000.0
+                results.put((face, response.frame.dropped_frames, response.replica))
+            elif part == "refused":
+                self.refused[sid].append((response.refused.seq, response.refused.reason))
+                results.put((None, response.stale_dropped + response.late_dropped, response.replica))
+            elif part is None:
+                results.put((None, response.stale_dropped + response.late_dropped, response.replica))
+        if reply.ended:
+            self.ended[sid] = reply.ended
+            headers.pop(sid, None)
+            self._started.discard(sid)
+            results.put(None)
+
+    def close(self) -> None:
+        """End the call now (the server frees every stream's slot), and the channel if this client opened it."""
         self._outgoing.put(_END)
         self._call.cancel()
         self._reader.join(5.0)

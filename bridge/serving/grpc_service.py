@@ -33,6 +33,7 @@ from bridge.serving.event_loop import ServeLoop
 from bridge.serving.leases import IDLE_TIMEOUT_S, WRITE_DEADLINE_S, WriteDeadline
 from bridge.serving.streams import StreamTable
 from bridge.serving.track import TrackStreams, serialize_response
+from bridge.serving.track_many import TrackManyStreams
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class FaceServeServer:
                  "TLS" if tls_cert else "plaintext", table.max_streams, workers)
 
     async def _start(self, address: str, token: str | None, tls_cert: str | None, tls_key: str | None) -> int:
-        """On the loop: the grpc.aio server with Track, GetServeStatus, health and reflection, listening."""
+        """On the loop: the grpc.aio server with Track, TrackMany, GetServeStatus, health and reflection, listening."""
         track = TrackStreams(self, self._loop.loop, self._decode_pool, self._jpeg_batches)
         self._server = grpc.aio.server(
             interceptors=[access.AioBearerTokenInterceptor(token)] if token else [],
@@ -123,6 +124,9 @@ class FaceServeServer:
         methods = {  # deserializers that never raise: a malformed request is refused by us (one line)
             "Track": grpc.stream_stream_rpc_method_handler(track.Track, access.lenient(pb.TrackRequest),
                                                            serialize_response),
+            "TrackMany": grpc.stream_stream_rpc_method_handler(TrackManyStreams(track).TrackMany,
+                                                               access.lenient(pb.TrackManyRequest),
+                                                               serialize_response),
             "GetServeStatus": grpc.unary_unary_rpc_method_handler(
                 self._get_serve_status, access.lenient(pb.GetServeStatusRequest),
                 pb.GetServeStatusResponse.SerializeToString)}

@@ -1,4 +1,6 @@
-"""Face detection with BlazeFace (MediaPipe short-range or full-range), decoded with SSD anchors."""
+"""Face detection with BlazeFace (MediaPipe short-range or full-range), decoded with SSD anchors; the frame is
+letterboxed (aspect kept, padded square), so a face keeps its shape and its size relative to the frame. Which
+detector runs when: bridge/stages/search.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -89,20 +91,23 @@ class FaceDetector:
         to_px = lambda p: (p * self.size - np.array([pad_x, pad_y])) / scale  # noqa: E731
         boxes = np.hstack([to_px(boxes[:, :2]), to_px(boxes[:, 2:])])
         kps = to_px(kps)
-        return self._weighted_nms(boxes, kps, scores[keep], max_faces)
+        return weighted_nms(boxes, kps, scores[keep], max_faces, self.iou_threshold)
 
-    def _weighted_nms(self, boxes, kps, scores, max_faces) -> list[Detection]:
-        """MediaPipe-style blending NMS: overlapping detections are averaged, weighted by score."""
-        order = np.argsort(-scores)
-        boxes, kps, scores = boxes[order], kps[order], scores[order]
-        remaining = np.ones(len(scores), bool)
-        faces = []
-        while remaining.any() and len(faces) < max_faces:
-            i = int(np.argmax(remaining))
-            overlap = remaining & (_iou(boxes[i], boxes) >= self.iou_threshold)
-            w = scores[overlap][:, None]
-            faces.append(Detection(box=(boxes[overlap] * w).sum(0) / w.sum(),
-                                   keypoints=(kps[overlap] * w[:, :, None]).sum(0) / w.sum(),
-                                   score=float(scores[i])))
-            remaining &= ~overlap
-        return faces
+
+def weighted_nms(boxes: np.ndarray, kps: np.ndarray, scores: np.ndarray, max_faces: int,
+                 iou_threshold: float) -> list[Detection]:
+    """MediaPipe-style blending NMS: detections overlapping the best one by iou_threshold or more are one face,
+    averaged weighted by score; faces that overlap less (two people side by side) stay apart."""
+    order = np.argsort(-scores)
+    boxes, kps, scores = boxes[order], kps[order], scores[order]
+    remaining = np.ones(len(scores), bool)
+    faces = []
+    while remaining.any() and len(faces) < max_faces:
+        i = int(np.argmax(remaining))
+        overlap = remaining & (_iou(boxes[i], boxes) >= iou_threshold)
+        w = scores[overlap][:, None]
+        faces.append(Detection(box=(boxes[overlap] * w).sum(0) / w.sum(),
+                               keypoints=(kps[overlap] * w[:, :, None]).sum(0) / w.sum(),
+                               score=float(scores[i])))
+        remaining &= ~overlap
+    return faces

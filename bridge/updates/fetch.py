@@ -11,9 +11,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import socket
 import stat
 import tempfile
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,23 +84,47 @@ class ReleaseFetcher(FetcherInterface):
         self.tmp_dir = tmp_dir
         self.report = report or (lambda event: None)
         self.deadline = time.monotonic() + deadline_s
+        self.watchdog = Watchdog(deadline_s)
         self.last_metadata: bytes | None = None  # the newest metadata document downloaded (for diagnosis)
         self.last_name = ""  # the file name of the newest metadata download begun (for messages)
         self._pool = None
+
+    def close(self) -> None:
+        """End of the check: stop the watchdog and close the connections."""
+        self.watchdog.cancel()
+        if self._pool is not None:
+            self._pool.clear()
 
     def _fetch(self, url: str) -> Iterator[bytes]:
         if self.source.folder is None:
             return self._read_http(url)
         return self._read_folder(url)
 
+    def _late(self, url: str, error: Exception) -> exceptions.DownloadError:
+        """The error a broken request becomes: past the deadline (the watchdog cut it) or broken off."""
+        name = url.rsplit("/", 1)[-1]
+        if self.watchdog.expired or time.monotonic() > self.deadline:
+            return exceptions.SlowRetrievalError(f"{name}: the check ran past its deadline")
+        return exceptions.DownloadError(f"the download of {name} broke off ({str(error)[:100]})")
+
     def _read_http(self, url: str) -> Iterator[bytes]:
-        """GET `url`; chunks are whatever arrived (read1), so a slow drip still meets the deadline check."""
+        """GET `url`; chunks are whatever arrived (read1). The watchdog shuts the socket at the deadline, so no
+        read (the response headers included) outlives the check."""
         import urllib3
 
         if self._pool is None:
             self._pool = urllib3.PoolManager(headers={"User-Agent": "facebridge-updates"}, retries=False,
                                              timeout=urllib3.Timeout(connect=10.0, read=30.0))
-        response = self._pool.request("GET", url, preload_content=False)
+            self._pool.pool_classes_by_scheme = self.watchdog.pool_classes()
+        if self.watchdog.expired:
+            raise exceptions.SlowRetrievalError(f"{url.rsplit('/', 1)[-1]}: the check ran past its deadline")
+        try:
+            response = self._pool.request("GET", url, preload_content=False)
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise self._late(url, e) from e
+        if self.watchdog.expired:  # the cut may leave a response that merely looks complete
+            response.release_conn()
+            raise exceptions.SlowRetrievalError(f"{url.rsplit('/', 1)[-1]}: the check ran past its deadline")
         if response.status >= 400:
             response.release_conn()
             raise exceptions.DownloadHTTPError(f"HTTP {response.status} for {url.rsplit('/', 1)[-1]}", response.status)
@@ -106,10 +133,12 @@ class ReleaseFetcher(FetcherInterface):
             try:
                 while block := response.read1(CHUNK):
                     yield block
+                if self.watchdog.expired:
+                    raise exceptions.SlowRetrievalError(f"{url.rsplit('/', 1)[-1]}: the check ran past its deadline")
             except urllib3.exceptions.ReadTimeoutError as e:
                 raise exceptions.SlowRetrievalError(f"no data for 30 s from {url}") from e
             except (urllib3.exceptions.HTTPError, OSError) as e:
-                raise exceptions.DownloadError(f"the download of {url.rsplit('/', 1)[-1]} broke off ({e})") from e
+                raise self._late(url, e) from e
             finally:
                 response.release_conn()
         return chunks()
@@ -166,6 +195,62 @@ class ReleaseFetcher(FetcherInterface):
             yield buffer
 
 
+class Watchdog:
+    """Shuts every socket of one check at its deadline: a server dripping its status line or headers one byte at
+    a time cannot keep a read (and the install lock) alive past the deadline."""
+
+    def __init__(self, deadline_s: float):
+        self.expired = False
+        self._sockets: weakref.WeakSet = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(max(0.0, deadline_s), self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.add(sock)
+            if self.expired:
+                _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in list(self._sockets):
+                _shut(sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def pool_classes(self) -> dict:
+        """urllib3 pool classes whose connections hand their socket (before TLS) to this watchdog."""
+        import urllib3.connection
+        import urllib3.connectionpool
+
+        watch = self.watch
+
+        def watched(base):
+            class Connection(base):
+                def _new_conn(self):
+                    sock = super()._new_conn()
+                    watch(sock)
+                    return sock
+            return Connection
+
+        class Pool(urllib3.connectionpool.HTTPConnectionPool):
+            ConnectionCls = watched(urllib3.connection.HTTPConnection)
+
+        class TLSPool(urllib3.connectionpool.HTTPSConnectionPool):
+            ConnectionCls = watched(urllib3.connection.HTTPSConnection)
+
+        return {"http": Pool, "https": TLSPool}
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
 def open_updater(source: Source, tuf_dir: Path, tmp_dir: Path, trusted_root: bytes, report: Reporter | None,
                  deadline_s: float) -> tuple[Updater, ReleaseFetcher]:
     """An ngclient Updater bootstrapped from `trusted_root` (the newest root this device verified)."""
@@ -176,6 +261,7 @@ def open_updater(source: Source, tuf_dir: Path, tmp_dir: Path, trusted_root: byt
         updater = Updater(str(tuf_dir), source.metadata_url, None, source.targets_url, fetcher, config,
                           bootstrap=trusted_root)
     except Exception as e:
+        fetcher.close()
         raise refusal(e, fetcher, tuf_dir, "the trusted root") from None
     return updater, fetcher
 
@@ -196,7 +282,10 @@ def refusal(error: BaseException, fetcher: ReleaseFetcher | None, tuf_dir: Path,
     if isinstance(error, exceptions.UnsignedMetadataError):
         return _diagnosed(fetcher, tuf_dir) or reasons.ThresholdNotMet(f"{doing}: {detail}")
     if isinstance(error, exceptions.BadVersionNumberError):
-        return reasons.Rollback(f"{doing}: the repository offers older metadata than this device has seen ({detail})")
+        role = (fetcher.last_name if fetcher else "").split(".")[-2:-1] or ["timestamp"]
+        return reasons.Rollback(f"{doing}: the repository offers older metadata than this device has seen ({detail})",
+                                "install from your publisher's current repository; if a signing key was stolen, "
+                                f"the publisher rotates it (`fedagent keys rotate --role {role[0]}`) and publishes")
     if isinstance(error, exceptions.ExpiredMetadataError):
         return reasons.Expired(f"{doing}: {detail}")
     if isinstance(error, exceptions.LengthOrHashMismatchError):

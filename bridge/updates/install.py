@@ -28,14 +28,13 @@ from tuf.api.metadata import Metadata
 
 from bridge.models.registry import ModelRegistry
 from bridge.models.verify import sha256_file
-from bridge.updates import reasons
+from bridge.updates import floors, reasons
 from bridge.updates.bundle import MAX_BUNDLE_BYTES, Bundle, bundle_target, parse
 from bridge.updates.compat import check_compatible
 from bridge.updates.fetch import Progress, Reporter, Source, open_updater, refusal
 from bridge.updates.smoke import open_release, smoke_test
-from bridge.updates.store import InstalledRelease, ModelState, StateDir, UpdateState, no_space_is_refusal, utc_now
+from bridge.updates.store import InstalledRelease, ModelState, StateDir, no_space_is_refusal, utc_now
 
-TUF_ROLES = ("root", "timestamp", "snapshot", "targets")
 SPACE_MARGIN = 1 << 20  # bytes kept free beyond two copies of the release (staging + download buffer)
 
 
@@ -47,18 +46,20 @@ class Limits:
 
 @dataclass(frozen=True)
 class InstallResult:
-    status: str  # "installed", "up-to-date" or "no-release" (the repository has none for this model)
+    status: str  # "installed", "up-to-date", "no-release" (the repository has none for it) or "refused"
     model: str
     release: int  # the active release after this call (0: the shipped model)
     previous_release: int | None  # what rollback would return to (0: shipped; None: nothing installed)
     files: dict = field(default_factory=dict)  # name -> {"sha256", "length"} of the active release
     steps: dict = field(default_factory=dict)  # step -> seconds, in order
     recovered: tuple[str, ...] = ()  # what recover() removed before this install (a crash's leftovers)
+    refusal: reasons.UpdateRefused | None = None  # why this model's release was refused (status "refused")
 
     def to_dict(self) -> dict:
         return {"status": self.status, "model": self.model, "release": self.release,
                 "previous_release": self.previous_release, "files": self.files,
-                "steps": {k: round(v, 6) for k, v in self.steps.items()}, "recovered": list(self.recovered)}
+                "steps": {k: round(v, 6) for k, v in self.steps.items()}, "recovered": list(self.recovered),
+                **({"refusal": self.refusal.as_dict()} if self.refusal else {})}
 
 
 class _Steps:
@@ -78,7 +79,11 @@ def install(source: str, state_dir: str | Path | None = None, *, trust: bytes | 
             models: list[str] | None = None, report: Reporter | None = None, limits: Limits = Limits(),
             registry: ModelRegistry | None = None) -> list[InstallResult]:
     """Install the newest signed release of each model (default: every model this device knows) from `source`
-    (a repository folder or http(s) URL). `trust` is root metadata bytes for the first install only."""
+    (a repository folder or http(s) URL). `trust` is root metadata bytes for the first install only.
+
+    Each model installs on its own: a refused release is reported in its result (status "refused") and the
+    other models' releases still install. Only when the one model that had a release was refused is that
+    refusal raised (a refusal of the metadata itself is always raised: no model can install then)."""
     store = StateDir(state_dir)
     report = report or (lambda event: None)
     registry = registry or ModelRegistry(store.root)
@@ -94,13 +99,22 @@ def install(source: str, state_dir: str | Path | None = None, *, trust: bytes | 
 def _install_locked(store, source, trust, models, report, limits, registry, recovered) -> list[InstallResult]:
     steps = _Steps(report)
     steps.start("refresh")
+    now = floors.now_utc()
+    floors.check_clock(store.read(), now)  # before ngclient judges expiry by this clock
     root = store.trusted_root() or _first_trust(trust)
     updater, fetcher = open_updater(source, store.tuf_dir, store.tmp_dir, root, report, limits.deadline_s)
+    try:
+        return _install_models(store, source, updater, fetcher, now, models, steps, limits, registry, recovered)
+    finally:
+        fetcher.close()
+
+
+def _install_models(store, source, updater, fetcher, now, models, steps, limits, registry, recovered):
     try:
         updater.refresh()
     except Exception as e:
         raise refusal(e, fetcher, store.tuf_dir, "checking the repository metadata") from None
-    state = _raise_tuf_floors(store, store.read(), source)
+    state = floors.raise_floors(store, store.read(), now)
     steps.done("refresh")
     refresh_s = steps.times["refresh"]
     results = []
@@ -110,13 +124,17 @@ def _install_locked(store, source, trust, models, report, limits, registry, reco
             result = _install_model(store, updater, fetcher, state, model, steps, limits, registry)
         except reasons.UpdateRefused as refused:
             refused.model = model
-            raise
+            _record_refusal(store, source, refused)
+            result = replace(_result("refused", model, store.read().model(model)), refusal=refused)
         state = store.read()
         if result.status != "no-release" or models:  # a model asked for by name is always reported
             results.append(replace(result, steps=dict(steps.times), recovered=recovered))
-    _record(store, source, "; ".join(f"{r.model}: {r.status} r{r.release}" for r in results if r.status != "no-release")
+    offered = [r for r in results if r.status != "no-release"]
+    if len(offered) == 1 and offered[0].refusal is not None:
+        raise offered[0].refusal
+    _record(store, source, "; ".join(f"{r.model}: {r.status} r{r.release}" for r in offered)
             or "no release for this device's models")
-    report(Progress("done"))
+    steps.report(Progress("done"))
     return results
 
 
@@ -129,36 +147,6 @@ def _first_trust(trust: bytes | None) -> bytes:
         raise reasons.Malformed(f"the trust file is not TUF root metadata ({str(e)[:80]})",
                                 "pass the trust.json written by `fedagent keys init`") from None
     return trust
-
-
-def _tuf_versions(tuf_dir: Path) -> dict[str, int]:
-    out = {}
-    for role in TUF_ROLES:
-        try:
-            out[role] = Metadata.from_file(str(tuf_dir / f"{role}.json")).signed.version
-        except Exception as e:  # after a successful refresh all four are there and valid
-            raise reasons.Malformed(f"verified {role} metadata is unreadable ({str(e)[:80]})") from None
-    return out
-
-
-def _raise_tuf_floors(store: StateDir, state: UpdateState, source: Source) -> UpdateState:
-    """Refuse metadata older than any ever verified here (the floors survive a lost TUF cache), then raise the
-    floors and keep the newest root as the next bootstrap."""
-    versions = _tuf_versions(store.tuf_dir)
-    for role in TUF_ROLES:
-        floor = state.tuf_floors.get(role, 0)
-        if versions[role] < floor:
-            raise reasons.Rollback(f"the repository offers {role} metadata version {versions[role]}, older than "
-                                   f"version {floor} this device has already verified (a replay of an older "
-                                   "repository)", "install from your publisher's current repository")
-    root = (store.tuf_dir / "root.json").read_bytes()
-    if root != store.trusted_root():
-        store.save_trusted_root(root)
-    floors = {role: max(versions[role], state.tuf_floors.get(role, 0)) for role in TUF_ROLES}
-    if floors != state.tuf_floors:
-        state = replace(state, tuf_floors=floors)
-        store.commit(state)
-    return state
 
 
 def _decide(ms: ModelState, bundle: Bundle, bundle_sha: str) -> bool:

@@ -125,9 +125,29 @@ class StateCorrupt(UpdateRefused):
                    "bootstrap again with --trust (this forgets the rollback floor)")
 
 
+class ClockBehind(UpdateRefused):
+    reason, exit_code = "clock", 30
+    default_fix = ("set this device's clock right (e.g. enable NTP: `timedatectl set-ntp true`), then retry; a clock "
+                   "set back would accept expired metadata")
+
+
+class UnsafeState(UpdateRefused):
+    reason, exit_code = "unsafe-state", 31
+    default_fix = ("use a state folder of your own that only you can write, with no links inside (remove this one, "
+                   "or pass --state DIR)")
+
+
+class SomeRefused(UpdateRefused):
+    """Not raised by the installer: the exit code of an install where some models installed and others were
+    refused (each refusal is reported per model)."""
+
+    reason, exit_code = "some-refused", 32
+    default_fix = "see each model's reason; the models that installed are active"
+
+
 REASONS: dict[str, type[UpdateRefused]] = {
     cls.reason: cls for cls in (SignatureInvalid, UntrustedKey, ThresholdNotMet, Rollback, Expired, HashMismatch,
                                 TooLarge, BadPath, Incompatible, SmokeTestFailed, NoSpace, Busy, Malformed,
                                 FileSetMismatch, Equivocation, NotFound, Network, NoTrustRoot, NoPrevious,
-                                StateCorrupt)
+                                StateCorrupt, ClockBehind, UnsafeState, SomeRefused)
 }

@@ -4,20 +4,18 @@ The release carries `reference.npz` with the inputs (`input.<name>`) and the out
 publisher computed with this same code. Here an ONNX Runtime CPU session opens the staged model (or the shipped
 base model with the staged adapter weights put in place of its adapter initializers), runs the inputs, and every
 output must be finite and within atol + rtol * |reference| of the declared one. The swap issue adds engines
-(TensorRT) on top of the same check. Arrays are read without pickle and after checking their sizes, so a
+(TensorRT) on top of the same check. Arrays are read by bridge/updates/arrays.py (bounded, no pickle), so a
 hostile .npz cannot run code or exhaust memory.
 """
 from __future__ import annotations
 
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bridge.updates import reasons
-
-MAX_NPZ_BYTES = 64 * 1024 * 1024  # uncompressed, all arrays of one .npz together
+from bridge.updates.arrays import read_npz  # noqa: F401 (read_npz is part of this module's interface)
 
 
 @dataclass(frozen=True)
@@ -25,22 +23,6 @@ class SmokeResult:
     outputs: int  # outputs compared
     max_abs_error: float  # largest |output - reference| seen
     seconds: float
-
-
-def read_npz(path: Path, what: str) -> dict[str, np.ndarray]:
-    """Arrays of an .npz, refusing pickled objects, bad archives and more than MAX_NPZ_BYTES uncompressed."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            total = sum(info.file_size for info in archive.infolist())
-            names = [info.filename for info in archive.infolist()]
-        if total > MAX_NPZ_BYTES:
-            raise reasons.TooLarge(f"{what} unpacks to {total} bytes, more than {MAX_NPZ_BYTES}")
-        if any(not n.endswith(".npy") or "/" in n for n in names):
-            raise reasons.Malformed(f"{what} holds entries that are not arrays ({names[:3]})")
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise reasons.Malformed(f"{what} is not a readable .npz ({str(e)[:100]})") from None
 
 
 def adapter_weights(path: Path, shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:

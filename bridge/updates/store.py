@@ -22,7 +22,9 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -87,6 +89,8 @@ class ModelState:
 class UpdateState:
     models: dict[str, ModelState] = field(default_factory=dict)
     tuf_floors: dict[str, int] = field(default_factory=dict)  # role -> highest verified metadata version
+    tuf_keys: dict[str, list] = field(default_factory=dict)  # role -> its keyids when its floor was last raised
+    checked_utc: str | None = None  # the latest successful check (the device clock never goes back before it)
     last_check: dict | None = None  # {"utc", "source", "result"}
     last_refusal: dict | None = None  # {"utc", "source", "reason", "exit_code", "message", "model"}
     history: tuple[dict, ...] = ()  # newest last: {"utc", "action", "model", "release", "from_release"}
@@ -106,13 +110,15 @@ class UpdateState:
 
     def to_dict(self) -> dict:
         return {"schema": STATE_SCHEMA, "models": {k: v.to_dict() for k, v in sorted(self.models.items())},
-                "tuf_floors": self.tuf_floors, "last_check": self.last_check, "last_refusal": self.last_refusal,
+                "tuf_floors": self.tuf_floors, "tuf_keys": self.tuf_keys, "checked_utc": self.checked_utc,
+                "last_check": self.last_check, "last_refusal": self.last_refusal,
                 "history": list(self.history)}
 
     @classmethod
     def from_dict(cls, d: dict) -> UpdateState:
         return cls({k: ModelState.from_dict(v) for k, v in d.get("models", {}).items()},
-                   {k: int(v) for k, v in d.get("tuf_floors", {}).items()}, d.get("last_check"),
+                   {k: int(v) for k, v in d.get("tuf_floors", {}).items()},
+                   {k: list(v) for k, v in d.get("tuf_keys", {}).items()}, d.get("checked_utc"), d.get("last_check"),
                    d.get("last_refusal"), tuple(d.get("history", ())))
 
 
@@ -143,15 +149,21 @@ class StateDir:
         self.tmp_dir = self.root / "tmp"
 
     def ensure(self) -> StateDir:
-        for d in (self.root, self.trust_file.parent, self.tuf_dir, self.slots_dir, self.staging_dir, self.tmp_dir):
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Create what is missing (0700), then refuse a folder this user does not solely own (`check_safe`)."""
+        if not os.path.lexists(self.root):
+            self.root.mkdir(parents=True, mode=0o700)
+        check_safe(self.root)  # before anything inside is created, followed or removed
+        for d in (self.trust_file.parent, self.tuf_dir, self.slots_dir, self.staging_dir, self.tmp_dir):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(d, 0o700)
+        check_safe(self.root)
         return self
 
     @contextlib.contextmanager
     def lock(self):
         """Hold the installer lock for the block; Busy at once if another process holds it."""
         self.ensure()
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -225,6 +237,44 @@ class StateDir:
 
     def free_bytes(self) -> int:
         return shutil.disk_usage(self.root).free
+
+
+# python-tuf keeps tuf/root.json as a link to tuf/root_history/N.root.json: the one link allowed inside
+_TUF_ROOT_LINK = re.compile(r"root_history/[0-9]{1,20}\.root\.json")
+
+
+def check_safe(root: Path) -> None:
+    """UnsafeState unless `root` and everything in it is this user's, not writable by group or others, and no
+    link (lstat: nothing is followed). Another user's folder would hand them this device's trust root and
+    releases; a link would make recovery empty whatever it points at."""
+    me = os.geteuid()
+    fix_link = f"remove the link (and pass --state the real folder), or remove {root} to start afresh"
+    for path in _walk(root):
+        info = os.lstat(path)
+        if stat.S_ISLNK(info.st_mode):
+            if path.parent.name == "tuf" and path.name == "root.json" and path.parent.parent == root \
+                    and _TUF_ROOT_LINK.fullmatch(os.readlink(path)):
+                continue
+            raise reasons.UnsafeState(f"update state entry {path} is a link", fix_link)
+        if info.st_uid != me:
+            raise reasons.UnsafeState(f"update state entry {path} belongs to uid {info.st_uid}, not to this user "
+                                      f"(uid {me})", f"remove {root} (`rm -r {root}`), or pass --state a folder "
+                                      "of your own")
+        if info.st_mode & 0o022:
+            raise reasons.UnsafeState(f"update state entry {path} is writable by group or others "
+                                      f"(mode {stat.S_IMODE(info.st_mode):o})", f"`chmod -R go-w {root}`")
+        if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
+            raise reasons.UnsafeState(f"update state entry {path} is not a file or folder", fix_link)
+
+
+def _walk(root: Path):
+    """`root` and every entry below it, parents first, never descending through a link."""
+    yield root
+    if not stat.S_ISDIR(os.lstat(root).st_mode):
+        return
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in (*dirnames, *filenames):
+            yield Path(dirpath) / name
 
 
 def _remove(path: Path) -> None:

@@ -31,10 +31,16 @@ def add_parser(sub) -> None:
         s = actions.add_parser(name, help=text)
         s.add_argument("--dir", required=True)
         s.set_defaults(func=_show)
-    rotate = actions.add_parser("rotate", help="replace every key of a role (new root version; then publish)")
+    rotate = actions.add_parser(
+        "rotate", help="replace every key of a role (new root version; then publish); after a key compromise",
+        description="Replace every key of ROLE. After a stolen or leaked key: rotate that role (for timestamp or "
+                    "snapshot, rotate both), then `fedagent publish`. Devices walk to the new root, refuse "
+                    "anything the old keys sign, and drop the version floors the old keys set (TUF 5.3.11), so "
+                    "versions a thief inflated (a fast-forward attack) stop blocking updates. docs/UPDATES.md, "
+                    "'After a key compromise'.")
     rotate.add_argument("--dir", required=True)
     rotate.add_argument("--role", required=True, choices=("root", "targets", "snapshot", "timestamp"))
-    rotate.set_defaults(func=lambda a: _change(a, lambda ring: ring.rotate(a.role)))
+    rotate.set_defaults(func=lambda a: _change(a, lambda ring: ring.rotate(a.role), a.role))
     revoke = actions.add_parser("revoke", help="remove a lost or compromised key (new root version; then publish)")
     revoke.add_argument("--dir", required=True)
     revoke.add_argument("keyid", help="the key id (or its first 8+ characters) from `fedagent keys show`")
@@ -70,10 +76,18 @@ def _show(args) -> int:
     return 0
 
 
-def _change(args, change) -> int:
+def _change(args, change, rotated: str | None = None) -> int:
     from fedagent.keys import KeyRing
 
     version = change(KeyRing(args.dir))
     print(f"root version {version} written to {args.dir}/trust.json; run `fedagent publish --keys {args.dir} "
           "--repo REPO` so devices pick it up")
+    if rotated in ("timestamp", "snapshot"):
+        other = "snapshot" if rotated == "timestamp" else "timestamp"
+        print(f"if the old {rotated} key was stolen: also `fedagent keys rotate --dir {args.dir} --role {other}` "
+              "before publishing; devices then drop the timestamp, snapshot and targets version floors the old "
+              "keys set (recovery from inflated versions, TUF 5.3.11)")
+    elif rotated in ("targets", "root"):
+        print(f"devices refuse anything the old {rotated} keys sign once they have this root"
+              + ("; they drop the targets version floor the old keys set" if rotated == "targets" else ""))
     return 0

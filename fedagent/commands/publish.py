@@ -30,7 +30,9 @@ def add_parser(sub) -> None:
 
     s = sub.add_parser("serve-repo", help="serve a repository folder on 127.0.0.1 (tests, small setups)")
     s.add_argument("repo")
-    s.add_argument("--port", type=int, default=8700)
+    s.add_argument("--port", type=int, default=8700, help="TCP port on 127.0.0.1 (0: any free port)")
+    s.add_argument("--max-connections", type=int, default=32, help="connections served at once; more are closed")
+    s.add_argument("--timeout", type=float, default=10.0, help="seconds one socket read or write may wait")
     s.set_defaults(func=_serve)
 
 
@@ -82,7 +84,10 @@ def _serve(args) -> int:
 
     if not (Path(args.repo) / "metadata").is_dir():
         raise FaceBridgeError(f"{args.repo} is not a repository (no metadata/)", "publish into it first")
-    server = RepoServer(args.repo, args.port)
+    if args.max_connections < 1 or args.timeout <= 0:
+        raise FaceBridgeError("--max-connections and --timeout must be positive", "for example --max-connections 32 "
+                              "--timeout 10")
+    server = RepoServer(args.repo, args.port, max_connections=args.max_connections, timeout_s=args.timeout)
     print(f"serving {server.folder} at {server.url} (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:
         server.httpd.serve_forever()

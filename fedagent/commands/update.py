@@ -64,20 +64,29 @@ def _refused_as_json(args, run):
 
 def _install(args) -> int:
     from bridge.updates.install import Limits, install
+    from bridge.updates.reasons import SomeRefused
 
     trust = Path(args.trust).read_bytes() if args.trust else None
     results = _refused_as_json(args, lambda: install(
         args.source, args.state, trust=trust, models=args.model, report=None if args.json else _ProgressLine(),
         limits=Limits(args.max_bytes, args.deadline)))
+    refused = [r for r in results if r.status == "refused"]
+    code = SomeRefused.exit_code if refused else 0
     if args.json:
-        print(json.dumps({"status": "ok", "results": [r.to_dict() for r in results]}, indent=1))
-        return 0
+        print(json.dumps({"status": SomeRefused.reason if refused else "ok", "exit_code": code,
+                          "results": [r.to_dict() for r in results]}, indent=1))
+        return code
     for r in results:
-        if r.status != "no-release":
+        if r.status == "refused":
+            print(f"{r.model}: refused ({r.refusal.reason}): {r.refusal}; release {r.release} stays active")
+        elif r.status != "no-release":
             print(f"{r.model}: {r.status}, release {r.release} active (previous {r.previous_release})")
     if all(r.status == "no-release" for r in results):
         print("the repository has no release for this device's models")
-    return 0
+    if refused:
+        print(f"{len(refused)} of {sum(r.status != 'no-release' for r in results)} releases were refused (exit "
+              f"{code}); the others are active", file=sys.stderr)
+    return code
 
 
 def _status(args) -> int:

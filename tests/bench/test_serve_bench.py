@@ -57,3 +57,21 @@ def test_bench_serve_refuses_a_negative_in_flight(tmp_path):
     run = subprocess.run(facebridge_cmd("bench", "serve", "--in-flight", "-1"), capture_output=True, text=True,
                          env=subprocess_env(tmp_path / "home"), timeout=120)
     assert run.returncode != 0 and "--in-flight -1 is negative" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_bench_serve_drives_the_batched_wire(tmp_path):
+    # --wire many: each client process's streams on one TrackMany call, the frames due together in one message;
+    # the same records and sums as the Track wire
+    out = tmp_path / "serve.json"
+    run = subprocess.run(facebridge_cmd("bench", "serve", "--streams", "3", "--seconds", "6", "--warmup", "2",
+                                        "--fps", "10", "--in-flight", "1", "--deadline-ms", "60000", "--wire", "many",
+                                        "--json", str(out)),
+                         capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=600)
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    (trial,) = json.loads(out.read_text())["results"]["trials"]
+    assert trial["wire"] == "many" and trial["errors"] == [] and trial["streams"] == 3
+    assert trial["frames_sent"] + trial["dropped_at_client"] == 3 * 6 * 10
+    assert trial["frames_sent"] == (trial["frames_served"] + trial["dropped_stale"] + trial["dropped_late"]
+                                    + trial["bad_frames"] + trial["unanswered"])
+    assert trial["frames_served"] > 0 and trial["dropped_stale"] == 0
+    assert "serve-loop" in trial["server_thread_cpu_ms_per_frame"]

@@ -108,11 +108,9 @@ def _stages_add_up(frame, jpeg_batched: bool) -> None:
 
 
 def _streams_get_the_run_frames(server, clip, streams: int, jpeg_batched: bool = False) -> None:
-    from bridge.frame import Frame
-    from bridge.pipeline import FacePipeline, PipelineOptions
     from bridge.serving.client import TrackClient
 
-    jpegs, decoded = clip
+    jpegs, _ = clip
     clips = [jpegs[:FRAMES], jpegs[FRAMES:]]  # even streams one half of the clip, odd streams the other
     served: dict[int, list] = {}
 
@@ -128,8 +126,16 @@ def _streams_get_the_run_frames(server, clip, streams: int, jpeg_batched: bool =
         t.start()
     for t in threads:
         t.join(600)
-    assert sorted(served) == list(range(streams))
+    _served_are_the_run_frames(served, clip, streams, jpeg_batched)
 
+
+def _served_are_the_run_frames(served: dict, clip, streams: int, jpeg_batched: bool = False) -> None:
+    """served: stream i -> [(FaceFrame, replica)] for its half of the clip (even streams the first half)."""
+    from bridge.frame import Frame
+    from bridge.pipeline import FacePipeline, PipelineOptions
+
+    _, decoded = clip
+    assert sorted(served) == list(range(streams))
     for half in range(2):  # what `facebridge run` computes for the same decoded frames (its FacePipeline)
         pipeline = FacePipeline(PipelineOptions(subject="reference"))
         reference = []
@@ -152,6 +158,68 @@ def _streams_get_the_run_frames(server, clip, streams: int, jpeg_batched: bool =
                 assert abs(got.confidence - want.confidence) < 0.02
                 assert got.morph.expression.shape == want.morph.expression.shape
                 assert got.model_versions == pipeline.model_versions
+
+
+def test_eight_streams_over_one_track_many_call_get_the_facebridge_run_frames(server, clip):
+    """The batched wire: one TrackMany call, every request holding one image of each of the eight streams, every
+    stream answered with what `facebridge run` computes, then each ended by the client."""
+    from bridge.serving.client import TrackManyClient
+    from bridge.serving.track_many import CLIENT_ENDED
+
+    jpegs, _ = clip
+    clips = [jpegs[:FRAMES], jpegs[FRAMES:]]
+    served: dict[int, list] = {i: [] for i in range(STREAMS)}
+    client = TrackManyClient(server)
+    try:
+        for k in range(FRAMES):
+            seqs = [(i % 2) * FRAMES + k for i in range(STREAMS)]
+            client.send([client.item(i, clips[i % 2][k], subject=f"Subject{i}", seq=seqs[i],
+                                     capture_time=1000.0 + seqs[i] / 30, source_time=seqs[i] / 30,
+                                     media_time=seqs[i] / 30, deadline_ms=LOCKSTEP_DEADLINE_MS)
+                         for i in range(STREAMS)])
+            for i in range(STREAMS):
+                face, dropped, replica = client.results[i].get(timeout=240)
+                assert face is not None and face.seq == seqs[i] and dropped == 0
+                served[i].append((face, replica))
+        client.end(range(STREAMS))
+        for i in range(STREAMS):
+            assert client.results[i].get(timeout=60) is None and client.ended[i] == CLIENT_ENDED
+        assert client.error is None
+    finally:
+        client.close()
+    _served_are_the_run_frames(served, clip, STREAMS)
+
+
+def test_a_track_many_call_ends_only_the_face_streams_that_cannot_be_served(server, clip):
+    """A bad subject ends that stream alone, a bad image costs that image alone, and past --max-streams the extra
+    streams are ended with the reason while the call's others are served."""
+    from bridge.serving.client import TrackManyClient
+
+    jpegs, _ = clip
+    client = TrackManyClient(server)
+    try:
+        items = [client.item(i, jpegs[0], subject=f"Many{i}", seq=1, deadline_ms=LOCKSTEP_DEADLINE_MS)
+                 for i in range(STREAMS + 1)]  # one more than the server takes
+        items[3].subject = "bad\x00name"
+        items[5].image.data = b"not a jpeg at all"
+        client.send(items)
+        assert client.results[3].get(timeout=60) is None and "subject" in client.ended[3]
+        face, _dropped, _replica = client.results[5].get(timeout=60)
+        assert face is None and "image 1" in client.refused[5][0][1]
+        served = [i for i in range(STREAMS + 1) if i not in (3, 5)]
+        outcomes = {i: client.results[i].get(timeout=240) for i in served}
+        full = [i for i, got in outcomes.items() if got is None]
+        assert len(full) == 0  # 3 never took a slot: the other eight fit (5 holds one, its image refused)
+        assert all(got[0] is not None and got[0].face_found for got in outcomes.values())
+        client.send([client.item(5, jpegs[1], seq=2, deadline_ms=LOCKSTEP_DEADLINE_MS)])
+        face, _dropped, _replica = client.results[5].get(timeout=240)
+        assert face is not None and face.seq == 2  # the stream whose image was refused goes on
+        client.send([client.item(42, jpegs[0], subject="OneTooMany", seq=1)])
+        assert client.results[42].get(timeout=60) is None
+        assert "already serves 8 face streams" in client.ended[42]
+        assert client.error is None
+    finally:
+        client.close()
 
 
 def test_under_overload_each_stream_gets_its_newest_frames_and_the_drops_are_reported(server, clip):

@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from bridge.updates.store import StateDir
 from fedagent.keys import KeyRing
 from fedagent.publish import ReleaseSpec, _store, publish
 from fedagent.repo_server import RepoHandler, RepoServer
+from tests.helpers import ROOT
 
 DEFAULT_ADAPTER = Path(__file__).resolve().parents[2] / "bridge" / "audio" / "lipsync_adapter_default.npz"
 SURPRISE = EMOTION_NAMES.index("surprise")
@@ -315,3 +318,25 @@ def env_for(home: Path) -> dict:
     env = dict(os.environ)
     env["FACEBRIDGE_HOME"] = str(home)
     return env
+
+
+def fedagent(*args, home: Path, timeout: float = 120, python_prefix: str | None = None) -> subprocess.CompletedProcess:
+    """Run the real `fedagent` CLI of this tree in a subprocess (with `python_prefix`: Python code run first in
+    that process, e.g. to set its clock, then the CLI)."""
+    env = env_for(home)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    code = (python_prefix or "") + "\nimport sys\nfrom fedagent.cli import main\nsys.exit(main(sys.argv[1:]))\n"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def cli_install(source, state: Path, home: Path, *extra, trust: Path | None = None, **kw) -> tuple[int, dict]:
+    """`fedagent update install --json` in a subprocess -> (exit code, its JSON)."""
+    args = ["update", "install", "--from", source, "--state", state, "--json", *extra]
+    if trust is not None:
+        args += ["--trust", trust]
+    proc = fedagent(*args, home=home, **kw)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no JSON from fedagent (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    doc = json.loads(proc.stdout[proc.stdout.index("{"):])
+    return proc.returncode, doc

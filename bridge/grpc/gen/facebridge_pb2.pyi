@@ -271,6 +271,42 @@ class TrackRequest(_message.Message):
     deadline_ms: int
     def __init__(self, subject: _Optional[str] = ..., image: _Optional[_Union[ImageFrame, _Mapping]] = ..., deadline_ms: _Optional[int] = ...) -> None: ...
 
+class TrackManyRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[TrackManyItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[TrackManyItem, _Mapping]]] = ...) -> None: ...
+
+class TrackManyItem(_message.Message):
+    __slots__ = ("stream_id", "subject", "image", "deadline_ms", "end")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    stream_id: int
+    subject: str
+    image: ImageFrame
+    deadline_ms: int
+    end: bool
+    def __init__(self, stream_id: _Optional[int] = ..., subject: _Optional[str] = ..., image: _Optional[_Union[ImageFrame, _Mapping]] = ..., deadline_ms: _Optional[int] = ..., end: _Optional[bool] = ...) -> None: ...
+
+class TrackManyResponse(_message.Message):
+    __slots__ = ("replies",)
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
+    replies: _containers.RepeatedCompositeFieldContainer[TrackManyReply]
+    def __init__(self, replies: _Optional[_Iterable[_Union[TrackManyReply, _Mapping]]] = ...) -> None: ...
+
+class TrackManyReply(_message.Message):
+    __slots__ = ("stream_id", "response", "ended")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    stream_id: int
+    response: TrackResponse
+    ended: str
+    def __init__(self, stream_id: _Optional[int] = ..., response: _Optional[_Union[TrackResponse, _Mapping]] = ..., ended: _Optional[str] = ...) -> None: ...
+
 class ImageRefused(_message.Message):
     __slots__ = ("seq", "reason")
     SEQ_FIELD_NUMBER: _ClassVar[int]

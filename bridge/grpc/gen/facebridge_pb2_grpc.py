@@ -250,6 +250,11 @@ class FaceServeServiceStub:
                 request_serializer=facebridge_dot_v1_dot_facebridge__pb2.TrackRequest.SerializeToString,
                 response_deserializer=facebridge_dot_v1_dot_facebridge__pb2.TrackResponse.FromString,
                 _registered_method=True)
+        self.TrackMany = channel.stream_stream(
+                '/facebridge.v1.FaceServeService/TrackMany',
+                request_serializer=facebridge_dot_v1_dot_facebridge__pb2.TrackManyRequest.SerializeToString,
+                response_deserializer=facebridge_dot_v1_dot_facebridge__pb2.TrackManyResponse.FromString,
+                _registered_method=True)
         self.GetServeStatus = channel.unary_unary(
                 '/facebridge.v1.FaceServeService/GetServeStatus',
                 request_serializer=facebridge_dot_v1_dot_facebridge__pb2.GetServeStatusRequest.SerializeToString,
@@ -280,6 +285,18 @@ class FaceServeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TrackMany(self, request_iterator, context):
+        """Many face streams on one call, for gateways that already hold many people's video (an SFU or media server)
+        and for load generators: each request carries images of any of the call's streams, each response the replies
+        made since the last one, each tagged with the client's own stream id. Every face stream of the call is served
+        as a Track stream is (latest wins, deadlines, the same checks and limits, one slot of --max-streams each); what
+        would end a Track call ends only that face stream here, answered with a TrackManyReply whose `ended` says why.
+        A client that stops reading is ended whole (CANCELLED), as a Track client is.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetServeStatus(self, request, context):
         """Streams, limits and counters of this server replica.
         """
@@ -294,6 +311,11 @@ def add_FaceServeServiceServicer_to_server(servicer, server):
                     servicer.Track,
                     request_deserializer=facebridge_dot_v1_dot_facebridge__pb2.TrackRequest.FromString,
                     response_serializer=facebridge_dot_v1_dot_facebridge__pb2.TrackResponse.SerializeToString,
+            ),
+            'TrackMany': grpc.stream_stream_rpc_method_handler(
+                    servicer.TrackMany,
+                    request_deserializer=facebridge_dot_v1_dot_facebridge__pb2.TrackManyRequest.FromString,
+                    response_serializer=facebridge_dot_v1_dot_facebridge__pb2.TrackManyResponse.SerializeToString,
             ),
             'GetServeStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetServeStatus,
@@ -330,6 +352,33 @@ class FaceServeService:
             '/facebridge.v1.FaceServeService/Track',
             facebridge_dot_v1_dot_facebridge__pb2.TrackRequest.SerializeToString,
             facebridge_dot_v1_dot_facebridge__pb2.TrackResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TrackMany(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/facebridge.v1.FaceServeService/TrackMany',
+            facebridge_dot_v1_dot_facebridge__pb2.TrackManyRequest.SerializeToString,
+            facebridge_dot_v1_dot_facebridge__pb2.TrackManyResponse.FromString,
             options,
             channel_credentials,
             insecure,
