@@ -30,16 +30,19 @@ DEVICE_PATH = re.compile(r"/v1/fleet/[a-z][a-z-]*|/health")
 
 
 def fleet_only(app):
-    """The ASGI app, answering 404 to every request whose path is not a Fleet API call (or the health check)."""
+    """The ASGI app for devices: a Fleet API call (or the health check) goes to Flower, any other HTTP request is
+    answered 404 and any WebSocket closed, before Flower sees either."""
     async def front(scope, receive, send):
-        if scope["type"] == "http" and not DEVICE_PATH.fullmatch(scope["path"]):
+        if scope["type"] == "http" and DEVICE_PATH.fullmatch(scope["path"]):
+            await app(scope, receive, send)
+        elif scope["type"] == "http":
             body = b'{"detail":"not served on the device port"}'
             await send({"type": "http.response.start", "status": 404,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
-            return
-        await app(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
 
     return front
 

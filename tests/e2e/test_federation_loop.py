@@ -145,24 +145,29 @@ def flwr(home: Path, *args: str, prefix: list[str] = ()) -> dict:
         return {"success": False, "stdout": out.stdout[-500:]}
 
 
-def post(url: str, ca: Path, prefix: list[str]) -> str:
-    """POST an empty body as `prefix` sees the network: the HTTP status, or the connection error's name."""
+def post_all(urls: list[str], ca: Path, prefix: list[str]) -> list[str]:
+    """POST an empty body to each URL as `prefix` sees the network (one process): each HTTP status, or the name of
+    the connection error."""
     code = ("import ssl, sys, urllib.request, urllib.error\n"
             f"ctx = ssl.create_default_context(cafile={str(ca)!r})\n"
-            f"req = urllib.request.Request({url!r}, data=b'', method='POST')\n"
-            "try:\n"
-            "    print(urllib.request.urlopen(req, timeout=10, context=ctx).status)\n"
-            "except urllib.error.HTTPError as e:\n"
-            "    print(e.code)\n"
-            "except (urllib.error.URLError, OSError) as e:\n"
-            "    print(type(getattr(e, 'reason', e)).__name__)\n")
-    out = subprocess.run([*prefix, str(BIN / "python"), "-c", code], capture_output=True, text=True, timeout=60)
-    return out.stdout.strip() or out.stderr.strip()[-300:]
+            "for url in sys.argv[1:]:\n"
+            "    try:\n"
+            "        req = urllib.request.Request(url, data=b'', method='POST')\n"
+            "        print(urllib.request.urlopen(req, timeout=10, context=ctx).status)\n"
+            "    except urllib.error.HTTPError as e:\n"
+            "        print(e.code)\n"
+            "    except (urllib.error.URLError, OSError) as e:\n"
+            "        print(type(getattr(e, 'reason', e)).__name__)\n")
+    out = subprocess.run([*prefix, str(BIN / "python"), "-c", code, *urls], capture_output=True, text=True,
+                         timeout=120)
+    answers = out.stdout.split()
+    assert len(answers) == len(urls), out.stderr[-1000:]
+    return answers
 
 
-def attack(loop: Loop, work: Path, ca: Path, device_address: str, prefix: list[str]) -> None:
+def attack(loop: Loop, work: Path, ca: Path, device_address: str, prefix: list[str], extra_urls: list[str]) -> list:
     """From the devices' side, against the device port: what the Control API offers (stopping a run comes later,
-    once there is one)."""
+    once there is one). Returns what `extra_urls` answered."""
     home = work / "attacker"
     FlowerCli(home, device_address, Tls(ca))  # writes the `fedagent` connection to the device port
     _, attacker_pub = device_key(work / "device-keys", "attacker")
@@ -171,9 +176,30 @@ def attack(loop: Loop, work: Path, ca: Path, device_address: str, prefix: list[s
     loop.attacks["list"] = flwr(home, "list", "fedagent", prefix=prefix)
     loop.attacks["run"] = flwr(home, "run", str(app), "fedagent", "--run-config", str(config), prefix=prefix)
     loop.attacks["register"] = flwr(home, "supernode", "register", str(attacker_pub), "fedagent", prefix=prefix)
-    for path in ("/v1/control/start-run", "/v1/control/register-node", "/v1/control/list-runs",
-                 "/v1/runtime/get-nodes", "/docs", "/v1/fleet/../control/list-runs"):
-        loop.attacks[f"POST {path}"] = post(f"https://{device_address}{path}", ca, prefix)
+    paths = ("/v1/control/start-run", "/v1/control/register-node", "/v1/control/list-runs", "/v1/runtime/get-nodes",
+             "/docs", "/v1/fleet/../control/list-runs")
+    answers = post_all([f"https://{device_address}{path}" for path in paths] + extra_urls, ca, prefix)
+    loop.attacks.update({f"POST {path}": answer for path, answer in zip(paths, answers)})
+    return answers[len(paths):]
+
+
+def fill_store(home: Path, work: Path, attempts: int = 3) -> None:
+    """`facebridge run --source sample --audio sample --learn` for 10 s of the clip, one device at a time and again
+    while the store holds fewer windows than a device needs: a window keeps only speech frames whose camera frames
+    came no more than 0.1 s apart, which a machine loaded by other work (three bridges at once on a busy two-core
+    machine) can fail to give for a whole run."""
+    from bridge.audio.learn_store import LearnStore
+    from fedagent.data_store import MIN_WINDOWS
+
+    for _ in range(attempts):
+        out = subprocess.run(facebridge_cmd("run", "--source", "sample", "--audio", "sample", "--learn",
+                                            "--max-frames", "300", "--vmc", "off", "--monitor", "off",
+                                            "--llf", f"127.0.0.1:{free_port()}", "--quiet"),
+                             env=subprocess_env(home), cwd=work, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout[-1000:] + out.stderr[-2000:]
+        if (home / "learn").is_dir() and len(LearnStore(home / "learn").paths()) >= MIN_WINDOWS:
+            return
+    raise AssertionError(f"{attempts} learning runs left fewer than {MIN_WINDOWS} windows in {home / 'learn'}")
 
 
 def take_frames(take: Path) -> list[dict]:
@@ -211,30 +237,15 @@ def _run_loop(work: Path, network: Namespaces | None, reason: str | None) -> Loo
     loop.repo, loop.take = repo, work / "take"
     procs: list[subprocess.Popen] = []
     try:
-        # 1. three devices fill their learning stores from the sample clip and its voice (in parallel)
-        learners = [subprocess.Popen(facebridge_cmd("run", "--source", "sample", "--audio", "sample", "--learn",
-                                                    "--max-frames", "300", "--vmc", "off", "--monitor", "off",
-                                                    "--llf", f"127.0.0.1:{free_port()}", "--quiet"),
-                                     env=subprocess_env(home), cwd=work, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True) for home in homes]
-        for learner in learners:
-            out, _ = learner.communicate(timeout=300)
-            assert learner.returncode == 0, out[-2000:]
+        # 1. three devices fill their learning stores from the sample clip and its voice
+        for home in homes:
+            fill_store(home, work)
         evaluation = work / "held-out"
         shutil.copytree(homes[0] / "learn", evaluation)  # the server's held-out store (a copy: a test needs one)
         subprocess.run(fedagent_cmd("keys", "init", "--dir", str(signing)), check=True, capture_output=True,
                        env=subprocess_env(work / "server-home"), timeout=120)
 
-        # 2. device0's bridge starts before any release exists, every update setting at its default
-        bridge = subprocess.Popen(facebridge_cmd("run", "--source", "sample", "--audio", "sample", "--vmc", "off",
-                                                 "--monitor", "off", "--llf", f"127.0.0.1:{free_port()}",
-                                                 "--record", str(loop.take), "--quiet"),
-                                  env=subprocess_env(homes[0]), cwd=work, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
-        procs.append(bridge)
-        bridge_err = Lines(bridge.stderr)
-
-        # 3. the server, on its own machine, and three devices from theirs
+        # 2. the server, on its own machine, and three devices from theirs
         server = subprocess.Popen(on_server + fedagent_cmd(
             "server", "--host", server_host, "--port", str(port), "--control-port", str(control_port),
             "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", str(ca),
@@ -246,6 +257,7 @@ def _run_loop(work: Path, network: Namespaces | None, reason: str | None) -> Loo
         procs.append(server)
         server_out = Lines(server.stdout)
         server_out.wait_for(r"waiting for \d+ device", 120, server)
+
         def start_client(i: int):
             client = subprocess.Popen(on_devices + fedagent_cmd(
                 "client", "--superlink", device_address, "--root-certificates", str(ca), "--auth-key",
@@ -257,15 +269,28 @@ def _run_loop(work: Path, network: Namespaces | None, reason: str | None) -> Loo
         clients = [start_client(i) for i in range(DEVICES - 1)]
         loop.clients_connected = [lines.wait_for("connected to", 180, client) for client, lines in clients]
 
-        # 4. while the server waits for its last device: an attacker on the device side tries the Control API
+        # 3. while the server waits for its last device: an attacker on the device side tries the Control API
         # through the device port, and the operator's own flwr works on the server machine
-        attack(loop, work, ca, device_address, on_devices)
-        if network:
-            loop.control_port_from_devices = post(f"https://{server_host}:{control_port}/v1/control/list-runs", ca,
-                                                  on_devices)
+        control_url = f"https://{server_host}:{control_port}/v1/control/list-runs"
+        answers = attack(loop, work, ca, device_address, on_devices, [control_url] if network else [])
+        loop.control_port_from_devices = answers[0] if network else ""
         cli_home = state / "homes" / "cli"
         loop.operator["list"] = flwr(cli_home, "list", "fedagent", prefix=on_server)
         loop.operator["nodes"] = flwr(cli_home, "supernode", "list", "fedagent", prefix=on_server)
+
+        # 4. device0's bridge starts before any release exists, every update setting at its default (started only
+        # now to leave the CPU to the rest until here)
+        bridge = subprocess.Popen(facebridge_cmd("run", "--source", "sample", "--audio", "sample", "--vmc", "off",
+                                                 "--monitor", "off", "--llf", f"127.0.0.1:{free_port()}",
+                                                 "--record", str(loop.take), "--quiet"),
+                                  env=subprocess_env(homes[0]), cwd=work, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        procs.append(bridge)
+        bridge_err = Lines(bridge.stderr)
+        deadline = time.monotonic() + 180
+        while not ((loop.take / "frames.jsonl").exists() and (loop.take / "frames.jsonl").stat().st_size > 0):
+            assert bridge.poll() is None and time.monotonic() < deadline, "".join(bridge_err.lines)[-2000:]
+            time.sleep(0.2)
 
         # 5. the last device joins and the run starts; the attacker tries to stop it at once
         clients.append(start_client(DEVICES - 1))
@@ -297,7 +322,8 @@ def _run_loop(work: Path, network: Namespaces | None, reason: str | None) -> Loo
             time.sleep(0.5)
         time.sleep(3.0)  # some frames of the new release, if it came
         bridge.send_signal(signal.SIGTERM)
-        loop.bridge_out, _ = bridge.communicate(timeout=120)
+        loop.bridge_out = bridge.stdout.read()  # the run's summary (its stderr goes to bridge_err)
+        bridge.wait(120)
         bridge_err.join(10)
         loop.bridge_rc, loop.bridge_err = bridge.returncode, "".join(bridge_err.lines)
     finally:
