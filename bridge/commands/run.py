@@ -3,8 +3,9 @@ the running bridge is bridge/runtime/session.py."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from bridge import ports
+from bridge import console, ports
 from bridge.sources import SOURCE_HELP
 from bridge.stages.describe import EMOTION_EVERY
 
@@ -138,19 +139,35 @@ def add_parser(sub) -> None:
                         "binds 127.0.0.1 unless HOST is given, which needs --osc-allow")
     p.add_argument("--osc-allow", metavar="IP,IP",
                    help="controller addresses the OSC remote control accepts beyond this machine")
+    p.add_argument("--timecode-source", choices=["system", "ntp", "ltc"], default="system",
+                   help="where timecode comes from: this machine's clock (default), an NTP server (--ntp-server), or "
+                        "LTC audio on an input (--ltc-input, e.g. a Tentacle Sync into a microphone input); carried "
+                        "into Live Link Face packets, takes, their CSV and USD")
+    p.add_argument("--timecode-rate", metavar="FPS",
+                   help="timecode rate: 23.976, 24, 25, 29.97, 30, 48, 50, 59.94 or 60 (29.97 and 59.94 drop-frame; "
+                        "default: the source's frame rate); outputs state it as their frame rate")
+    p.add_argument("--ltc-input", metavar="mic|mic:N|FILE",
+                   help="the audio input LTC comes in on (default mic); a file plays at real time")
+    p.add_argument("--ntp-server", metavar="HOST[:PORT]", help="NTP server for --timecode-source ntp "
+                   "(default pool.ntp.org)")
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
-    p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token gRPC clients must send")
+    p.add_argument("--grpc-token", metavar="TOKEN|auto",
+                   help="bearer token gRPC clients must send; beyond 127.0.0.1 at least 128 bits (e.g. 22 random "
+                        "letters and digits); 'auto' makes a random one and prints it")
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate for the gRPC server")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key for the gRPC server")
     p.add_argument("--monitor", default=DEFAULT_MONITOR, metavar="HOST:PORT|off",
                    help=f"serve the live monitor page, /metrics (Prometheus), /healthz and /readyz on HOST:PORT, or "
                         f"'off' (default {DEFAULT_MONITOR}; port 0 picks a free one; the URL is printed). Binding "
                         "beyond 127.0.0.1 needs --monitor-token")
-    p.add_argument("--monitor-token", metavar="TOKEN",
+    p.add_argument("--monitor-token", metavar="TOKEN|auto",
                    help="token the monitor asks for (open the page as /?token=TOKEN; scrapers send "
-                        "'Authorization: Bearer TOKEN'); /healthz and /readyz stay open")
+                        "'Authorization: Bearer TOKEN'); /healthz and /readyz stay open. Beyond 127.0.0.1 at least "
+                        "128 bits; 'auto' makes a random one and prints it")
+    p.add_argument("--monitor-tls-cert", metavar="PEM", help="TLS certificate for the monitor (serves https)")
+    p.add_argument("--monitor-tls-key", metavar="PEM", help="TLS private key for the monitor")
     p.add_argument("--takes-dir", default="takes", metavar="DIR",
                    help="where takes started from the monitor page's Record button go (default ./takes)")
     p.add_argument("--no-calibration", action="store_true", help="ignore the subject's stored calibration")
@@ -203,22 +220,35 @@ def run_config(args):
                      calibration=not args.no_calibration, status_line=not args.quiet,
                      outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
                      adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
-                     monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
+                     monitor_token=args.monitor_token, monitor_tls_cert=args.monitor_tls_cert,
+                     monitor_tls_key=args.monitor_tls_key, takes_dir=args.takes_dir, remote=args.remote,
                      remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca, mapping=args.mapping,
                      head_dead_zone=args.head_dead_zone, osc_remote=address_or_off(args.osc_remote),
-                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()))
+                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()),
+                     timecode_source=args.timecode_source, timecode_rate=args.timecode_rate,
+                     ltc_input=args.ltc_input, ntp_server=args.ntp_server)
 
 
 def run(args) -> int:
+    from bridge.runtime.options import run_warnings
     from bridge.runtime.session import BridgeSession
     from bridge.runtime.summary import summary_lines
 
-    with BridgeSession(run_config(args)) as session:
+    config = run_config(args)
+    session = BridgeSession(config)  # checks the options first (runtime/options.py check_run_config)
+    for line in [] if args.quiet else run_warnings(config):
+        print(f"facebridge: warning: {line}", file=sys.stderr, flush=True)
+    with session:
         if not args.quiet:
-            print(f"facebridge: {session.describe()}", flush=True)
+            for line in session.describe(verbose=args.verbose):
+                print(f"facebridge: {line}", flush=True)
         elif args.grpc:  # a port the system chose (HOST:0) must be said even when quiet
             print(f"facebridge: {session.grpc_address()}", flush=True)
+        for line in session.generated_tokens():  # `auto` tokens: said once, even when quiet
+            print(f"facebridge: {line}", flush=True)
         summary = session.run()
     for line in summary_lines(summary):
         print(f"facebridge: {line}")
+    if summary.interrupted:  # what was done is kept (a take is closed whole); Ctrl-C's exit status
+        return console.interrupted("facebridge")
     return 1 if summary.failed else 0

@@ -13,8 +13,9 @@ one row; the recorder's sync thread fsyncs both about once a second and then rew
 the frames that sync covered, so a killed take is readable as it is and loses at most the last seconds; on close
 take.json says "complete": true, and "frames_dropped" counts frames a disk too slow for the stream cost. The
 reader's side: every record is checked (bridge/formats/take_check.py), a bad one is skipped and its line named,
-capture-time jumps are clamped. `repair_take` makes a killed take whole again: take.json and frames.csv rebuilt
-from the frames that frames.jsonl really holds.
+capture-time jumps are clamped, a line longer than MAX_LINE_BYTES is skipped without being read whole.
+`repair_take` makes a killed take whole again: take.json and frames.csv rebuilt from the frames that frames.jsonl
+really holds.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from bridge import __version__
 from bridge.errors import SourceError
-from bridge.formats.livelinkface import CSV_HEADER, CURVE_NAMES, csv_row
+from bridge.formats.livelinkface import CSV_HEADER, CURVE_NAMES, csv_row, csv_timecode
 from bridge.formats.take_check import BadRecord, Timeline, checked_metadata, frame_from_record
 from bridge.frame import ARKIT_NAMES, FaceFrame
 from bridge.fsutil import atomic_write_json, atomic_write_with, printable
@@ -42,6 +43,7 @@ TAKE_JSON = "take.json"
 FORMAT = "facebridge-take"
 FORMAT_VERSION = 1
 NAMED_PROBLEMS = 10  # lines named one by one in the warnings; the rest are counted
+MAX_LINE_BYTES = 1 << 20  # a frames.jsonl line longer than this is not a frame (one is a few KiB): skipped unread
 
 
 def frame_line(frame: FaceFrame) -> tuple[str, int]:
@@ -78,6 +80,7 @@ def take_metadata(first: FaceFrame | None, last: FaceFrame | None, frames: int, 
         "frame_rate": first.frame_rate if first else None,
         "started": (dt.datetime.fromtimestamp(first.t_capture, dt.timezone.utc).isoformat() if first else None),
         "started_unix": first.t_capture if first else None,
+        "start_timecode": csv_timecode(first.timecode()) if first else None,  # HH:MM:SS:FF.mmm, as in the CSV
         "frames": frames,
         "duration_s": round(last.t_capture - first.t_capture, 6) if first and last else 0.0,
         "complete": complete,
@@ -105,8 +108,13 @@ class TakeReader:
         except OSError as e:  # a name too long, a permission
             raise SourceError(f"take {name} cannot be read ({e.strerror})", "check the path") from None
         if not is_dir:
-            raise SourceError(f"take {name} does not exist or is not a directory",
-                              "give the directory a take was recorded to")
+            if self.directory.name == FRAMES_JSONL and self.directory.is_file():
+                raise SourceError(f"{name} is a take's frames file, not the take",
+                                  f"give the take's folder: {printable(self.directory.parent)}")
+            if self.directory.exists():
+                raise SourceError(f"take {name} is a file, not a take folder",
+                                  "give the directory a take was recorded to (it holds frames.jsonl and take.json)")
+            raise SourceError(f"take {name} does not exist", "give the directory a take was recorded to")
         if not has_frames:
             raise SourceError(f"take {name} has no {FRAMES_JSONL}",
                               "give the directory a take was recorded to (it holds frames.jsonl and take.json)")
@@ -122,9 +130,10 @@ class TakeReader:
                 if problems:
                     log.warning("take %s: %s: %s; those fields are ignored", name, TAKE_JSON, "; ".join(problems))
         self.incomplete = bool(self.metadata) and self.metadata.get("complete") is False
-        if self.incomplete:
-            log.warning("take %s was not closed cleanly (crash or kill); the last second may be missing "
-                        "(--repair rewrites its take.json and frames.csv from the frames it holds)", name)
+        if self.incomplete:  # both causes named: a reader cannot tell a take being recorded from one a crash left
+            log.warning("take %s was not closed cleanly: it is still being recorded, or its recorder crashed or was "
+                        "killed (then the last second may be missing; --repair rewrites its take.json and frames.csv "
+                        "from the frames it holds)", name)
         self.skipped = self.clamped = 0
         self.cut_short = False
         self.problems: list[str] = []
@@ -139,8 +148,13 @@ class TakeReader:
         self.cut_short = False
         self.problems = []
         timeline = Timeline()
-        with open(self.frames_path, encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, start=1):
+        with open(self.frames_path, "rb") as f:
+            for number, line in enumerate(_bounded_lines(f), start=1):
+                if line is None:  # longer than any frame: never held in memory whole
+                    self.skipped += 1
+                    self._note(f"line {number} is longer than {MAX_LINE_BYTES // 1024} KiB (a frame is a few); "
+                               "skipped")
+                    continue
                 if not line.strip():
                     continue
                 try:
@@ -169,6 +183,21 @@ class TakeReader:
         if self.clamped:
             parts.append(f"clamped {self.clamped} capture-time jump{'s' if self.clamped != 1 else ''}")
         return "; ".join(parts)
+
+
+def _bounded_lines(f) -> Iterator[str | None]:
+    """The lines of a binary file as text, None for one longer than MAX_LINE_BYTES (read past in pieces, so a
+    1 GB line costs a MiB of memory, not gigabytes). The last line keeps its missing newline (a cut-short write)."""
+    while True:
+        raw = f.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(MAX_LINE_BYTES)
+            yield None
+            continue
+        yield raw.decode("utf-8", errors="replace")
 
 
 @dataclass

@@ -84,6 +84,11 @@ class StatsCollector(Collector):
         for model, release in sorted(s.releases.items()):
             active.add_metric([model], float(release))
         yield active
+        rolled = GaugeMetricFamily("facebridge_release_rolled_back", "the release of each model that failed in "
+                                   "service and was rolled back (runtime/fallback.py)", labels=["model"])
+        for model, release in sorted(s.rolled_back.items()):
+            rolled.add_metric([model], float(release))
+        yield rolled
         yield _counter("facebridge_swaps_refused", "replacement models refused (failed to build or to match their "
                        "reference); the old model served on", ("model",), s.swaps_refused)
         yield from self._histograms()

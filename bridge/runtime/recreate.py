@@ -7,6 +7,9 @@ at its swap point between two frames, while the stream goes on. The build repeat
 replacement serves now (an installed release is rebuilt as it was installed), or, for a model that came with the
 pipeline, the pipeline's own constructor; the check wants finite outputs on zeros (and the release's reference,
 when the request had one). The announced version does not change. A model already on its way is not asked twice.
+
+A signed release whose stage still fails after its session was recreated is not recreated again: `fallback`
+(runtime/fallback.py) rolls it back, and the previous release or the shipped model is swapped in instead.
 """
 from __future__ import annotations
 
@@ -37,9 +40,11 @@ class SessionRecreator:
     """`recreator(stage)` asks the swapper for new sessions of the stage's models; `on_event(SwapEvent)` (wired to
     the swapper) counts the recreations that swapped in, in `stats` (a RunStats)."""
 
-    def __init__(self, pipeline, swapper, stats=None) -> None:
+    def __init__(self, pipeline, swapper, stats=None, fallback=None) -> None:
         self.pipeline, self.swapper, self.stats = pipeline, swapper, stats
+        self.fallback = fallback  # fallback(model, release, version, why) -> bool, for a release that failed again
         self._asked: dict[str, str] = {}  # model -> the guard's stage, while on its way
+        self._recreated: dict[str, str] = {}  # model -> the version whose recreated session serves now
         self._lock = threading.Lock()
 
     def models(self, stage: str) -> list[tuple[str, str]]:
@@ -63,11 +68,18 @@ class SessionRecreator:
             with self._lock:
                 if model in self._asked:
                     continue
+                serving = self.swapper.serving.get(model)
+                failed_again = (serving is not None and serving.release > 0
+                                and self._recreated.get(model) == serving.version)
+            if failed_again and self._fall_back(model, serving, self._why(stage)):
+                continue
+            with self._lock:
                 self._asked[model] = stage
             if not self.swapper.request(self._request(model, component)):
                 with self._lock:
                     self._asked.pop(model, None)
-                log.warning("cannot recreate the %s session: its version was refused before", model)
+                if not self._fall_back(model, serving, "its session cannot be recreated"):
+                    log.warning("cannot recreate the %s session: its version was refused before", model)
 
     def _request(self, model: str, component: str) -> SwapRequest:
         serving = self.swapper.serving.get(model)
@@ -83,8 +95,27 @@ class SessionRecreator:
         release = self.stats.releases.get(model, 0) if self.stats is not None else 0
         return SwapRequest(model, version, release, lambda: self.pipeline.build_session(component), finite_on_zeros)
 
+    @staticmethod
+    def _why(stage: str) -> str:
+        return f"its {stage} output kept being replaced by the output guard after its session was recreated"
+
+    def _fall_back(self, model: str, serving, why: str) -> bool:
+        """Hand a signed release that failed again to the fallback; False for the shipped model (or no fallback)."""
+        if self.fallback is None or serving is None or serving.release <= 0:
+            return False
+        self.fallback(model, serving.release, serving.version, why)
+        return True
+
     def on_event(self, event) -> None:
         with self._lock:
             stage = self._asked.pop(event.model, None)
+            if event.ok and stage is not None:
+                self._recreated[event.model] = event.version
+            elif event.ok:  # another version serves now: it gets its own recreation first
+                self._recreated.pop(event.model, None)
+        serving = self.swapper.serving.get(event.model)
+        if stage is not None and not event.ok and serving is not None and serving.version == event.version:
+            self._fall_back(event.model, serving, f"its {stage} output kept being replaced and its recreated "
+                            f"session was refused ({event.detail})")  # the release cannot be mended
         if stage is not None and event.ok and self.stats is not None:
             self.stats.session_recreated(stage)

@@ -107,6 +107,7 @@ class ReleaseWatch:
         self.backend, self.cpu_precision = backend, cpu_precision
         self.on_release = on_release or (lambda model, release: None)
         self._watchers = {m: ReleaseWatcher(m, self.state_dir) for m in models}
+        self._polling = threading.Lock()  # one poll at a time: a change is reported to one caller only
         for watcher in self._watchers.values():  # an installed release is built at once; the shipped model is
             self._poll_one(watcher, first=True)  # what the pipeline loaded
         self._stop = threading.Event()
@@ -123,6 +124,11 @@ class ReleaseWatch:
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
+            self.poll_now()
+
+    def poll_now(self) -> None:
+        """Poll every model now (the watch thread, or a caller that just changed the store: a fallback)."""
+        with self._polling:
             for watcher in self._watchers.values():
                 self._poll_one(watcher)
 
@@ -138,17 +144,23 @@ class ReleaseWatch:
         self.on_release(model, active.release)
         if first and active.release == 0:
             return
+        self.request(active)
+
+    def request(self, active) -> bool:
+        """Ask the swapper to build `active` (a registry ActiveModel) and swap it in; False when that version was
+        refused before."""
+        model = active.name
         from bridge.models import sha256_file
 
         version = release_version(active) if active.release else sha256_file(active.model_path)[:12]
-        tolerance = _tolerance(self.state_dir, model)
+        tolerance = _tolerance(self.state_dir, model) if active.release else DEFAULT_TOLERANCE
         if self.make_request is not None:
             request = self.make_request(active, version, tolerance)
         elif model == "lipsync":
             request = lipsync_request(active, version, tolerance)
         else:
             request = session_request(active, version, tolerance, self.backend, self.cpu_precision)
-        self.swapper.request(request)
+        return self.swapper.request(request)
 
 
 def tensorrt_adapter_engine(weights: dict, flavour_name: str = "tensorrt-rtx", cache_dir=None, report=None):

@@ -36,6 +36,8 @@ class ServeConfig:
     grpc: str = "127.0.0.1:50061"  # HOST:PORT the Track service listens on
     runners: str = "cpu"  # cpu | torch-cuda | onnxruntime-cuda
     max_streams: int = 16
+    max_streams_per_peer: int | None = None  # streams one client host may hold (None: max_streams)
+    max_frame_sizes: int = 4  # frame sizes with a batched service at once (the least recently used idle one goes)
     deadline_ms: float = 100.0  # an image waiting longer than this is dropped as late
     token: str | None = None
     tls_cert: str | None = None
@@ -65,12 +67,13 @@ class PassDescriber:
     DescribeRows per stream, over the batched tracker's StreamFaces."""
 
     def __init__(self, rows: int, smoothing: bool, calibration: bool, model_versions: dict[str, str],
-                 refresher=None) -> None:
+                 refresher=None, on_pass=None) -> None:
         from bridge.expression.rows import takes
         from bridge.expression.stage import ExpressionEstimator
         from bridge.stages.describe_rows import DescribeRows
 
         self._calibration, self._refresher = calibration, refresher
+        self._on_pass = on_pass  # on_pass(faces): each pass's results, read by the releases' fallback
         outputs = ExpressionEstimator(session=False).contract
         if not takes(outputs):
             raise FaceBridgeError(f"facebridge serve takes the shipped expression model's outputs, not "
@@ -90,6 +93,8 @@ class PassDescriber:
     def describe(self, handles: list[_Row], frames, faces, sizes):
         from bridge.stages.describe_rows import MeasuredFaces
 
+        if self._on_pass is not None:
+            self._on_pass(faces)
         measured = MeasuredFaces(found=faces.tracked, points=faces.landmarks, presence=faces.presence,
                                  iris=faces.irises, emotion=faces.emotion,
                                  expression_outputs={self._blendshapes: faces.blendshapes,
@@ -127,7 +132,9 @@ def build_server(config: ServeConfig):
     from bridge.serving.grpc_service import check_listen
 
     check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
-    state_dir = serve_state_dir(config.updates)
+    from bridge.runtime.options import update_state_dir
+
+    state_dir = update_state_dir(config.updates)  # "auto": this user's store, even before anything is installed
     try:
         import torch  # noqa: F401 - the batched tracker's
     except ImportError:
@@ -191,7 +198,8 @@ def build_server(config: ServeConfig):
 
     refresher = IdentityRefresher(max(1, config.identity_workers))
     replies = PassReplies(lambda rows: PassDescriber(rows, config.smoothing, config.calibration,
-                                                     lambda: gate.versions, refresher=refresher))
+                                                     lambda: gate.versions, refresher=refresher,
+                                                     on_pass=releases.check_pass if releases is not None else None))
 
     def make_service(frame_hw, num_streams):
         log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
@@ -204,7 +212,8 @@ def build_server(config: ServeConfig):
         return service
 
     try:
-        table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
+        table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0,
+                            max_sizes=config.max_frame_sizes, max_streams_per_peer=config.max_streams_per_peer)
         if releases is not None:
             releases.start()  # releases installed before now serve from the first frame
         for frame_hw in config.prewarm:
@@ -233,20 +242,6 @@ def build_server(config: ServeConfig):
 
 def _report(line: str) -> None:
     print(f"facebridge serve: {line}", file=sys.stderr, flush=True)
-
-
-def serve_state_dir(spec: str | None):
-    """The update store serve follows: None when off; "auto" is this user's even before anything is installed
-    (a server runs for long: the first release installed later is followed too)."""
-    if spec is None:
-        return None
-    if spec == "auto":
-        from bridge.updates.store import default_state_dir
-
-        return default_state_dir()
-    from bridge.runtime.options import update_state_dir
-
-    return update_state_dir(spec)
 
 
 def status_line(stats: dict) -> str:

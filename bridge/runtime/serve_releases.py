@@ -11,6 +11,13 @@ of every frame size share the runners); entering it first takes what the builder
 between two passes and never waits for a build. The FaceFrames announce the versions in use (a new dict on each
 swap); a frame whose pass ran just before a swap may still be described after it and name the new version, as in
 `facebridge run`. A release that fails is refused with one line, and the models in use keep serving.
+
+A release that passes every check and still fails on the streams' real faces is rolled back by the server itself:
+`check_pass` reads each pass's results, and when the outputs of a role that runs a release are not finite on the
+tracked rows of PERSIST_PASSES passes in a row (only the first role in ROLE_ORDER with such outputs is blamed:
+values flow downstream), ReleaseFallback (runtime/fallback.py) rolls it back in the store and the previous release
+or the shipped model is swapped in between two passes. Serve has no session to recreate (a runner is a function of
+its weights), so it falls back at once. The status line and GetServeStatus.release say so.
 """
 from __future__ import annotations
 
@@ -26,6 +33,10 @@ from bridge.runtime.swap import ModelSwapper, SwapRefused, SwapRequest
 
 log = logging.getLogger(__name__)
 
+PERSIST_PASSES = 5  # passes in a row with non-finite outputs of a release's role before it is rolled back
+# the roles whose outputs a pass's results carry (serving.service.StreamFaces fields), in the order values flow
+ROLE_FIELDS = {"landmarks": ("landmarks",), "iris": ("irises",), "expression": ("blendshapes", "expression_head"),
+               "emotion": ("emotion",)}
 FP16_TOLERANCE = (3e-2, 3e-2)  # atol, rtol at least, for runners in half precision (the references are float32)
 START_WAIT_S = 120.0  # at start, how long releases installed before are given to build before the first client
 
@@ -141,6 +152,36 @@ class ServeReleases:
         self.releases: dict[str, int] = {}
         self.watch = ReleaseWatch(state_dir, list(models), self.swapper, make_request=self._request,
                                   on_release=self.releases.__setitem__)
+        from bridge.runtime.fallback import ReleaseFallback
+
+        self.rolled_back: dict[str, int] = {}  # model -> the release that failed on the streams and was rolled back
+        self.fallback = ReleaseFallback(self.watch, lambda model, release, why: self.rolled_back.__setitem__(
+            model, release), report=self._report)
+        self._bad_passes: dict[str, int] = {}  # model -> passes in a row whose outputs were not finite
+        self._pass_lock = threading.Lock()
+
+    def check_pass(self, faces) -> None:
+        """One pass's results (serving.service.StreamFaces): count the passes in a row on which a role that runs a
+        release gave non-finite outputs, and roll that release back after PERSIST_PASSES of them."""
+        rows = np.asarray(faces.tracked, bool)
+        if not rows.any():
+            return
+        blamed = next((role for role, fields in ROLE_FIELDS.items()
+                       if not all(np.isfinite(getattr(faces, f)[rows]).all() for f in fields)), None)
+        failed = []
+        with self._pass_lock:
+            for model, role in self.models.items():
+                serving = self.swapper.serving.get(model)
+                if serving is None or serving.release <= 0 or role != blamed:
+                    self._bad_passes.pop(model, None)
+                    continue
+                self._bad_passes[model] = self._bad_passes.get(model, 0) + 1
+                if self._bad_passes[model] >= PERSIST_PASSES:
+                    self._bad_passes[model] = 0
+                    failed.append((model, serving))
+        for model, serving in failed:
+            self.fallback(model, serving.release, serving.version,
+                          f"its {self.models[model]} outputs were not finite on {PERSIST_PASSES} passes in a row")
 
     def _request(self, active, version: str, tolerance: tuple[float, float]) -> SwapRequest:
         role = self.models[active.name]
@@ -176,7 +217,9 @@ class ServeReleases:
         return self
 
     def status(self) -> dict:
-        return {"model_versions": dict(self.gate.versions), "release": self.last}
+        rolled = ", ".join(f"{m} r{r}" for m, r in sorted(self.rolled_back.items()))
+        return {"model_versions": dict(self.gate.versions),
+                "release": self.last + (f"; rolled back {rolled}" if rolled else "")}
 
     def close(self) -> None:
         self.watch.stop()

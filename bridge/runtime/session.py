@@ -27,6 +27,7 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     OutputConfig,
     RunConfig,
     address_or_off,
+    check_run_config,
     check_subject,
     checked_adapter,
     llf_targets,
@@ -88,43 +89,25 @@ class BridgeSession:
     """Open with `open()` (or `with`), then `run()` once; `close()` releases everything that was opened."""
 
     def __init__(self, config: RunConfig) -> None:
-        if config.max_frames is not None and config.max_frames < 1:
-            raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
-        if config.audio_only and not config.audio:
-            raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
-        if config.learn is not None and (not config.audio or config.audio_only):
-            raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
-                                  "add --audio mic (and a camera source, without --audio-only)")
-        if config.faces > 1 and config.audio_only:
-            raise FaceBridgeError("--faces needs a camera or video: --audio-only has no face to count",
-                                  "drop --faces, or drop --audio-only")
+        check_run_config(config)
         from bridge.multiface import subject_names
 
         self.subjects = subject_names(config.subject, config.faces)
         for subject in self.subjects:
             check_subject(subject)
         config.pipeline.check()
-        if config.camera_size is not None and min(config.camera_size) < 1:
-            raise FaceBridgeError(f"--camera-size {config.camera_size[0]}x{config.camera_size[1]} is not a size",
-                                  "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
-        if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
-            raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
         self.file_mapping = None
         if config.mapping:
             from bridge.mapping import load_mapping
 
             self.file_mapping = load_mapping(config.mapping)
-        if config.head_dead_zone is not None:
-            from bridge.mapping import MAX_HEAD_DEAD_ZONE
-
-            if not 0.0 <= config.head_dead_zone <= MAX_HEAD_DEAD_ZONE:
-                raise FaceBridgeError(f"--head-dead-zone {config.head_dead_zone:g} is out of range",
-                                      f"give 0 (off) to {MAX_HEAD_DEAD_ZONE:g} degrees")
         self.config = config
         self.learn = None
         self.tuning = None
         self.osc_remote = None
+        self.clock = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
+        self.stats.audio_only = config.audio_only
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
         self.control.stats = self.stats
@@ -149,6 +132,9 @@ class BridgeSession:
             # the monitor first: its port fails at once, and its start (about a second of imports) never eats into
             # a live audio input that is already playing
             self.monitor = self._open_monitor()
+            from bridge.runtime.timecode_clock import open_clock
+
+            self.clock = open_clock(config.timecode_source, config.timecode_rate, config.ltc_input, config.ntp_server)
             if not config.audio_only:
                 self.source = self._open_source()
             if config.audio:  # lip-sync on its own thread, polled by the video side; --fast: in step with a file's
@@ -225,7 +211,8 @@ class BridgeSession:
 
         self.feed = LiveFeed()
         return MonitorServer(config.monitor, self.stats, control=self.control, feed=self.feed,
-                             token=config.monitor_token, info={"subject": config.subject},
+                             token=config.monitor_token, tls_cert=config.monitor_tls_cert,
+                             tls_key=config.monitor_tls_key, info={"subject": config.subject},
                              fallback=config.monitor == DEFAULT_MONITOR)
 
     def _open_source(self):
@@ -294,7 +281,9 @@ class BridgeSession:
 
     def _swap_event(self, event) -> None:
         self.stats.swap_event(event)
-        if event.release > 0:  # a signed release (recreations of the model in use say nothing here)
+        rolled = self.stats.rolled_back.get(event.model, 0)
+        if event.release > 0 and not (event.ok and event.release < rolled):  # a signed release (recreations of the
+            # model in use, and the one a rollback went back to, say nothing here)
             self.stats.set_update_status("installed" if event.ok else "failed")  # monitor/metrics.py's states
         if self.recreator is not None:
             self.recreator.on_event(event)
@@ -315,6 +304,12 @@ class BridgeSession:
         options = self.config.pipeline
         self.release_watch = ReleaseWatch(state, models, self.swapper, backend=options.backend,
                                           cpu_precision=options.cpu_precision, on_release=self.stats.set_release)
+        if self.recreator is not None:  # a release still failing after its session was recreated is rolled back
+            from bridge.runtime.fallback import ReleaseFallback
+
+            self.recreator.fallback = ReleaseFallback(
+                self.release_watch, lambda model, release, why: self.stats.release_rolled_back(model, release),
+                report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True))
 
     def _stages(self) -> list:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
@@ -330,7 +325,7 @@ class BridgeSession:
         one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
         two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
         # the mapping after calibration and fusion, inside the guard (a frame it repeats is never mapped twice)
-        tune = self.tuning.wrap
+        tune = lambda step: self.clock.wrap(self.tuning.wrap(step))  # noqa: E731 - then the timecode clock's stamp
         steps = [pipeline.track, tune(fuse(pipeline.describe))] if two else [tune(fuse(pipeline.process))]
         if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
             from bridge.runtime.faces import face_steps
@@ -347,9 +342,20 @@ class BridgeSession:
             steps[0] = self.feed.tap(steps[0])
         return steps
 
-    def describe(self) -> str:
-        """One line: where frames come from and go, the calibration in use and the monitor's address."""
+    def describe(self, verbose: bool = False) -> list[str]:
+        """The start lines: where frames come from and go (and the monitor's address), then what tracks them and
+        the calibration in use. Two short lines; `verbose` (-v) adds each model's backend and why."""
         outs = ", ".join(s.label() for s in self.sinks if s is not self.recording or self.recording.recording)
+        lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
+        fallback = getattr(self.source, "fallback", None)  # plain `facebridge run` without a camera says so
+        source = fallback or self.source.name
+        monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
+        if self.osc_remote is not None:
+            monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
+        if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
+                                       self.config.timecode_source != "system"):
+            monitor += f"; {self.clock.describe()}"
+        first = f"{source}{lossless} -> {outs or 'no outputs'}{monitor}"
         subject = ", ".join(self.subjects)
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
         if len(self.subjects) > 1:
@@ -358,28 +364,44 @@ class BridgeSession:
                  " `fedagent data clear` deletes it)" if self.learn is not None else "")
         if self.config.remote:
             cal = f"tracked by facebridge serve at {self.config.remote}"
-        backend = self._backend()
-        lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
-        monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
-        if self.osc_remote is not None:
-            monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
+        if self.config.audio_only:
+            cal = "audio only: the voice drives the mouth, the rest of the face stays neutral"
+        if self.config.mapping:
+            cal += f"; mapping {self.config.mapping}"
+        elif self.tuning is not None and self.tuning.mappings:
+            cal += "; the profile's mapping"
         summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
-        detector = f"{summary}; " if summary else ""
-        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
+        detector = f"{summary}; " if summary and (verbose or len(self.subjects) > 1) else ""
+        return [first, f"{self._backend(verbose)}{detector}{cal}{learn}"]
+
+    def generated_tokens(self) -> list[str]:
+        """The tokens `auto` made for this run's listeners, one line each, to be printed once."""
+        lines = []
+        if self.monitor is not None and self.monitor.generated_token:
+            lines.append(f"monitor token (made for this run): {self.monitor.token}; open "
+                         f"{self.monitor.url}?token={self.monitor.token}")
+        lines += [f"gRPC token (made for this run): {s.token}; clients send 'authorization: Bearer {s.token}'"
+                  for s in self.sinks if getattr(s, "generated_token", False)]
+        return lines
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
         return next((f"gRPC stream on {s.address}" for s in self.sinks if s.name == "grpc"), "")
 
-    def _backend(self) -> str:
-        """'openvino f32; ' (the face models' backend and the precision it computes in), '' for audio-only."""
+    def _backend(self, verbose: bool = False) -> str:
+        """'litert, onnxruntime f32; ' (the backends the face models run on, the precision they compute in), '' for
+        audio-only; `verbose`: each model's backend and why, and the landmark path and why."""
         session = getattr(getattr(self.pipeline, "landmarker", None), "session", None)
         if session is None:
             return ""
         precision = getattr(session, "precision", None)
-        from bridge.engines.fastest import chosen_summary  # --backend auto on a CPU: each model's choice and why
+        from bridge.engines.fastest import CHOSEN, chosen_summary  # --backend auto on a CPU: each model's choice
 
         path = getattr(self.pipeline, "landmark_path", None)
+        if not verbose:
+            backends = sorted({c.backend for c in CHOSEN.values()}) or [session.backend_name]
+            landmarks = f", landmarks {path}" if path else ""
+            return f"{'+'.join(backends)} {precision or 'f32'} (-v: why){landmarks}; "
         landmarks = f"landmarks {path} ({self.pipeline.landmark_reason}); " if path else ""  # after the backend
         chosen = chosen_summary()
         if chosen:  # f32 unless --cpu-precision bf16 took (each model's own precision: `facebridge -v`)
@@ -408,6 +430,7 @@ class BridgeSession:
             self._initial_lipsync_release()
             self.audio.start()
         try:
+            self.clock.wait_locked()  # LTC found (or a one-line error) before the first frame is stamped
             self.runner.run()
         finally:
             self.close()
@@ -415,7 +438,7 @@ class BridgeSession:
                          mode=self.source.mode, lossless=lossless, max_frames=self.config.max_frames,
                          frame_rate=float(self.source.fps), audio_only=self.config.audio_only,
                          audio_s=self.audio_duration if self.config.audio_only else None,
-                         )
+                         interrupted=self.runner.interrupted)
 
     def _on_frame(self, frame) -> None:
         self.control.on_frame(frame)
@@ -440,6 +463,8 @@ class BridgeSession:
         if self.osc_remote is not None:
             self.osc_remote.close()
             self.osc_remote = None
+        if self.clock is not None:
+            self.clock.close()
         if self.release_watch is not None:
             self.release_watch.stop()
         if self.swapper is not None:

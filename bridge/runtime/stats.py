@@ -115,6 +115,8 @@ class StatsSnapshot:
     swaps_refused: dict[str, int] = field(default_factory=dict)  # model -> replacements refused (live swap)
     update_status: str = "none"  # the update loop's state (updates/): none, checking, staged, installed, failed...
     models_loaded: bool = False
+    rolled_back: dict[str, int] = field(default_factory=dict)  # model -> the release that failed in service and
+    # was rolled back (runtime/fallback.py)
     since_last_sent_s: float | None = None  # seconds since a frame last reached the sinks; None before the first
 
     @property
@@ -161,7 +163,9 @@ class RunStats:
     last_guard: str = ""
     update_status: str = "none"
     models_loaded: bool = False
+    rolled_back: dict[str, int] = field(default_factory=dict)
     last_sent: float | None = None  # perf_counter of the last frame sent
+    audio_only: bool = False  # --audio-only: no camera, so the status line shows the mode, not "face NO"
     _sinks: list = field(default_factory=list)  # Sink objects whose counters snapshots read
     _sends: RollingWindow = field(default_factory=RollingWindow)  # value: capture -> sent ms
     _faces: RollingWindow = field(default_factory=RollingWindow)  # value: 1 face lost, 0 found
@@ -241,6 +245,12 @@ class RunStats:
         with self._lock:
             self.releases = {**self.releases, model: release}
 
+    def release_rolled_back(self, model: str, release: int) -> None:
+        """A release of `model` failed in service and is being rolled back (runtime/fallback.py)."""
+        with self._lock:
+            self.rolled_back = {**self.rolled_back, model: release}
+            self.update_status = "rolled_back"
+
     def set_sink_dropped(self, per_sink: dict[str, int]) -> None:
         with self._lock:
             self.sink_dropped = dict(per_sink)
@@ -270,7 +280,7 @@ class RunStats:
                 guarded=dict(self.guarded), recreated=dict(self.recreated), engine_builds=dict(self.engine_builds),
                 engine_swaps=dict(self.engine_swaps), last_guard=self.last_guard, sinks=sinks,
                 releases=dict(self.releases), swaps_refused=dict(self.swaps_refused),
-                update_status=self.update_status, models_loaded=self.models_loaded,
+                update_status=self.update_status, models_loaded=self.models_loaded, rolled_back=dict(self.rolled_back),
                 since_last_sent_s=None if self.last_sent is None else now - self.last_sent,
                 sink_dropped=dict(self.sink_dropped))
 
@@ -299,11 +309,15 @@ class RunStats:
 
     def status_line(self) -> str:
         s = self.snapshot()
-        face = "yes" if s.face_found else "NO"
+        face = "face yes" if s.face_found else "face NO"
+        if self.audio_only:
+            face = "audio only (no camera)"
         guard = f" | guarded {s.guarded_total}" if s.guarded else ""
         installed = " ".join(f"{m} r{r}" for m, r in sorted(s.releases.items()) if r)
         slow = ", ".join(f"{name} {n}" for name, n in s.sink_dropped.items() if n)
         lipsync = f" | lip-sync {100 * s.fused_ratio:3.0f}%" if s.lipsync_frames else ""
+        rolled = " ".join(f"{m} r{r}" for m, r in sorted(s.rolled_back.items()))
         return (f"{s.fps:5.1f} fps | latency p50 {s.latency_ms_p50:5.1f} ms p99 {s.latency_ms_p99:5.1f} ms | "
                 f"dropped {s.dropped_total}" + (f" (slow sinks: {slow})" if slow else "") +
-                f" | face {face}{lipsync} | frames {s.sent}{guard}" + (f" | release {installed}" if installed else ""))
+                f" | {face}{lipsync} | frames {s.sent}{guard}" + (f" | release {installed}" if installed else "")
+                + (f" | rolled back {rolled}" if rolled else ""))

@@ -142,6 +142,11 @@ class ModelSwapper:
     def _refuse(self, request: SwapRequest, why: str) -> None:
         self.refuse(request.model, request.version, why, request.release, request.requested_mono)
 
+    def retire(self, model: str, version: str) -> None:
+        """Never build `version` of `model` again (a release rolled back after it failed in service)."""
+        with self._lock:
+            self._refused.add((model, version))
+
     def refuse(self, model: str, version: str, why: str, release: int, requested_mono: float | None = None) -> None:
         """Record a release that must not serve (also for one whose files could not even be read)."""
         event = SwapEvent(model, version, release, False, why,

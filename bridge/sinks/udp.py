@@ -7,6 +7,7 @@ non-blocking so a full send buffer costs one dropped frame, never a stalled pipe
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 
@@ -22,6 +23,9 @@ def parse_host_port(text: str, default_port: int, what: str) -> tuple[str, int]:
     text = (text or "").strip()
     if not text:
         raise SinkError(f"{what}: empty address", f"give HOST:PORT, for example 127.0.0.1:{default_port}")
+    if "," in text:
+        raise SinkError(f"{what}: {text!r} holds several addresses",
+                        "give one HOST:PORT per option (repeat the option for several targets)")
     host, port_text = text, ""
     if text.startswith("["):  # [::1]:11111
         end = text.find("]")
@@ -99,6 +103,11 @@ class UdpSink(Sink):
         try:
             for dgram in datagrams:
                 self._sock.send(dgram)
+            # a refusal that already came back (at once on loopback) belongs to this frame: read it now, so every
+            # sink counts the frames a missing receiver lost alike, whatever datagrams a frame takes
+            refused = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if refused:
+                raise OSError(refused, os.strerror(refused))
         except ConnectionRefusedError as e:
             self._failed(f"nothing listens on {self.address[0]}:{self.address[1]} ({self.receiver_hint})", e)
             return

@@ -1,19 +1,23 @@
 """Install a signed release, roll back, report status. Every refusal leaves the active release serving.
 
 Install, under the state directory's lock, after `recover()`:
-  refresh   ngclient walks root -> timestamp -> snapshot -> targets (signatures, thresholds, expiry, versions),
-            then the versions it trusted must not be below the durable floors (which survive a lost or
-            truncated TUF cache); the floors rise and the newest root is kept as the next bootstrap
+  refresh   the clock must not be set back before the last successful check; ngclient walks root -> timestamp
+            -> snapshot -> targets (signatures, thresholds, expiry, versions), then the versions it trusted must
+            not be below the durable floors (which survive a lost or truncated TUF cache, and drop for a role whose
+            keys the root replaced); the floors rise and the newest root is kept as the next bootstrap (floors.py)
   bundle    the model's signed bundle: release counter above the model's floor (an older model re-listed in
             newer metadata is a rollback), compatible contract/base/hardware, every file a signed target whose
             length and sha256 equal the bundle's, sizes within the cap and the free disk
   download  into a fresh staging folder, each length capped while streaming
   verify    the staging folder holds exactly the file set, regular files, re-hashed
-  smoke     reference inputs through ONNX Runtime must give the declared outputs
+  smoke     a whole model must keep the shipped model's contract (contract.py); the release's reference inputs
+            through ONNX Runtime must give its declared outputs, and the bridge's own inputs for that model
+            finite, in-range outputs (bridge_inputs.py)
   promote   staging -> slots/<model>-r<N>-<hash>; commit   state.json names it active, the old active becomes
             previous, the floor rises (one atomic rename: the switch); cleanup   the slot before previous goes
 A crash between any two steps leaves the committed state as it was before (or after) the switch; the next
-start's recover() removes the rest.
+start's recover() removes the rest. Each model installs on its own: one model's refusal is reported in its result
+and never blocks another's release.
 """
 from __future__ import annotations
 
@@ -29,8 +33,10 @@ from tuf.api.metadata import Metadata
 from bridge.models.registry import ModelRegistry
 from bridge.models.verify import sha256_file
 from bridge.updates import floors, reasons
+from bridge.updates.bridge_inputs import check_on_bridge_inputs
 from bridge.updates.bundle import MAX_BUNDLE_BYTES, Bundle, bundle_target, parse
 from bridge.updates.compat import check_compatible
+from bridge.updates.contract import check_contract, check_tolerance, session_contract, shipped_contract
 from bridge.updates.fetch import Progress, Reporter, Source, open_updater, refusal
 from bridge.updates.smoke import open_release, smoke_test
 from bridge.updates.store import InstalledRelease, ModelState, StateDir, no_space_is_refusal, utc_now
@@ -187,6 +193,8 @@ def _install_model(store, updater, fetcher, state, model, steps, limits, registr
             steps.done("bundle")
             return _result("up-to-date", model, ms)
         check_compatible(bundle, shipped)
+        check_tolerance(shipped, bundle.atol, bundle.rtol)
+        wanted = shipped_contract(shipped) if bundle.kind == "model" else None
         targets = _signed_files(store, updater, fetcher, bundle)
         _check_space(store, bundle, limits)
         steps.done("bundle")
@@ -203,8 +211,11 @@ def _install_model(store, updater, fetcher, state, model, steps, limits, registr
         steps.start("smoke-test", model)
         shapes = {k: tuple(v) for k, v in shipped.entry.get("adapter_initializers", {}).items()}
         base = registry.shipped_path(model) if bundle.kind == "adapter" else None
-        smoke_test(open_release(bundle.kind, staging, base, shapes), staging / "reference.npz", bundle.atol,
-                   bundle.rtol)
+        session = open_release(bundle.kind, staging, base, shapes)
+        if wanted is not None:
+            check_contract(model, session_contract(session.session), wanted)
+        smoke_test(session, staging / "reference.npz", bundle.atol, bundle.rtol)
+        check_on_bridge_inputs(model, session)  # and on what the bridge itself feeds this model
         steps.done("smoke-test")
         return _switch(store, state, ms, bundle, bundle_sha, staging, steps)
     finally:

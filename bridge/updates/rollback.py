@@ -6,7 +6,7 @@ release's files are re-verified before the switch; a rollback onto a damaged rel
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bridge.errors import ModelError
@@ -27,12 +27,21 @@ class RollbackResult:
                 "from_release": self.from_release, "utc": self.utc}
 
 
-def rollback(state_dir: str | Path | None = None, model: str = "lipsync") -> RollbackResult:
+def rollback(state_dir: str | Path | None = None, model: str = "lipsync", release: int | None = None,
+             why: str = "") -> RollbackResult:
+    """Roll the active release of `model` back. With `release`, only that release: if it is not active (any more),
+    it is marked rolled back and nothing else changes. `why` goes into the history."""
     store = StateDir(state_dir)
     with store.lock():
         store.recover()
         state = store.read()
         ms = state.model(model)
+        if release is not None and (ms.active is None or ms.active.release != release):
+            marked = replace(ms, rolled_back=tuple(sorted({*ms.rolled_back, release})))
+            store.commit(state.with_model(model, marked).with_event(
+                action="rollback", model=model, release=ms.active.release if ms.active else 0, from_release=release,
+                why=why))
+            return RollbackResult(model, ms.active.release if ms.active else 0, release, utc_now())
         if ms.active is None:
             raise reasons.NoPrevious(f"{model} already runs the shipped model")
         target = ms.previous
@@ -46,9 +55,9 @@ def rollback(state_dir: str | Path | None = None, model: str = "lipsync") -> Rol
         now = utc_now()
         new_ms = ModelState(active=target, previous=None, floor=ms.floor,
                             rolled_back=tuple(sorted({*ms.rolled_back, ms.active.release})))
-        state = state.with_model(model, new_ms).with_event(action="rollback", model=model,
-                                                           release=target.release if target else 0,
-                                                           from_release=ms.active.release)
+        event = dict(action="rollback", model=model, release=target.release if target else 0,
+                     from_release=ms.active.release)
+        state = state.with_model(model, new_ms).with_event(**event, **({"why": why} if why else {}))
         store.commit(state)
         store.remove_slot(ms.active.slot)
         return RollbackResult(model, target.release if target else 0, ms.active.release, now)
