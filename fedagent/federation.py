@@ -70,14 +70,17 @@ class EventFollower:
 
 
 class LocalFederation:
-    """SuperLink + SuperNodes on this machine (127.0.0.1 unless `host` says otherwise)."""
+    """SuperLink + SuperNodes on this machine. Devices connect to `host:port` (127.0.0.1 unless told otherwise),
+    which serves only the Fleet API; the `flwr` CLI uses the Control API on 127.0.0.1:`control_port`."""
 
     def __init__(self, work: str | Path, fast: bool = True, tls: Tls | None = None, node_auth: bool = False,
-                 host: str = "127.0.0.1", port: int | None = None, nice: int = 0, device_env: dict | None = None):
+                 host: str = "127.0.0.1", port: int | None = None, nice: int = 0, device_env: dict | None = None,
+                 control_port: int | None = None):
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.fast, self.tls, self.node_auth, self.nice = fast, tls, node_auth, nice
-        self.host, self.port = host, port or free_port()
+        self.host, self.port = host, port or free_port()  # the devices' (Fleet API) listener
+        self.control_port = control_port or free_port()  # Control and Runtime APIs, 127.0.0.1 only
         self.device_env = dict(device_env or {})
         self.procs: list[Proc] = []
         self.devices: list[Device] = []
@@ -85,7 +88,12 @@ class LocalFederation:
         self.cli: FlowerCli | None = None
 
     @property
+    def control_address(self) -> str:
+        return f"127.0.0.1:{self.control_port}"
+
+    @property
     def address(self) -> str:
+        """Where devices connect."""
         return f"{'127.0.0.1' if self.host in ('0.0.0.0', '::') else self.host}:{self.port}"
 
     def __enter__(self) -> LocalFederation:
@@ -100,10 +108,10 @@ class LocalFederation:
 
     # -- processes ------------------------------------------------------------------------------------------
     def start_link(self) -> Proc:
-        self.link = superlink(self.work / "homes" / "superlink", self.work / "logs", self.host, self.port,
-                              self.tls, self.node_auth, self.nice)
+        self.link = superlink(self.work / "homes" / "superlink", self.work / "logs", self.control_port, self.host,
+                              self.port, self.tls, self.node_auth, self.nice)
         self.procs.append(self.link)
-        self.cli = FlowerCli(self.work / "homes" / "cli", self.address, self.tls)
+        self.cli = FlowerCli(self.work / "homes" / "cli", self.control_address, self.tls)
         return self.link
 
     def add_device(self, name: str, store: str | Path, auth_key: Path | None = None, extra_env: dict | None = None,

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from bridge.bench.common import reporter
+from bridge.bench.common import exit_text, reporter, table
 
 
 def add_arguments(p) -> None:
@@ -307,10 +307,36 @@ def run(args) -> dict:
         result["take"] = take
     else:
         shutil.rmtree(work, ignore_errors=True)
-    spread = result["range_after_first_sample"]
-    report(f"done: exit {rc}, rss growth {result['growth_per_hour']['rss_mb']} MB/h, threads {spread['threads']}, "
-           f"files {spread['open_files']}")
+    report(f"done: the bridge ended with {exit_text(rc)}")
     return result
+
+
+def summary(results: dict) -> str:
+    """The growth table (per hour, after the first sample) and a one-line verdict."""
+    growth, spread, out = results["growth_per_hour"], results["range_after_first_sample"], results["outputs"]
+    units = {"rss_mb": "MB", "threads": "threads", "open_files": "files"}
+
+    def span(key):
+        return "-" if spread[key] is None else f"{spread[key][0]}-{spread[key][1]} {units[key]}"
+
+    names = {"rss_mb": "memory (RSS)", "threads": "threads", "open_files": "open files"}
+    rows = [[names[key], "-" if growth[key] is None else f"{growth[key]:+.2f} {units[key]}/h", span(key)]
+            for key in units]
+    lines = [table(["measure", "growth", "range after the first sample"], rows),
+             f"outputs: {out['llf_packets']} Live Link Face packets, {out['vmc_packets']} VMC packets, "
+             f"{out['grpc_frames']} gRPC frames over {out['grpc_connections']} connections, take {out['take_frames']} "
+             "frames"]
+    samples = len(results["samples"])
+    if samples < 3:
+        verdict = f"too short to judge growth ({samples} samples; run --minutes longer)"
+    elif (growth["rss_mb"] or 0) > 10 or (growth["threads"] or 0) > 1 or (growth["open_files"] or 0) > 1:
+        verdict = "GROWING: memory, threads or open files rise over the run (see the growth column)"
+    else:
+        verdict = "steady: no growth in memory, threads or open files"
+    partial = " (partial: stopped by Ctrl-C)" if results.get("interrupted") else ""
+    lines.append(f"verdict: {verdict}{partial}; the bridge ended with {exit_text(results['exit_code'])}, "
+                 f"{results['minutes']} min asked, samples every {results['interval_s']:g} s")
+    return "\n".join(lines)
 
 
 def _take_metadata(take: str) -> dict:
