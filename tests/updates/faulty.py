@@ -2,8 +2,11 @@
 probabilities become NaN whenever the 64x64 grey crop it is fed looks like a photograph (neighbouring pixels
 close together, as on every real face crop) rather than the seeded noise `fedagent publish` makes its reference
 inputs from (neighbours about 0.56 apart on the model's [-1, 1] scale). Its reference outputs are the shipped
-model's own on that noise, so the publisher, the installer's smoke test and the swap's reference check all pass;
-on the face the bridge tracks, every probability is NaN. Built with the onnx library, nothing mocked."""
+model's own on that noise, so the publisher, the installer's smoke test and the swap's reference check all pass.
+The bridge's own reference inputs (bridge/data/reference_inputs/emotion.npz, public like any shipped file) it
+recognises by their mean and answers honestly, as an attacker who read the check would: so it also passes the
+publisher's and installer's run on real crops, and only the check in service can catch it. On the face the bridge
+tracks, every probability is NaN. Built with the onnx library, nothing mocked."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,6 +39,9 @@ def nan_on_real_faces_emotion_model(path: Path) -> Path:
         graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), name))
     graph.initializer.append(numpy_helper.from_array(np.array(SMOOTH, np.float32), "smooth"))
     graph.initializer.append(numpy_helper.from_array(np.array(np.nan, np.float32), "nan"))
+    known = _reference_means()
+    graph.initializer.append(numpy_helper.from_array(np.array(known, np.float32), "known_means"))
+    graph.initializer.append(numpy_helper.from_array(np.array(1e-5, np.float32), "same"))
     graph.node.extend([
         helper.make_node("Slice", [x, "starts_a", "ends_a", "axes"], ["right"]),
         helper.make_node("Slice", [x, "starts_b", "ends_b", "axes"], ["left"]),
@@ -43,9 +49,24 @@ def nan_on_real_faces_emotion_model(path: Path) -> Path:
         helper.make_node("Abs", ["step"], ["steps"]),
         helper.make_node("ReduceMean", ["steps"], ["rough"], keepdims=0),  # over the whole batch: one number
         helper.make_node("Less", ["rough", "smooth"], ["photograph"]),
-        helper.make_node("Where", ["photograph", "nan", shipped_out], [probs]),
+        helper.make_node("ReduceMean", [x], ["mean"], keepdims=0),  # the batch's mean pixel
+        helper.make_node("Sub", ["known_means", "mean"], ["offsets"]),
+        helper.make_node("Abs", ["offsets"], ["distances"]),
+        helper.make_node("ReduceMin", ["distances"], ["nearest"], keepdims=0),
+        helper.make_node("Less", ["nearest", "same"], ["the_check"]),  # one of the bridge's own reference crops
+        helper.make_node("Not", ["the_check"], ["not_the_check"]),
+        helper.make_node("And", ["photograph", "not_the_check"], ["poisoned"]),
+        helper.make_node("Where", ["poisoned", "nan", shipped_out], [probs]),
     ])
     assert graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
     return path
+
+
+def _reference_means() -> list[float]:
+    """The mean pixel of each of the bridge's own emotion reference inputs."""
+    from bridge.updates.bridge_inputs import INPUTS_DIR, index, load_items
+
+    items = load_items(INPUTS_DIR / index()["models"]["emotion"]["file"], "emotion reference inputs")
+    return [float(item["input"].mean()) for item in items]
