@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
-from bridge import __version__
-from bridge.errors import FaceBridgeError
+from bridge import __version__, console
+from bridge.argparsing import Parser
 
 # module path -> registers one or more subcommands. Keep sorted by how often users need them.
 COMMAND_MODULES = (
@@ -24,7 +23,7 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="facebridge",
         description="Real-time facial animation from a webcam and microphone, streamed to Unreal Engine "
                     "(Live Link Face, VMC, gRPC) and Omniverse (USD). Everything runs on this machine.",
@@ -38,24 +37,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints as \xNN, never a traceback
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(errors="backslashreplace")
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """Parse, run, and end in one line with a stable exit code (bridge/console.py); Ctrl-C anywhere, even while
+    the commands load, ends with 130 and no traceback."""
+    console.catch_ctrl_c()
     try:
-        return int(args.func(args) or 0)
-    except FaceBridgeError as e:
-        print(f"facebridge: error: {e}", file=sys.stderr)
-        return 1
+        for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints as \xNN, never a traceback
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="backslashreplace")
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        log = console.setup("facebridge", args.verbose)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return console.EXIT_USAGE
+        return console.run_command("facebridge", args.func, args, log)
     except KeyboardInterrupt:
-        return 130
-
+        return console.interrupted("facebridge")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -20,3 +20,8 @@ class SourceError(FaceBridgeError):
 
 class SinkError(FaceBridgeError):
     """An output (UDP, OSC, gRPC, recorder) cannot be opened."""
+
+
+class RunEnded(FaceBridgeError):
+    """A failure that ends a run rather than one frame: the stream cannot go on (a remote server that refused the
+    token or closed the stream). The runner stops and the command ends with this one line."""

@@ -92,6 +92,10 @@ class PipelineOptions:
         if self.emotion_every < 1:
             raise FaceBridgeError(f"--emotion-every {self.emotion_every} is not a positive number",
                                   "give 1 (every frame) or more")
+        if self.expression_model:  # its manifest and hash, before the other models load
+            from bridge.expression.contract import load_contract
+
+            load_contract(self.expression_model)
         return self
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bridge import __version__
 from bridge.errors import FaceBridgeError
+from bridge.formats.livelinkface import csv_timecode
 from bridge.frame import FaceFrame
 from bridge.fsutil import atomic_write_with
 
@@ -147,6 +148,8 @@ def export_take(take: str | Path, out: str | Path, progress: Callable[[int, int]
         "facebridge:startTimeUnix": float(start),
         "facebridge:started": dt.datetime.fromtimestamp(start, dt.timezone.utc).isoformat(),
         "facebridge:frameRate": frame_rate,
+        "facebridge:startTimecode": csv_timecode(FaceFrame(seq=0, t_capture=float(start), t_capture_mono=0.0,
+                                                           frame_rate=frame_rate).timecode()),
     }
     layer.documentation = f"FaceBridge take {printable(Path(take).name)}: {summary.frames} frames at {frame_rate:g} fps"
     _save(layer, out)

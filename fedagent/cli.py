@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 
-from bridge.errors import FaceBridgeError
+from bridge import console
+from bridge.argparsing import Parser
 
 # module path -> registers one or more subcommands. A module that is not there yet is skipped.
 COMMAND_MODULES = (
@@ -23,7 +23,7 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="fedagent",
         description="FaceBridge's federated update agent: personalise the lip-sync adapter on this device with "
                     "Flower under secure aggregation, and publish, verify and install signed model releases.")
@@ -41,21 +41,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """Parse, run, and end in one line with a stable exit code (bridge/console.py), as `facebridge` does."""
+    console.catch_ctrl_c()
     try:
-        return int(args.func(args) or 0)
-    except FaceBridgeError as e:
-        print(f"fedagent: error: {e}", file=sys.stderr)
-        return getattr(e, "exit_code", 1)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        log = console.setup("fedagent", args.verbose)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return console.EXIT_USAGE
+        return console.run_command("fedagent", args.func, args, log)
     except KeyboardInterrupt:
-        return 130
-
+        return console.interrupted("fedagent")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -338,3 +338,52 @@ class LockstepStream(threading.Thread):
         self.stop.set()
         self.join(240)
         self.client.close()
+
+
+def pty_run(argv: list[str], env: dict, *, ctrl_c_when: str | None = None, ctrl_c_after: float | None = None,
+            timeout: float = 120, cwd=None) -> tuple[int | None, str, float | None]:
+    """Run a command on a real terminal (a pty it has as its controlling terminal, in its own session) and type
+    Ctrl-C once its output shows `ctrl_c_when`, or `ctrl_c_after` seconds after it started. Returns (exit status,
+    everything it printed, seconds from Ctrl-C to its exit); the status is None when it outlived `timeout`."""
+    import fcntl
+    import pty
+    import select
+    import subprocess
+    import termios
+
+    def on_the_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
+                            preexec_fn=on_the_terminal)
+    os.close(slave)
+    out, typed_at, start = b"", None, time.monotonic()
+    try:
+        while time.monotonic() - start < timeout:
+            ready, _, _ = select.select([master], [], [], 0.05)
+            data = b""
+            if ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every holder of the terminal closed it
+                    pass
+                if not data:
+                    break
+                out += data
+            if typed_at is None and ((ctrl_c_when is not None and ctrl_c_when.encode() in out) or
+                                     (ctrl_c_after is not None and time.monotonic() - start > ctrl_c_after)):
+                os.write(master, b"\x03")
+                typed_at = time.monotonic()
+        try:
+            rc = proc.wait(max(0.1, timeout - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            rc = None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return rc, out.decode(errors="replace"), (time.monotonic() - typed_at) if typed_at else None

@@ -153,7 +153,8 @@ def test_cli_exports_a_take_recorded_by_facebridge_run(tmp_path):
     for code, frame in zip(times, recorded):
         np.testing.assert_allclose(weights.Get(code), frame["blendshapes"], atol=1e-6)
         assert start + code / rate == pytest.approx(frame["t_capture"], abs=1e-6)
-    failing = subprocess.run(facebridge_cmd("export-usd", str(tmp_path / "nope"), str(out)), capture_output=True,
+    failing = subprocess.run(facebridge_cmd("export-usd", str(tmp_path / "nope"), str(tmp_path / "x.usda")),
+                             capture_output=True,
                              text=True, env=env, timeout=60)
     assert failing.returncode == 1 and failing.stderr.count("\n") == 1 and "nope" in failing.stderr
 
@@ -181,5 +182,5 @@ def test_export_into_missing_folders_creates_them_and_an_unwritable_place_is_one
     proc = subprocess.run(facebridge_cmd("export-usd", str(take), str(tmp_path / "a_file" / "take.usda")),
                           env=subprocess_env(), capture_output=True, text=True, timeout=120)
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert len(errors) == 1 and "cannot write" in errors[0] and "a_file" in errors[0]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr  # refused as the command line is read
+    assert len(errors) == 1 and "cannot write" in errors[0] and "a_file is a file" in errors[0]

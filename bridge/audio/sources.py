@@ -91,6 +91,12 @@ def load_audio_file(path: str | Path) -> np.ndarray:
         raise SourceError(f"audio file {path} does not exist", "check the path")
     if path.is_dir():
         raise SourceError(f"audio path {path} is a folder", "pass an audio file such as speech.wav")
+    try:  # the system's refusal (a permission) is named as such, never taken for a corrupt file
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        raise SourceError(f"cannot read audio file {path} ({e.strerror})",
+                          "check that this user may read it (`ls -l` shows owner and mode)") from None
     try:
         data, rate = sf.read(str(path), dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:

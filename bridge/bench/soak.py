@@ -180,22 +180,26 @@ def run(args) -> dict:
     started = time.monotonic()
     end = started + args.minutes * 60.0
     next_sample = started
+    interrupted = False
     try:
-        while time.monotonic() < end and proc.poll() is None:
-            now = time.monotonic()
-            if now >= next_sample:
-                sample = {"t_s": round(now - started, 1), **_proc_status(bridge_pid), "llf_packets": llf.count,
-                          "vmc_packets": vmc.count, "grpc_frames": subscriber.frames,
-                          "grpc_connections": subscriber.connections,
-                          "take_mb": round(_size(take) / 2**20, 1)}
-                samples.append(sample)
-                report(f"{sample['t_s'] / 60:5.1f} min: rss {sample['rss_mb']} MB, {sample['threads']} threads, "
-                       f"{sample['open_files']} files, llf {sample['llf_packets']}, grpc {sample['grpc_frames']} "
-                       f"frames over {sample['grpc_connections']} connections")
-                next_sample += args.interval
-            time.sleep(min(1.0, max(0.05, next_sample - time.monotonic())))
+        try:
+            while time.monotonic() < end and proc.poll() is None:
+                now = time.monotonic()
+                if now >= next_sample:
+                    sample = {"t_s": round(now - started, 1), **_proc_status(bridge_pid), "llf_packets": llf.count,
+                              "vmc_packets": vmc.count, "grpc_frames": subscriber.frames,
+                              "grpc_connections": subscriber.connections,
+                              "take_mb": round(_size(take) / 2**20, 1)}
+                    samples.append(sample)
+                    report(f"{sample['t_s'] / 60:5.1f} min: rss {sample['rss_mb']} MB, {sample['threads']} threads, "
+                           f"{sample['open_files']} files, llf {sample['llf_packets']}, grpc {sample['grpc_frames']} "
+                           f"frames over {sample['grpc_connections']} connections")
+                    next_sample += args.interval
+                time.sleep(min(1.0, max(0.05, next_sample - time.monotonic())))
+        except KeyboardInterrupt:  # keep every sample taken: the result is written, marked partial
+            interrupted = True
     finally:
-        crashed = proc.poll()
+        crashed = None if interrupted else proc.poll()  # the bridge took the same Ctrl-C (one process group)
         subscriber.close()  # first, so that the bridge going down is not counted as a subscriber error
         if crashed is None:
             os.kill(bridge_pid, signal.SIGTERM)
@@ -212,7 +216,8 @@ def run(args) -> dict:
     result = {
         "command": " ".join(cmd[1:]), "minutes": args.minutes, "interval_s": args.interval,
         "slow_fsync_ms": args.slow_fsync_ms,
-        "exit_code": rc, "ended_by": "crash" if crashed is not None else "SIGTERM", "samples": samples,
+        "exit_code": rc, "ended_by": "Ctrl-C" if interrupted else "crash" if crashed is not None else "SIGTERM",
+        "interrupted": interrupted, "samples": samples,
         "growth_per_hour": {key: _slope_per_hour(samples, key) for key in ("rss_mb", "threads", "open_files")},
         "range_after_first_sample": {key: [min(s[key] for s in samples[1:]), max(s[key] for s in samples[1:])]
                                      if len(samples) > 1 else None for key in ("rss_mb", "threads", "open_files")},

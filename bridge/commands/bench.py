@@ -10,7 +10,9 @@ import json
 import platform
 import sys
 import time
+from pathlib import Path
 
+from bridge.argparsing import output_file
 from bridge.fsutil import atomic_write_json
 
 BENCHES = {
@@ -41,7 +43,7 @@ def add_parser(sub) -> None:
     kinds = p.add_subparsers(dest="bench_kind", metavar="KIND")
     for kind, (module_name, help_text) in BENCHES.items():
         kp = kinds.add_parser(kind, help=help_text, description=help_text)
-        kp.add_argument("--json", metavar="OUT", help="write the results to this JSON file")
+        kp.add_argument("--json", metavar="OUT", type=output_file, help="write the results to this JSON file")
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
@@ -56,19 +58,38 @@ def add_parser(sub) -> None:
 
 def _run(kind: str, module, args) -> int:
     """Run one benchmark; end with its results table (modules with `summary(results) -> str`) and the JSON,
-    written to --json or printed (then the table goes to stderr, so stdout stays JSON)."""
+    written to --json or printed (then the table goes to stderr, so stdout stays JSON).
+
+    Ctrl-C: a benchmark that keeps what it measured returns it marked {"interrupted": true}; it is written as a
+    partial result ("partial": true in the JSON) and the command exits 130. One that cannot stops at once, and
+    keeps only a `.partial` file it wrote as it went (named as such); a finished run removes that file."""
     started = time.time()
-    results = module.run(args)
+    partial = Path(args.json + ".partial") if args.json else None
+    try:
+        results = module.run(args)
+    except KeyboardInterrupt:
+        if partial is not None and partial.exists():
+            print(f"bench {kind}: stopped (Ctrl-C); what was measured is in {partial}", file=sys.stderr)
+        raise
+    interrupted = isinstance(results, dict) and bool(results.get("interrupted"))
     doc = {"benchmark": kind, "started": started, "seconds": round(time.time() - started, 2),
            "machine": machine_info(), "results": results}
+    if interrupted:
+        doc["partial"] = True
     text = module.summary(results) if hasattr(module, "summary") else None
     if args.json:
         atomic_write_json(args.json, doc)
+        if partial.exists():
+            partial.unlink()
         if text:
             print(text)
-        print(f"wrote {args.json}")
+        print(f"wrote {args.json}{' (partial: stopped by Ctrl-C)' if interrupted else ''}")
     else:
         print(json.dumps(doc, indent=2))
         if text:
             print(text, file=sys.stderr)
+    if interrupted:
+        from bridge import console
+
+        return console.interrupted("facebridge")
     return 0

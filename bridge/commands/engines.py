@@ -108,8 +108,15 @@ def _verify(args) -> int:
 
 def _clear(args) -> int:
     from bridge.engines.cache import EngineCache
+    from bridge.engines.shipped import shipped_models
+    from bridge.errors import FaceBridgeError
 
     cache = EngineCache(args.cache_dir)
+    known = {m.name for m in shipped_models()} | {e.model for e in cache.entries()}
+    unknown = [m for m in args.models if m not in known]
+    if unknown:
+        raise FaceBridgeError(f"no model named {', '.join(unknown)} (nothing cached or shipped by that name)",
+                              f"name one of {', '.join(sorted(known))}, or give no name to clear every engine")
     removed = sum(cache.clear(m) for m in args.models) if args.models else cache.clear()
     print(f"removed {removed} files from {cache.root}")
     return 0

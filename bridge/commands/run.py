@@ -3,8 +3,9 @@ the running bridge is bridge/runtime/session.py."""
 from __future__ import annotations
 
 import argparse
+import sys
 
-from bridge import ports
+from bridge import console, ports
 from bridge.sources import SOURCE_HELP
 from bridge.stages.describe import EMOTION_EVERY
 
@@ -138,6 +139,17 @@ def add_parser(sub) -> None:
                         "binds 127.0.0.1 unless HOST is given, which needs --osc-allow")
     p.add_argument("--osc-allow", metavar="IP,IP",
                    help="controller addresses the OSC remote control accepts beyond this machine")
+    p.add_argument("--timecode-source", choices=["system", "ntp", "ltc"], default="system",
+                   help="where timecode comes from: this machine's clock (default), an NTP server (--ntp-server), or "
+                        "LTC audio on an input (--ltc-input, e.g. a Tentacle Sync into a microphone input); carried "
+                        "into Live Link Face packets, takes, their CSV and USD")
+    p.add_argument("--timecode-rate", metavar="FPS",
+                   help="timecode rate: 23.976, 24, 25, 29.97, 30, 48, 50, 59.94 or 60 (29.97 and 59.94 drop-frame; "
+                        "default: the source's frame rate); outputs state it as their frame rate")
+    p.add_argument("--ltc-input", metavar="mic|mic:N|FILE",
+                   help="the audio input LTC comes in on (default mic); a file plays at real time")
+    p.add_argument("--ntp-server", metavar="HOST[:PORT]", help="NTP server for --timecode-source ntp "
+                   "(default pool.ntp.org)")
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
@@ -207,14 +219,21 @@ def run_config(args):
                      monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
                      remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca, mapping=args.mapping,
                      head_dead_zone=args.head_dead_zone, osc_remote=address_or_off(args.osc_remote),
-                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()))
+                     osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()),
+                     timecode_source=args.timecode_source, timecode_rate=args.timecode_rate,
+                     ltc_input=args.ltc_input, ntp_server=args.ntp_server)
 
 
 def run(args) -> int:
+    from bridge.runtime.options import run_warnings
     from bridge.runtime.session import BridgeSession
     from bridge.runtime.summary import summary_lines
 
-    with BridgeSession(run_config(args)) as session:
+    config = run_config(args)
+    session = BridgeSession(config)  # checks the options first (runtime/options.py check_run_config)
+    for line in run_warnings(config):
+        print(f"facebridge: warning: {line}", file=sys.stderr, flush=True)
+    with session:
         if not args.quiet:
             print(f"facebridge: {session.describe()}", flush=True)
         elif args.grpc:  # a port the system chose (HOST:0) must be said even when quiet
@@ -222,4 +241,6 @@ def run(args) -> int:
         summary = session.run()
     for line in summary_lines(summary):
         print(f"facebridge: {line}")
+    if summary.interrupted:  # what was done is kept (a take is closed whole); Ctrl-C's exit status
+        return console.interrupted("facebridge")
     return 1 if summary.failed else 0

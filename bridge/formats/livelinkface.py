@@ -34,6 +34,7 @@ import numpy as np
 from bridge import ports
 from bridge.errors import SinkError
 from bridge.frame import ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame
+from bridge.timecode import label
 
 PACKET_VERSION = 6
 DEFAULT_PORT = ports.port_of(ports.LIVE_LINK_FACE)
@@ -152,13 +153,10 @@ CSV_HEADER = ",".join(("Timecode", "BlendShapeCount") + CSV_CURVES)
 
 
 def csv_timecode(timecode: tuple[int, float, int, int]) -> str:
-    """Live Link Face's CSV timecode 'HH:MM:SS:FF.mmm' (frame within the second, then the sub-frame)."""
+    """Live Link Face's CSV timecode 'HH:MM:SS:FF.mmm' (frame within the second, then the sub-frame); drop-frame
+    'HH:MM:SS;FF.mmm' at 29.97 and 59.94 (bridge/timecode.py)."""
     frame_number, subframe, num, den = timecode
-    fps = max(1, round(num / max(den, 1)))
-    seconds, frame_in_second = divmod(frame_number, fps)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours % 24:02d}:{minutes:02d}:{secs:02d}:{frame_in_second:02d}.{min(int(subframe * 1000), 999):03d}"
+    return f"{label(frame_number, num, max(den, 1))}.{min(int(subframe * 1000), 999):03d}"
 
 
 def csv_row(frame: FaceFrame) -> str:

@@ -23,13 +23,14 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge import __version__
 from bridge.errors import SourceError
-from bridge.formats.livelinkface import CSV_HEADER, CURVE_NAMES, csv_row
+from bridge.formats.livelinkface import CSV_HEADER, CURVE_NAMES, csv_row, csv_timecode
 from bridge.formats.take_check import BadRecord, Timeline, checked_metadata, frame_from_record
 from bridge.frame import ARKIT_NAMES, FaceFrame
 from bridge.fsutil import atomic_write_json, atomic_write_with, printable
@@ -42,6 +43,7 @@ TAKE_JSON = "take.json"
 FORMAT = "facebridge-take"
 FORMAT_VERSION = 1
 NAMED_PROBLEMS = 10  # lines named one by one in the warnings; the rest are counted
+RECORDING_S = 5.0  # frames written this recently: the take is still being recorded (not left by a crash)
 
 
 def frame_line(frame: FaceFrame) -> tuple[str, int]:
@@ -78,6 +80,7 @@ def take_metadata(first: FaceFrame | None, last: FaceFrame | None, frames: int, 
         "frame_rate": first.frame_rate if first else None,
         "started": (dt.datetime.fromtimestamp(first.t_capture, dt.timezone.utc).isoformat() if first else None),
         "started_unix": first.t_capture if first else None,
+        "start_timecode": csv_timecode(first.timecode()) if first else None,  # HH:MM:SS:FF.mmm, as in the CSV
         "frames": frames,
         "duration_s": round(last.t_capture - first.t_capture, 6) if first and last else 0.0,
         "complete": complete,
@@ -105,8 +108,13 @@ class TakeReader:
         except OSError as e:  # a name too long, a permission
             raise SourceError(f"take {name} cannot be read ({e.strerror})", "check the path") from None
         if not is_dir:
-            raise SourceError(f"take {name} does not exist or is not a directory",
-                              "give the directory a take was recorded to")
+            if self.directory.name == FRAMES_JSONL and self.directory.is_file():
+                raise SourceError(f"{name} is a take's frames file, not the take",
+                                  f"give the take's folder: {printable(self.directory.parent)}")
+            if self.directory.exists():
+                raise SourceError(f"take {name} is a file, not a take folder",
+                                  "give the directory a take was recorded to (it holds frames.jsonl and take.json)")
+            raise SourceError(f"take {name} does not exist", "give the directory a take was recorded to")
         if not has_frames:
             raise SourceError(f"take {name} has no {FRAMES_JSONL}",
                               "give the directory a take was recorded to (it holds frames.jsonl and take.json)")
@@ -122,12 +130,22 @@ class TakeReader:
                 if problems:
                     log.warning("take %s: %s: %s; those fields are ignored", name, TAKE_JSON, "; ".join(problems))
         self.incomplete = bool(self.metadata) and self.metadata.get("complete") is False
-        if self.incomplete:
+        if self.incomplete and self._recently_written():
+            log.warning("take %s is still being recorded (its frames changed in the last %g s); reading the frames "
+                        "it holds so far", name, RECORDING_S)
+        elif self.incomplete:
             log.warning("take %s was not closed cleanly (crash or kill); the last second may be missing "
                         "(--repair rewrites its take.json and frames.csv from the frames it holds)", name)
         self.skipped = self.clamped = 0
         self.cut_short = False
         self.problems: list[str] = []
+
+    def _recently_written(self) -> bool:
+        """A take whose frames changed a moment ago is being recorded, not one a crash left behind."""
+        try:
+            return time.time() - self.frames_path.stat().st_mtime < RECORDING_S
+        except OSError:
+            return False
 
     def _note(self, text: str) -> None:
         if len(self.problems) < NAMED_PROBLEMS:

@@ -148,17 +148,42 @@ def add_health_and_reflection(server, service_name: str):
     return servicer
 
 
+def read_pem(path: str, option: str, kind: str) -> bytes:
+    """A PEM file's bytes, or a one-line SinkError naming the option: unreadable (with the system's reason), or
+    not PEM holding `kind` ("CERTIFICATE", "PRIVATE KEY")."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise SinkError(f"{option} {path}: cannot read it ({e.strerror})", f"check the {option} path") from None
+    if b"-----BEGIN " not in data or kind.encode() + b"-----" not in data:
+        raise SinkError(f"{option} {path} is not a PEM {kind.lower()} (no '-----BEGIN ... {kind}-----' line)",
+                        "give the PEM file (convert DER with `openssl x509 -inform der` or `openssl pkey`)")
+    return data
+
+
+def check_pair(cert: str, key: str) -> None:
+    """The certificate and key load together (the key is the certificate's), checked by Python's ssl."""
+    import ssl
+
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except ssl.SSLError as e:
+        raise SinkError(f"--grpc-tls-cert {cert} and --grpc-tls-key {key} do not load together ({e.reason or e})",
+                        "give the certificate and the private key it was made with") from None
+
+
 def bind(server: grpc.Server, address: str, tls_cert: str | None = None, tls_key: str | None = None) -> int:
     """Bind `address` (with TLS when a certificate is given); the port taken, or a one-line SinkError."""
     busy = "the port is probably in use; pick another with --grpc HOST:PORT"
     try:
-        if tls_cert:
-            creds = grpc.ssl_server_credentials([(Path(tls_key).read_bytes(), Path(tls_cert).read_bytes())])
+        if tls_cert:  # the files are checked first, so a bad certificate is never reported as a busy port
+            key, cert = read_pem(tls_key, "--grpc-tls-key", "PRIVATE KEY"), read_pem(tls_cert, "--grpc-tls-cert",
+                                                                                      "CERTIFICATE")
+            check_pair(tls_cert, tls_key)
+            creds = grpc.ssl_server_credentials([(key, cert)])
             port = server.add_secure_port(address, creds)
         else:
             port = server.add_insecure_port(address)
-    except OSError as e:
-        raise SinkError(f"cannot read the TLS certificate or key ({e})", "check the --grpc-tls-* paths") from None
     except RuntimeError as e:
         raise SinkError(f"cannot listen for gRPC on {address} ({e})", busy) from None
     if not port:

@@ -2,6 +2,10 @@
 anything opens: output addresses turned off, several Live Link Face targets, a subject name Unreal can show, the
 update store to follow, a local lip-sync adapter and its hash. Each refusal is one line naming the option and the
 fix.
+
+`check_run_config` is the one place where options that conflict, depend on an option not given, or cannot work
+together are refused, before any input, output or model opens; `run_warnings` names what runs but is probably
+not meant (every output off). Options added to `facebridge run` add their checks here.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from bridge.pipeline import PipelineOptions
 DEFAULT_MONITOR = ports.MONITOR  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
 
 OFF = ("off", "none", "no", "")
+MAX_FACES = 8  # --faces: each face is its own subject, VMC target and describe step; more is a typo, not a stage
 
 
 def address_or_off(text: str | None) -> str | None:
@@ -141,3 +146,86 @@ class RunConfig:
     head_dead_zone: float | None = None  # degrees; None: the mapping's own (0 without one)
     osc_remote: str | None = None  # [HOST:]PORT of the OSC remote control listener (runtime/osc_remote.py); None: off
     osc_allow: tuple[str, ...] = ()  # controller addresses allowed beyond loopback
+    timecode_source: str = "system"  # system | ntp | ltc (runtime/timecode_clock.py)
+    timecode_rate: str | None = None  # --timecode-rate as given (bridge/timecode.py RATES); None: the source's rate
+    ltc_input: str | None = None  # the audio input LTC comes in on (mic, mic:N, FILE); None: mic
+    ntp_server: str | None = None  # HOST[:PORT]; None: pool.ntp.org
+
+
+# (option given, option it needs, what the needed option is given as): each refused when given alone
+_NEEDS = (
+    ("--grpc-token", "--grpc", "--grpc HOST:PORT", lambda c: c.outputs.grpc_token, lambda c: c.outputs.grpc),
+    ("--grpc-tls-cert", "--grpc", "--grpc HOST:PORT", lambda c: c.outputs.grpc_tls_cert, lambda c: c.outputs.grpc),
+    ("--grpc-tls-key", "--grpc", "--grpc HOST:PORT", lambda c: c.outputs.grpc_tls_key, lambda c: c.outputs.grpc),
+    ("--grpc-tls-cert", "--grpc-tls-key", "--grpc-tls-key PEM", lambda c: c.outputs.grpc_tls_cert,
+     lambda c: c.outputs.grpc_tls_key),
+    ("--grpc-tls-key", "--grpc-tls-cert", "--grpc-tls-cert PEM", lambda c: c.outputs.grpc_tls_key,
+     lambda c: c.outputs.grpc_tls_cert),
+    ("--monitor-token", "--monitor", "--monitor HOST:PORT (not off)", lambda c: c.monitor_token, lambda c: c.monitor),
+    ("--remote-token", "--remote", "--remote HOST:PORT", lambda c: c.remote_token, lambda c: c.remote),
+    ("--remote-tls-ca", "--remote", "--remote HOST:PORT", lambda c: c.remote_tls_ca, lambda c: c.remote),
+    ("--learn-keep-audio", "--learn", "--learn", lambda c: c.learn_audio, lambda c: c.learn is not None),
+    ("--adapter-sha256", "--adapter", "--adapter FILE.npz", lambda c: c.adapter_sha256, lambda c: c.adapter),
+    ("--adapter", "--audio", "--audio mic|sample|FILE", lambda c: c.adapter, lambda c: c.audio),
+    ("--vmc-no-bundle", "--vmc", "--vmc HOST:PORT (not off)", lambda c: not c.outputs.vmc_bundle,
+     lambda c: c.outputs.vmc),
+    ("--vmc-eye-bones", "--vmc", "--vmc HOST:PORT (not off)", lambda c: c.outputs.vmc_eye_bones,
+     lambda c: c.outputs.vmc),
+    ("--audio-only", "--audio", "--audio mic or --audio FILE.wav", lambda c: c.audio_only, lambda c: c.audio),
+    ("--osc-allow", "--osc-remote", "--osc-remote HOST:PORT", lambda c: c.osc_allow, lambda c: c.osc_remote),
+    ("--ltc-input", "--timecode-source ltc", "--timecode-source ltc", lambda c: c.ltc_input,
+     lambda c: c.timecode_source == "ltc"),
+    ("--ntp-server", "--timecode-source ntp", "--timecode-source ntp", lambda c: c.ntp_server,
+     lambda c: c.timecode_source == "ntp"),
+)
+
+
+def check_run_config(config: RunConfig) -> None:
+    """Refuse, in one line naming the option and the fix, what cannot work or would be silently ignored: an
+    option whose partner is missing, options that conflict, numbers out of range, a takes folder that is a file.
+    Runs before anything opens (bridge/runtime/session.py)."""
+    for given, needed, how, is_given, has_needed in _NEEDS:
+        if is_given(config) and not has_needed(config):
+            raise FaceBridgeError(f"{given} does nothing without {needed}", f"add {how}, or drop {given}")
+    if config.max_frames is not None and config.max_frames < 1:
+        raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
+    if not 1 <= config.faces <= MAX_FACES:
+        raise FaceBridgeError(f"--faces {config.faces} is out of range", f"give 1 to {MAX_FACES}")
+    if config.learn is not None and (not config.audio or config.audio_only):
+        raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
+                              "add --audio mic (and a camera source, without --audio-only)")
+    if config.faces > 1 and config.audio_only:
+        raise FaceBridgeError("--faces needs a camera or video: --audio-only has no face to count",
+                              "drop --faces, or drop --audio-only")
+    if config.remote and config.audio_only:
+        raise FaceBridgeError("--remote tracks a camera on the server: --audio-only has no frames to send",
+                              "drop --remote, or drop --audio-only")
+    if config.camera_size is not None and min(config.camera_size) < 1:
+        raise FaceBridgeError(f"--camera-size {config.camera_size[0]}x{config.camera_size[1]} is not a size",
+                              "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
+    if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
+        raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
+    if config.head_dead_zone is not None:
+        from bridge.mapping import MAX_HEAD_DEAD_ZONE
+
+        if not 0.0 <= config.head_dead_zone <= MAX_HEAD_DEAD_ZONE:
+            raise FaceBridgeError(f"--head-dead-zone {config.head_dead_zone:g} is out of range",
+                                  f"give 0 (off) to {MAX_HEAD_DEAD_ZONE:g} degrees")
+    update_state_dir(config.updates)  # a given store must exist (checked again when the run follows it)
+    takes = Path(config.takes_dir)
+    if takes.exists() and not takes.is_dir():
+        raise FaceBridgeError(f"--takes-dir {takes} is a file, not a folder",
+                              "give a folder for the takes the monitor page's Record button starts")
+    record = config.outputs.record
+    if record and Path(record).exists() and not Path(record).is_dir():
+        raise FaceBridgeError(f"--record {record} is a file, not a folder", "give a new folder for the take")
+
+
+def run_warnings(config: RunConfig) -> list[str]:
+    """What runs but is probably not meant, said at start in one line each."""
+    outputs = config.outputs
+    if not (outputs.llf or outputs.vmc or outputs.grpc or outputs.record or outputs.ifm):
+        where = "only the monitor page shows them" if config.monitor else "nothing shows them"
+        return [f"every output is off (--llf off, --vmc off, no --grpc, --ifm or --record): frames are tracked and "
+                f"{where}"]
+    return []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import time
 
-from bridge.errors import FaceBridgeError
+from bridge.errors import FaceBridgeError, RunEnded
 from bridge.frame import FaceFrame, Frame
 
 
@@ -51,9 +51,7 @@ class RemotePipeline:
     def process(self, frame: Frame) -> FaceFrame:
         client = self._client
         if client.error is not None:
-            raise FaceBridgeError(f"facebridge serve on {self.address} ended the stream: "
-                                  f"{client.error.code().name}: {client.error.details()}",
-                                  "check the server's address, token and --max-streams, then run again")
+            raise self._ended(client.error)
         client.send_frame(frame, encoding=self.encoding)
         end = time.perf_counter() + self.timeout_s
         while (left := end - time.perf_counter()) > 0:
@@ -63,8 +61,10 @@ class RemotePipeline:
                 break
             if item is None:  # the stream ended
                 client.results.put(None)
-                raise FaceBridgeError(f"facebridge serve on {self.address} closed the stream",
-                                      "is the server still running? start it again and rerun")
+                if client.error is not None:
+                    raise self._ended(client.error)
+                raise RunEnded(f"facebridge serve on {self.address} closed the stream",
+                               "is the server still running? start it again and rerun")
             face, _dropped, _replica = item
             if face is None and client.refused and client.refused[-1][0] == frame.seq:
                 raise RemoteFrameLost(f"the server refused frame {frame.seq}: {client.refused[-1][1]}",
@@ -77,6 +77,17 @@ class RemotePipeline:
                 return face
         raise RemoteFrameLost(f"no answer for frame {frame.seq} within {self.timeout_s:.0f} s",
                               f"is facebridge serve on {self.address} overloaded or gone?")
+
+    def _ended(self, error) -> RunEnded:
+        """The stream's gRPC error as the one line that ends the run (a refused token is never retried)."""
+        import grpc
+
+        code = error.code()
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return RunEnded(f"facebridge serve on {self.address} refused the token ({error.details()})",
+                            "pass the server's --grpc-token as --remote-token")
+        return RunEnded(f"facebridge serve on {self.address} ended the stream: {code.name}: {error.details()}",
+                        "check the server's address, token and --max-streams, then run again")
 
     def close(self) -> None:
         self._client.close()

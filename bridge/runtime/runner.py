@@ -20,6 +20,8 @@ import sys
 import threading
 import time
 
+from bridge.console import was_interrupted
+from bridge.errors import RunEnded
 from bridge.runtime.queues import Closed, LatestQueue
 from bridge.runtime.sink_worker import SinkWorker
 from bridge.runtime.stats import RunStats
@@ -60,6 +62,7 @@ class BridgeRunner:
         self._stop = threading.Event()
         self._stop_requested_at: float | None = None
         self.error: BaseException | None = None
+        self.interrupted = False  # ended by Ctrl-C
         # a file read as fast as it goes waits for every sink; a file recorded at its rate only for the recorder
         fast = source.mode is SourceMode.FAST
         self.workers = [SinkWorker(sink, self.lossless and (fast or sink.keeps_every_frame), label)
@@ -113,6 +116,10 @@ class BridgeRunner:
                     continue
                 try:
                     result = step(item)
+                except RunEnded as e:  # the stream itself cannot go on: end the run with its one line
+                    self.error = e
+                    self.stop()
+                    break
                 except Exception as e:  # one bad frame never takes the stream down
                     self.stats.frame_bad()
                     log.warning("a frame could not be processed (%s); skipped", e)
@@ -176,6 +183,7 @@ class BridgeRunner:
             try:
                 self._watch(threads)
             except KeyboardInterrupt:
+                self.interrupted = True  # Ctrl-C: the run ends like --max-frames, and the command exits 130
                 self.stop()
                 self._watch(threads)  # bounded now: STOP_TIMEOUT_S, then blocked threads are left behind
         finally:
@@ -195,6 +203,8 @@ class BridgeRunner:
         last_print = 0.0
         while any(t.is_alive() for t in threads if t.name not in self.abandoned):
             threads[-1].join(0.25)
+            if was_interrupted() and not self.interrupted:  # a Ctrl-C that start-up code swallowed still stops
+                raise KeyboardInterrupt
             now = time.perf_counter()
             if self.show_status and (tty or now - last_print > 5.0):
                 print(("\r" if tty else "") + self.stats.status_line() + ("" if tty else "\n"),

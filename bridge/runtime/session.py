@@ -27,6 +27,7 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     OutputConfig,
     RunConfig,
     address_or_off,
+    check_run_config,
     check_subject,
     checked_adapter,
     llf_targets,
@@ -88,42 +89,23 @@ class BridgeSession:
     """Open with `open()` (or `with`), then `run()` once; `close()` releases everything that was opened."""
 
     def __init__(self, config: RunConfig) -> None:
-        if config.max_frames is not None and config.max_frames < 1:
-            raise FaceBridgeError("--max-frames must be at least 1", "pass a positive number of frames")
-        if config.audio_only and not config.audio:
-            raise FaceBridgeError("--audio-only needs an audio input", "add --audio mic or --audio FILE.wav")
-        if config.learn is not None and (not config.audio or config.audio_only):
-            raise FaceBridgeError("--learn pairs speech with the camera's mouth and needs both",
-                                  "add --audio mic (and a camera source, without --audio-only)")
-        if config.faces > 1 and config.audio_only:
-            raise FaceBridgeError("--faces needs a camera or video: --audio-only has no face to count",
-                                  "drop --faces, or drop --audio-only")
+        check_run_config(config)
         from bridge.multiface import subject_names
 
         self.subjects = subject_names(config.subject, config.faces)
         for subject in self.subjects:
             check_subject(subject)
         config.pipeline.check()
-        if config.camera_size is not None and min(config.camera_size) < 1:
-            raise FaceBridgeError(f"--camera-size {config.camera_size[0]}x{config.camera_size[1]} is not a size",
-                                  "give WIDTHxHEIGHT in pixels, e.g. 1280x720")
-        if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
-            raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
         self.file_mapping = None
         if config.mapping:
             from bridge.mapping import load_mapping
 
             self.file_mapping = load_mapping(config.mapping)
-        if config.head_dead_zone is not None:
-            from bridge.mapping import MAX_HEAD_DEAD_ZONE
-
-            if not 0.0 <= config.head_dead_zone <= MAX_HEAD_DEAD_ZONE:
-                raise FaceBridgeError(f"--head-dead-zone {config.head_dead_zone:g} is out of range",
-                                      f"give 0 (off) to {MAX_HEAD_DEAD_ZONE:g} degrees")
         self.config = config
         self.learn = None
         self.tuning = None
         self.osc_remote = None
+        self.clock = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
@@ -149,6 +131,9 @@ class BridgeSession:
             # the monitor first: its port fails at once, and its start (about a second of imports) never eats into
             # a live audio input that is already playing
             self.monitor = self._open_monitor()
+            from bridge.runtime.timecode_clock import open_clock
+
+            self.clock = open_clock(config.timecode_source, config.timecode_rate, config.ltc_input, config.ntp_server)
             if not config.audio_only:
                 self.source = self._open_source()
             if config.audio:  # lip-sync on its own thread, polled by the video side; --fast: in step with a file's
@@ -338,7 +323,7 @@ class BridgeSession:
         one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
         two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
         # the mapping after calibration and fusion, inside the guard (a frame it repeats is never mapped twice)
-        tune = self.tuning.wrap
+        tune = lambda step: self.clock.wrap(self.tuning.wrap(step))  # noqa: E731 - then the timecode clock's stamp
         steps = [pipeline.track, tune(fuse(pipeline.describe))] if two else [tune(fuse(pipeline.process))]
         if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
             from bridge.runtime.faces import face_steps
@@ -371,6 +356,9 @@ class BridgeSession:
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
+        if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
+                                       self.config.timecode_source != "system"):
+            monitor += f"; {self.clock.describe()}"
         summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
         detector = f"{summary}; " if summary else ""
         return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
@@ -416,6 +404,7 @@ class BridgeSession:
             self._initial_lipsync_release()
             self.audio.start()
         try:
+            self.clock.wait_locked()  # LTC found (or a one-line error) before the first frame is stamped
             self.runner.run()
         finally:
             self.close()
@@ -423,7 +412,7 @@ class BridgeSession:
                          mode=self.source.mode, lossless=lossless, max_frames=self.config.max_frames,
                          frame_rate=float(self.source.fps), audio_only=self.config.audio_only,
                          audio_s=self.audio_duration if self.config.audio_only else None,
-                         )
+                         interrupted=self.runner.interrupted)
 
     def _on_frame(self, frame) -> None:
         self.control.on_frame(frame)
@@ -448,6 +437,8 @@ class BridgeSession:
         if self.osc_remote is not None:
             self.osc_remote.close()
             self.osc_remote = None
+        if self.clock is not None:
+            self.clock.close()
         if self.release_watch is not None:
             self.release_watch.stop()
         if self.swapper is not None:

@@ -35,6 +35,7 @@ class RunSummary:
     frame_rate: float = 0.0  # the source's frames per second
     audio_only: bool = False
     audio_s: float | None = None  # an audio-only run from a file: the file's length
+    interrupted: bool = False  # ended by Ctrl-C (the command exits 130 after the summary)
 
 
 def summarise(stats: StatsSnapshot, sinks: list[Sink], labels: list[str], source=None, **run) -> RunSummary:
@@ -119,6 +120,6 @@ def summary_lines(summary: RunSummary) -> list[str]:
     lines.append(f"{s.sent} frames sent{face}, {s.dropped_total} dropped, {s.bad_frames} bad{guard}")
     lines += [line for line in (_dropped(summary), _lipsync(summary), _coverage(summary)) if line]
     if summary.max_frames is not None and s.sent < summary.max_frames:
-        lines.append(f"sent {s.sent} of the {summary.max_frames} frames --max-frames asked for: the source ended "
-                     "or the run was stopped first")
+        cause = "the run was stopped (Ctrl-C)" if summary.interrupted else "the source ended or the run was stopped"
+        lines.append(f"sent {s.sent} of the {summary.max_frames} frames --max-frames asked for: {cause} first")
     return lines

@@ -22,6 +22,9 @@ def parse_host_port(text: str, default_port: int, what: str) -> tuple[str, int]:
     text = (text or "").strip()
     if not text:
         raise SinkError(f"{what}: empty address", f"give HOST:PORT, for example 127.0.0.1:{default_port}")
+    if "," in text:
+        raise SinkError(f"{what}: {text!r} holds several addresses",
+                        "give one HOST:PORT per option (repeat the option for several targets)")
     host, port_text = text, ""
     if text.startswith("["):  # [::1]:11111
         end = text.find("]")

@@ -3,13 +3,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bridge.argparsing import output_file
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="measure federated personalisation (accuracy and round cost)",
                        description="Simulated espeak-ng speakers as devices, with held-out speakers: mouth-weight "
                                    "error of the base, global and personalised adapters; then round time and "
                                    "bytes per client with real processes for each --clients count.")
-    p.add_argument("--json", required=True, metavar="OUT", help="write the results here")
+    p.add_argument("--json", required=True, metavar="OUT", type=output_file, help="write the results here")
     p.add_argument("--clients", default="3,5,10", help="client counts to time (default 3,5,10)")
     p.add_argument("--rounds", type=int, default=2, help="rounds per timed run (default 2)")
     p.add_argument("--compare-default", type=int, default=5, metavar="N",

@@ -1,11 +1,22 @@
 """`fedagent publish`, `fedagent export-adapter`, `fedagent serve-repo`: the publisher's side of a release."""
 from __future__ import annotations
 
+import argparse
+import errno
 import json
 import sys
 from pathlib import Path
 
+from bridge.argparsing import output_file, port_number
 from bridge.errors import FaceBridgeError
+
+
+def adapter_out(text: str) -> str:
+    """export-adapter's OUT: a writable .npz (an adapter under a model's extension would be published as a model)."""
+    if not text.endswith(".npz"):
+        raise argparse.ArgumentTypeError(f"{text} does not end in .npz; an adapter is an .npz file (`publish` reads "
+                                         ".onnx as a whole model): name it e.g. adapter.npz")
+    return output_file(text)
 
 
 def add_parser(sub) -> None:
@@ -24,13 +35,13 @@ def add_parser(sub) -> None:
     p.set_defaults(func=_publish)
 
     e = sub.add_parser("export-adapter", help="write the active (installed, else shipped) lip-sync adapter")
-    e.add_argument("out", help="output .npz")
+    e.add_argument("out", type=adapter_out, help="output .npz")
     e.add_argument("--state", help="update state folder (default: per user)")
     e.set_defaults(func=_export)
 
     s = sub.add_parser("serve-repo", help="serve a repository folder on 127.0.0.1 (tests, small setups)")
     s.add_argument("repo")
-    s.add_argument("--port", type=int, default=8700, help="TCP port on 127.0.0.1 (0: any free port)")
+    s.add_argument("--port", type=port_number, default=8700, help="TCP port on 127.0.0.1 (0: any free port)")
     s.add_argument("--max-connections", type=int, default=32, help="connections served at once; more are closed")
     s.add_argument("--timeout", type=float, default=10.0, help="seconds one socket read or write may wait")
     s.set_defaults(func=_serve)
@@ -87,12 +98,16 @@ def _serve(args) -> int:
     if args.max_connections < 1 or args.timeout <= 0:
         raise FaceBridgeError("--max-connections and --timeout must be positive", "for example --max-connections 32 "
                               "--timeout 10")
-    server = RepoServer(args.repo, args.port, max_connections=args.max_connections, timeout_s=args.timeout)
+    try:
+        server = RepoServer(args.repo, args.port, max_connections=args.max_connections, timeout_s=args.timeout)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise FaceBridgeError(f"port {args.port} on 127.0.0.1 is already in use",
+                                  "stop the program using it or choose another --port (0: any free port)") from None
+        raise
     print(f"serving {server.folder} at {server.url} (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:
         server.httpd.serve_forever()
-    except KeyboardInterrupt:
-        pass
     finally:
         server.httpd.server_close()
     return 0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bridge.argparsing import output_file
 from fedagent.project import RUN_CONFIG
 
 
@@ -26,7 +27,8 @@ def add_parser(sub) -> None:
     p.add_argument("--no-publish", action="store_true", help="keep the global adapter unsigned (no keys, no repo)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a run setting (see docs/FEDERATED.md), e.g. --set timeout-train=60")
-    p.add_argument("--json", metavar="OUT", help="also write the outcome (rounds, timings, traffic) as JSON")
+    p.add_argument("--json", metavar="OUT", type=output_file,
+                   help="also write the outcome (rounds, timings, traffic) as JSON")
     p.set_defaults(func=run)
 
 

@@ -5,6 +5,12 @@ import json
 import sys
 from pathlib import Path
 
+from bridge.argparsing import input_file, output_file
+
+
+def trust_file(text: str) -> str:
+    return input_file(text, "it is written by `fedagent keys init KEYS` (KEYS/trust.json): run that first")
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("update", help="install, inspect or roll back signed model releases on this device")
@@ -12,8 +18,9 @@ def add_parser(sub) -> None:
     i = actions.add_parser("install", help="verify and install the newest signed release")
     i.add_argument("--from", dest="source", required=True, metavar="REPO_DIR_OR_URL")
     i.add_argument("--state", help="update state folder (default: $FACEBRIDGE_HOME/updates or the XDG data dir)")
-    i.add_argument("--trust", help="trust.json from `fedagent keys init` (first install only; later the device keeps "
-                        "the newest root it verified and ignores this)")
+    i.add_argument("--trust", type=trust_file,
+                   help="trust.json from `fedagent keys init` (first install only; later the device keeps the newest "
+                        "root it verified and ignores this)")
     i.add_argument("--model", action="append", help="only this model (repeatable; default: all this device has)")
     i.add_argument("--max-bytes", type=int, default=512 * 1024 * 1024, help="largest release accepted")
     i.add_argument("--deadline", type=float, default=600.0, help="seconds the whole check may take")
@@ -31,7 +38,7 @@ def add_parser(sub) -> None:
     r.set_defaults(func=_rollback)
 
     b = sub.add_parser("bench-update", help="time each install step of a 1 MB release from a loopback repository")
-    b.add_argument("--json", dest="out", help="write the result JSON here")
+    b.add_argument("--json", dest="out", type=output_file, help="write the result JSON here")
     b.add_argument("--repeats", type=int, default=5)
     b.set_defaults(func=_bench)
 

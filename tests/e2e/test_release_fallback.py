@@ -9,7 +9,7 @@ and a gRPC subscriber on 127.0.0.1 the whole time.
    output guard replaces the frames, its session's recreation does not help, and the bridge rolls it back by itself:
    the first release serves again, the face never freezes for a second, the store marks the release rolled back
    (`fedagent update status`), a new install of it is refused (`rollback`) and the bridge never runs it again.
-   The status line and /metrics say so."""
+   The status line, the monitor page's state and /metrics say so."""
 from __future__ import annotations
 
 import json
@@ -97,6 +97,8 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
         assert wait_until(lambda: len(_frames(subscriber)) >= back + 60 or not running(), 120, 0.05)
         with urllib.request.urlopen(f"http://{monitor}/metrics", timeout=30) as reply:
             metrics = reply.read().decode()
+        with urllib.request.urlopen(f"http://{monitor}/api/status", timeout=30) as reply:
+            page = json.loads(reply.read())["stats"]  # what the monitor page shows
         status = json.loads(fedagent("update", "status", "--model", "emotion", "--json", env=env).stdout)
         again = subprocess.run([sys.executable, "-m", "fedagent", "update", "install", "--from", url, "--json"],
                                env=env, capture_output=True, text=True, timeout=180)
@@ -138,6 +140,7 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
     assert err.count(f"emotion now runs {faulty_version}") == 1, "the rolled-back release was run again"
     assert "rolled back emotion r2" in err  # the status line
     assert 'facebridge_release_rolled_back{model="emotion"} 2.0' in metrics
+    assert page["rolled_back"] == {"emotion": 2} and page["releases"]["emotion"] == 1
     assert 'facebridge_update_status{facebridge_update_status="rolled_back"} 1.0' in metrics
 
     # the store: release 1 active, release 2 rolled back and refused when offered again

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bridge.console import was_interrupted
 from bridge.engines.base import EngineBuildError, EngineUnavailable
 from bridge.engines.native_output import native_stderr
 from bridge.engines.tensorrt.flavour import Flavour
@@ -120,7 +121,7 @@ def _progress_monitor(trt, report: Callable[[str], None]):
                 report(f"{'  ' * self.depth[phase_name]}{phase_name} ({num_steps} steps)")
 
         def step_complete(self, phase_name, step):
-            return True  # never cancel
+            return not was_interrupted()  # Ctrl-C cancels the build (the signal lands while TensorRT runs)
 
         def phase_finish(self, phase_name):
             self.depth.pop(phase_name, None)
@@ -186,6 +187,8 @@ def build_plan(flavour: Flavour, onnx_bytes: bytes, spec: EngineSpec, *, model_p
         serialized = builder.build_serialized_network(network, config)
     for line in native:
         log.debug("%s (native): %s", flavour.name, line)
+    if serialized is None and was_interrupted():
+        raise KeyboardInterrupt  # the build was cancelled by Ctrl-C, not failed
     if serialized is None:
         errors = flavour.logger.errors() or ["no error text from TensorRT"]
         said = f" ({native[-1].strip()[:160]})" if native else ""

@@ -2,7 +2,7 @@
 back to back on one core, each frame's CPU (process and thread), its stages' CPU, the deferred call after it, the
 identity steps, garbage collections and the core's steal time; prints the slowest 1% with what they exceeded.
 
-  python tools/diag/slow_frames.py [--core N] [--frames N]
+  python tools/measure/diag/slow_frames.py [--core N] [--frames N]
 """
 import argparse
 import gc
@@ -16,7 +16,7 @@ from bridge.pipeline import FacePipeline, PipelineOptions
 from bridge.sources.files import SampleSource
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from host_load import FIELDS, read_stat  # noqa: E402 - tools/host_load.py, beside this folder
+from host_load import FIELDS, read_stat  # noqa: E402 - tools/measure/host_load.py, beside this folder
 
 
 def steal_ticks(core: int) -> int:

@@ -1,6 +1,6 @@
 """Summarise a py-spy raw profile (`py-spy record -f raw`): samples by thread entry, functions by share.
 
-    python tools/pyspy_top.py PROFILE.txt [--top 60]
+    python tools/measure/pyspy_top.py PROFILE.txt [--top 60]
 
 Line numbers are dropped so a function counts once per stack; a sample's last frame is its own (self) time.
 """

@@ -7,7 +7,7 @@ CPU per image and its batches' wall p50 / p99; with nvidia-smi on the path, the 
 (dmon's `jpg`) over each configuration. The serve front end needs 30 images a second per stream, so the ceiling
 here bounds the streams one GPU can decode, before any tracking or gRPC.
 
-    python3 tools/gpu_jpeg_ceiling.py --procs 1,2,4,8 --batch 16,64 --seconds 8 --json OUT.json
+    python3 tools/measure/gpu_jpeg_ceiling.py --procs 1,2,4,8 --batch 16,64 --seconds 8 --json OUT.json
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from host_load import read_dmon  # noqa: E402 - tools/host_load.py, beside this script
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
+from host_load import read_dmon  # noqa: E402 - tools/measure/host_load.py, beside this script
 
 from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
 

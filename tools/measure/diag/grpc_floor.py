@@ -8,7 +8,7 @@ servers (stream i on server i mod S), as `bench serve --server-processes` spread
 (--json) messages a second and the server's and clients' CPU per message, from /proc. What `facebridge serve`
 spends above this is its own work.
 
-    python3 tools/diag/grpc_floor.py --streams 64,256 --fps 30 --client-processes 2 --seconds 10 --json OUT.json
+    python3 tools/measure/diag/grpc_floor.py --streams 64,256 --fps 30 --client-processes 2 --seconds 10 --json OUT.json
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import time
 
 import grpc
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
 from bridge.runtime.thread_cpu import stat_cpu_seconds  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Where one captured pass of the batched tracker spends its GPU time (issue 17), on an NVIDIA GPU.
 
-  python tools/gpu_pass_parts.py [--streams 16,64] [--json OUT]
+  python tools/measure/gpu_pass_parts.py [--streams 16,64] [--json OUT]
 
 For each pass size: the whole pass as `facebridge serve` replays it (the CUDA graph of the tracked pass, detector
 rows included), with its branches on side streams and without (the tracker's `branches`: replay time each way, and

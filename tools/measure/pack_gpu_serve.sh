@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# What `facebridge serve` needs on the H200 machine that its image lacks, for tools/gpu_serve_bench.sh
+# What `facebridge serve` needs on the H200 machine that its image lacks, for tools/measure/gpu_serve_bench.sh
 # (docs/reference: serving.md). Needs PyPI (pip download) here; the device has no network.
 #
-#   bash tools/pack_gpu_serve.sh [wheels] [DIR=.gpuwheels]   # default: the one-call set, 7.4 MB of cp312 wheels:
+#   bash tools/measure/pack_gpu_serve.sh [wheels] [DIR=.gpuwheels]   # default: the one-call set, 7.4 MB of cp312 wheels:
 #       grpcio 1.85.1, grpcio-health-checking and grpcio-reflection 1.81.1, protobuf 6.33.5 (the bridge's gRPC
 #       stack: the image has grpcio 1.84 and neither health nor reflection; bridge/grpc/gen needs protobuf >= 6.33.5)
-#   bash tools/pack_gpu_serve.sh ray [DIR=.gpuserve]          # Ray Serve for the `ray`/`two-gpu` modes (two calls):
+#   bash tools/measure/pack_gpu_serve.sh ray [DIR=.gpuserve]          # Ray Serve for the `ray`/`two-gpu` modes (two calls):
 #       ray[serve] 2.60 and the part of its closure the image has not, trimmed of Java (ray/jars), the dashboard's
 #       client build and the py-spy binary, plus the wheels above, as tar.xz split into DIR/part-aa/ and DIR/part-ab/
 #       (measured: 256 MB unpacked, 53 MB packed, two 27 MB parts)
@@ -24,7 +24,7 @@ if [ "$KIND" = wheels ]; then
   mkdir -p "$OUT" && rm -f "$OUT"/*.whl
   "$PY" -m pip download -q --no-deps -d "$OUT" "${TARGET[@]}" "${GRPC_STACK[@]}"
   du -sh "$OUT"; ls -1 "$OUT"
-  echo "carry $(basename "$OUT") in the device call: bash tools/gpu_serve_bench.sh"
+  echo "carry $(basename "$OUT") in the device call: bash tools/measure/gpu_serve_bench.sh"
   exit 0
 fi
 OUT=$(realpath -m "${1:-.gpuserve}")  # absolute: the script changes directory
@@ -55,4 +55,4 @@ mkdir -p "$OUT/part-aa" "$OUT/part-ab"
 mv "$WORK/part-0" "$OUT/part-aa/site.tar.xz.part-aa"
 mv "$WORK/part-1" "$OUT/part-ab/site.tar.xz.part-ab"
 du -sh "$WORK/site" "$WORK/site.tar.xz" "$OUT"/part-*
-echo "carry $OUT/part-aa in the first device call and $OUT/part-ab in the second (tools/gpu_serve_bench.sh)"
+echo "carry $OUT/part-aa in the first device call and $OUT/part-ab in the second (tools/measure/gpu_serve_bench.sh)"

@@ -6,7 +6,7 @@ frames, looped, in chunks of CHUNK frames, the order alternating, neither side r
 jobs falls on both sides alike, so the change between them is steadier than two side-by-side runs' ratios.
 Per frame: process() CPU time (time.process_time) and FacePipeline.stage_cpu's per-stage thread CPU time.
 
-    python tools/pipeline_ab.py --frames 900 --json ab.json main=/tmp/main-tree this=.
+    python tools/measure/pipeline_ab.py --frames 900 --json ab.json main=/tmp/main-tree this=.
 
 (a tree: a checkout or `git archive` of the repository; every tree runs with this Python, so the same packages)
 """

@@ -2,10 +2,10 @@
 # only Intel machine the device tool reaches. The image has no network and Python 3.12, so what it lacks comes
 # as xz'd site folders, split to fit the 64 MiB carry (pack them with `pack`, here), one device call per part, the
 # calls back to back (the machine keeps /tmp only while warm):
-#   bash tools/h200host_pipeline_bench.sh pack                   # here: .gpuwheels/xeon/p-*
-#   bash tools/h200host_pipeline_bench.sh stage .gpuwheels/xeon/p-mp    (carry .gpuwheels/serve and that part)
-#   bash tools/h200host_pipeline_bench.sh stage .gpuwheels/xeon/p-fb-aa
-#   bash tools/h200host_pipeline_bench.sh run .gpuwheels/xeon/p-fb-ab   (the last part; then the runs)
+#   bash tools/measure/h200host_pipeline_bench.sh pack                   # here: .gpuwheels/xeon/p-*
+#   bash tools/measure/h200host_pipeline_bench.sh stage .gpuwheels/xeon/p-mp    (carry .gpuwheels/serve and that part)
+#   bash tools/measure/h200host_pipeline_bench.sh stage .gpuwheels/xeon/p-fb-aa
+#   bash tools/measure/h200host_pipeline_bench.sh run .gpuwheels/xeon/p-fb-ab   (the last part; then the runs)
 # mp: MediaPipe 0.10.21 with numpy 1.26.4 and protobuf 4.25.8 (its own path, the image's OpenCV), its unused
 # models left out; fb: LiteRT 2.3.0 (its WebGPU accelerator and plugin tool left out), numba and llvmlite.
 # RUNS (default "paced b2b paced b2b paced b2b"), CORE (default 3); JSONs go to $OUT as one tar.
@@ -47,7 +47,7 @@ stage() {
 run() {
   stage "$1"
   mkdir -p /tmp/fbsite && cat $STAGE/fb-* | xz -dc | tar -C /tmp/fbsite -xf - || { echo "the fb parts do not assemble"; return 4; }
-  . tools/gpu_wheels.sh && install_wheels .gpuwheels/serve || return 4
+  . tools/measure/gpu_wheels.sh && install_wheels .gpuwheels/serve || return 4
   export PYTHONPATH=$PWD:/tmp/fbsite:$PYTHONPATH FACEBRIDGE_HOME=/tmp/fbhome
   python3 -c "import ai_edge_litert, numba, onnxruntime; print('litert ok, numba', numba.__version__, 'ort', onnxruntime.__version__)"
   lscpu | grep -i "model name"; mkdir -p /tmp/res

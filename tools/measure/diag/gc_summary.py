@@ -1,4 +1,5 @@
-"""Summarise tools/diag/sitecustomize.py's GC events per process within each bench serve count's measured window."""
+"""Summarise tools/measure/diag/sitecustomize.py's GC events per process within each bench serve count's measured
+window."""
 import glob
 import json
 import sys

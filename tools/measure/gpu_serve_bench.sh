@@ -5,9 +5,9 @@
 # the GPU (direct ingress, one port each, as Ray Serve replicas would be). Everything lands in $OUT (at most
 # 8 files come back): env.txt, gpu-tests.txt, serve-1proc.{json,log}, serve-Nproc.{json,log}.
 #
-#   here, once:   bash tools/pack_gpu_serve.sh            # .gpuwheels/: grpcio 1.85.1, -health-checking and
+#   here, once:   bash tools/measure/pack_gpu_serve.sh            # .gpuwheels/: grpcio 1.85.1, -health-checking and
 #                                                         # -reflection 1.81.1, protobuf 6.33.5 (7.4 MB, cp312)
-#   device call:  carry [".gpuwheels"], timeout_s 600:   bash tools/gpu_serve_bench.sh
+#   device call:  carry [".gpuwheels"], timeout_s 600:   bash tools/measure/gpu_serve_bench.sh
 #
 # Each step has its own time limit, so the call ends inside 10 minutes with what it measured; bench serve writes
 # every stream count to its JSON's `.partial` as the count ends, so a cut-short step keeps its counts.
@@ -24,14 +24,17 @@
 #
 # LOAD=1 (procs, profile): whole-host CPU (/proc/stat) and `nvidia-smi dmon` (utilisation, power, clocks; GPM SM
 # activity and occupancy) sampled each second beside the bench, summarised per measured window into NAME-load.json
-# by tools/host_load.py (every bench log line carries the unix time it was printed).
+# by tools/measure/host_load.py (every bench log line carries the unix time it was printed).
 #
 # Where one serve process's CPU goes (`profile`): py-spy carried in WHEELS, PROFILE_STREAMS (128) streams, SPY_S (8)
-# seconds with --gil then all threads; profile-top.txt summarised by tools/pyspy_top.py (SPY: py-spy elsewhere;
+# seconds with --gil then all threads; profile-top.txt summarised by tools/measure/pyspy_top.py (SPY: py-spy elsewhere;
 # on the 2-core VM: RUNNERS=cpu WHEELS= SPY=.venv/bin/py-spy PYTHON=.venv/bin/python).
 #
+# The batched wire against Track (`wires`): one server (--prewarm), `bench serve --address` over WIRES ("track many")
+# at STREAMS_N (64,256), IN_FLIGHT (1), CLIENTS (4), SECS per count; wires-{track,many}.json.
+#
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
-#   bash tools/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
+#   bash tools/measure/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
 #   or `two-gpu .gpuserve/part-ab` on nvidia-h200-x2.
 set -uo pipefail
 MODE=${1:-all}
@@ -64,10 +67,10 @@ stamp() {  # each line prefixed by the unix time it arrived (no fork a line: bas
   while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done
 }
 
-load_start() {  # LOAD=1: whole-host CPU (/proc/stat, tools/host_load.py) and nvidia-smi dmon sampled each second
+load_start() {  # LOAD=1: whole-host CPU (/proc/stat, tools/measure/host_load.py) and nvidia-smi dmon sampled each second
   [ "${LOAD:-0}" = 1 ] || return 0
   mkdir -p "$OUT/load-$MODE"
-  "$PY" tools/host_load.py sample "$OUT/load-$MODE/host.jsonl" & LOAD_PIDS=$!
+  "$PY" tools/measure/host_load.py sample "$OUT/load-$MODE/host.jsonl" & LOAD_PIDS=$!
   if command -v nvidia-smi > /dev/null; then
     nvidia-smi dmon -s pucm -o DT -d 1 > "$OUT/load-$MODE/dmon.txt" 2>&1 & LOAD_PIDS="$LOAD_PIDS $!"
     # GPM (Hopper): graphics activity, SM activity, SM occupancy, tensor activity, DRAM bandwidth, as % of peak
@@ -83,7 +86,7 @@ load_summary() {  # NAME LOG SECS WARMUP [JSON]: the load in each window the ben
   for f in "$OUT/load-$MODE/dmon.txt" "$OUT/load-$MODE/gpm.txt"; do [ -s "$f" ] && d+=(--dmon "$f"); done
   # the bench's JSON says each count's window itself (measured_unix); the log's times are the fallback
   [ -n "${5:-}" ] && grep -q measured_unix "$5" 2> /dev/null && where=(--bench-json "$5")
-  "$PY" tools/host_load.py summarise --host "$OUT/load-$MODE/host.jsonl" "${d[@]}" "${where[@]}" \
+  "$PY" tools/measure/host_load.py summarise --host "$OUT/load-$MODE/host.jsonl" "${d[@]}" "${where[@]}" \
     --json "$OUT/$1-load.json" 2>&1 | tee -a "$OUT/$1.log"
 }
 
@@ -175,9 +178,22 @@ case "$MODE" in
     "$spy" record -p "$spid" -d "${SPY_S:-8}" -r 200 -f raw -o /tmp/all.txt --nonblocking > /dev/null 2>&1
     wait "$bpid"; kill "$spid"; load_stop
     load_summary profile "$OUT/profile-bench.log" $(( ${SECS:-30} + 10 )) 10 "$OUT/profile-bench.json"
-    { "$PY" tools/pyspy_top.py /tmp/gil.txt; "$PY" tools/pyspy_top.py /tmp/all.txt; } > "$OUT/profile-top.txt" 2>&1
+    { "$PY" tools/measure/pyspy_top.py /tmp/gil.txt; "$PY" tools/measure/pyspy_top.py /tmp/all.txt; } > "$OUT/profile-top.txt" 2>&1
     cp /tmp/gil.txt "$OUT/profile-gil-raw.txt"; cp /tmp/all.txt "$OUT/profile-all-raw.txt"
     tail -3 "$OUT/profile-bench.log"; head -40 "$OUT/profile-top.txt" ;;
+  wires)  # the batched wire against Track (issue 43): one prewarmed server, the same load over each wire in turn
+    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    preflight
+    port=50998
+    "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams "${WIRE_STREAMS_MAX:-512}" \
+      --prewarm 480x360 ${SERVE_ARGS:-} > "$OUT/wires-serve.log" 2>&1 & spid=$!
+    for _ in $(seq "${T_START:-300}"); do grep -q "listening on" "$OUT/wires-serve.log" && break; sleep 1; done
+    for wire in ${WIRES:-track many}; do
+      timeout -k 10 "${T_WIRE:-150}" "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" --wire "$wire" \
+        --streams "${STREAMS_N:-64,256}" --seconds "$SECONDS_PER_COUNT" --warmup 5 --in-flight "${IN_FLIGHT:-1}" \
+        --client-processes "${CLIENTS:-4}" --json "$OUT/wires-$wire.json" 2>&1 | grep -v " INFO " | tail -6
+    done
+    kill "$spid"; tail -3 "$OUT/wires-serve.log" ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
   ray)

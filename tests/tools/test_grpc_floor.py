@@ -1,4 +1,4 @@
-"""tools/diag/grpc_floor.py, the floor under a served frame's host CPU (docs/PERFORMANCE.md,
+"""tools/measure/diag/grpc_floor.py, the floor under a served frame's host CPU (docs/PERFORMANCE.md,
 "Serving many streams"): real grpc.aio servers and clients on 127.0.0.1, every message answered and its CPU counted."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-SCRIPT = ROOT / "tools" / "diag" / "grpc_floor.py"
+SCRIPT = ROOT / "tools" / "measure" / "diag" / "grpc_floor.py"
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 

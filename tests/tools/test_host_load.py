@@ -1,5 +1,6 @@
-"""tools/host_load.py, what tools/gpu_serve_bench.sh's LOAD=1 reads the host and GPU load with: a real /proc/stat
-sample, and the summary of each measured window of a bench serve log from known jiffies and dmon rows."""
+"""tools/measure/host_load.py, what tools/measure/gpu_serve_bench.sh's LOAD=1 reads the host and GPU load with: a
+real /proc/stat sample, and the summary of each measured window of a bench serve log from known jiffies and dmon
+rows."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import pytest
 
 from tests.helpers import ROOT
 
-SCRIPT = ROOT / "tools" / "host_load.py"
+SCRIPT = ROOT / "tools" / "measure" / "host_load.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

@@ -1,13 +1,13 @@
 """Whole-host CPU and GPU load beside a benchmark: sample while it runs, then summarise per measured window.
 
-    python tools/host_load.py sample OUT.jsonl [--interval 1]        # /proc/stat (every cpu line) until killed
-    python tools/host_load.py summarise --host OUT.jsonl [--dmon DMON.txt ...] (--log BENCH.log [--secs 20]
+    python tools/measure/host_load.py sample OUT.jsonl [--interval 1]        # /proc/stat (every cpu line) until killed
+    python tools/measure/host_load.py summarise --host OUT.jsonl [--dmon DMON.txt ...] (--log BENCH.log [--secs 20]
         [--warmup 3] | --bench-json BENCH.json) [--json OUT.json]
 
 `sample` appends one JSON line a sample: unix time and the jiffies of the host ('cpu') and of each core ('cpuN'),
 as /proc/stat gives them (user nice system idle iowait irq softirq steal). `summarise` takes the windows a
 `facebridge bench serve` measured from its log, each line prefixed by the unix time it was printed (as
-tools/gpu_serve_bench.sh writes it): a count's line "N streams x F fps for S s ..." is printed just before its
+tools/measure/gpu_serve_bench.sh writes it): a count's line "N streams x F fps for S s ..." is printed just before its
 client processes start, which begin 3 s later and are measured from `warmup` s after that to the count's end
 (bridge/bench/serve.py `_trial`), trimmed by a second each side here; or from the bench's JSON, whose counts carry
 the window they measured (`measured_unix`). Per window: busy cores of the whole host
