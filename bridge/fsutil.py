@@ -41,6 +41,12 @@ def printable(path: str | os.PathLike | bytes) -> str:
     return raw.decode("utf-8", errors="backslashreplace")
 
 
+def escaped(text: str) -> str:
+    """`text` (a subject name, anything read from a file) safe to print: control and other unprintable characters
+    as Python escapes (\\n, \\x00, \\x1b), so nothing read from a take moves the cursor or recolours a terminal."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def is_utf8(path: str | os.PathLike | bytes) -> bool:
     """True when the file name is valid UTF-8 (what OpenCV and USD need; others crash or refuse)."""
     try:

@@ -27,6 +27,9 @@ from bridge.fsutil import atomic_write_bytes, atomic_write_json
 from bridge.models.registry import ModelRegistry
 from bridge.models.verify import sha256_file
 from bridge.updates import bundle as bundles
+from bridge.updates.bridge_inputs import check_on_bridge_inputs
+from bridge.updates.contract import check_contract, check_tolerance, session_contract, shipped_contract
+from bridge.updates.reasons import UpdateRefused
 from bridge.updates.smoke import ReleaseSession, adapter_weights, open_release, read_npz, reference_inputs
 from bridge.updates.store import utc_now
 from fedagent.keys import KeyRing
@@ -199,9 +202,7 @@ def _build_release(spec: ReleaseSpec, release: int, targets_dir: Path) -> dict[s
         shapes = {k: tuple(v) for k, v in shipped.entry.get("adapter_initializers", {}).items()}
         if kind == "adapter" and not shapes:
             raise PublishError(f"{spec.model} has no adapter", "publish a whole model (.onnx) for it instead")
-        if kind == "adapter":
-            adapter_weights(staged / "adapter.npz", shapes)  # refuse to publish what every device would refuse
-        session = open_release(kind, staged, base, shapes)
+        session = _checked_session(spec, kind, staged, base, shapes, shipped)
         (staged / bundles.REFERENCE_FILE).write_bytes(_reference(session, spec.reference))
         files = {name: bundles.FileEntry(sha256_file(staged / name), (staged / name).stat().st_size)
                  for name in sorted(p.name for p in staged.iterdir())}
@@ -217,6 +218,22 @@ def _build_release(spec: ReleaseSpec, release: int, targets_dir: Path) -> dict[s
     info.unrecognized_fields["custom"] = {"facebridge": {"model": spec.model, "release": release}}
     entries[bundles.bundle_target(spec.model)] = info
     return entries
+
+
+def _checked_session(spec: ReleaseSpec, kind: str, staged: Path, base, shapes: dict, shipped) -> ReleaseSession:
+    """The release's session, refusing to publish what every device would refuse: adapter tensors of the wrong
+    shape, a model whose inputs, outputs, types or free dimensions differ from the bridge's, a loose tolerance."""
+    try:
+        check_tolerance(shipped, spec.atol, spec.rtol)
+        if kind == "adapter":
+            adapter_weights(staged / "adapter.npz", shapes)
+        session = open_release(kind, staged, base, shapes)
+        if kind == "model":
+            check_contract(spec.model, session_contract(session.session), shipped_contract(shipped))
+        check_on_bridge_inputs(spec.model, session)
+        return session
+    except UpdateRefused as e:
+        raise PublishError(f"{spec.path} cannot be published as {spec.model}: {e.problem}", e.fix) from None
 
 
 def _reference(session: ReleaseSession, inputs_path: Path | None) -> bytes:

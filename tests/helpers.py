@@ -91,6 +91,22 @@ def espeak_or_skip():
         pytest.skip(str(e))
 
 
+def real_corpus(*needed: str) -> Path:
+    """The real faces and speech (bridge/paths.py real_data_dir, filled by `make real-data`, which `make test` runs)
+    with each of `needed` in it; else the test skips saying so, or fails under CI (CI set), where a skip would
+    hide that the real-data tests did not run."""
+    from bridge.paths import real_data_dir
+
+    real = real_data_dir()
+    missing = [n for n in needed if not (real / n).exists()]
+    if missing:
+        why = f"the real corpus is not in {real} ({missing[0]} missing): run `make real-data`"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return real
+
+
 def onnx_model_with(op: str, tmp_path: Path) -> Path:
     """A two-node ONNX model (Relu, then `op` named det_1) in tmp_path: TensorRT cannot parse some ops."""
     import onnx

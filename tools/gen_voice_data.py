@@ -32,6 +32,8 @@ sys.path.insert(0, str(ROOT / "tools"))
 from gen_lipsync_data import SENTENCES, augment  # noqa: E402
 from label_real_speech import Aligner, clean_text, example, is_train, load_pcm, save_set  # noqa: E402
 
+from bridge.paths import real_data_dir  # noqa: E402
+
 # (program, voice): flite's built-in voices and festival's installed English ones
 VOICES = (("flite", "kal"), ("flite", "kal16"), ("flite", "awb"), ("flite", "rms"), ("flite", "slt"),
           ("festival", "voice_kal_diphone"), ("festival", "voice_ked_diphone"),
@@ -76,7 +78,7 @@ def synth(program: str, voice: str, text: str, stretch: float, pitch: float, tmp
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "lipsync")
-    ap.add_argument("--real", type=Path, default=ROOT / "build" / "real")
+    ap.add_argument("--real", type=Path, default=real_data_dir())
     ap.add_argument("--count", type=int, default=600)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", default="voices_train")

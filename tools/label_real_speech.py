@@ -2,17 +2,17 @@
 recording to its transcript -> timed ARPAbet phones -> IPA -> our viseme and ARKit-mouth targets (the same
 tables and coarticulation as the espeak-ng data, bridge/audio/visemes.py).
 
-Sources (tools/fetch_real_data.py puts them in build/real): Asterisk's English prompts (one speaker, studio,
-8 kHz telephone band, CC-BY-SA-3.0, with their transcripts) and pocketsphinx's test recordings (five LibriVox
-audiobook sentences, public domain; five read card names). The Asterisk prompts are split by a hash of their
-name: about 70% may be trained on (real_train), the rest are held out with all of LibriVox and the cards
-(real_eval, one file per group in the JSON). synth_same_text is espeak-ng reading the held-out texts, labelled
-the same way (aligned by pocketsphinx, not by espeak's own events), so the two differ only in the voice.
-Speakers in other languages (Asterisk's French, Italian and Russian prompts, one speaker each) are aligned by
-the English model on espeak-ng's phonemes (tools/align_other_languages.py); whole speakers go to one side:
-OTHER_SPLIT says which train and which is held out, at most --other-max prompts each (chosen by a hash).
+Sources (tools/fetch_real_data.py puts them in the user cache, bridge/paths.py real_data_dir): Asterisk's English
+prompts (one speaker, studio, 8 kHz telephone band, CC-BY-SA-3.0, with their transcripts) and pocketsphinx's test
+recordings (five LibriVox audiobook sentences, public domain; five read card names). The Asterisk prompts are split
+by a hash of their name: about 70% may be trained on (real_train), the rest are held out with all of LibriVox and
+the cards (real_eval, one file per group in the JSON). synth_same_text is espeak-ng reading the held-out texts,
+labelled the same way (aligned by pocketsphinx, not by espeak's own events), so the two differ only in the voice.
+Speakers in other languages (Asterisk's French, Italian and Russian prompts, one speaker each) are aligned by the
+English model on espeak-ng's phonemes (tools/align_other_languages.py); whole speakers go to one side: OTHER_SPLIT
+says which train and which is held out, at most --other-max prompts each (chosen by a hash).
 
-    python tools/label_real_speech.py [--real build/real] [--out build/lipsync]
+    python tools/label_real_speech.py [--real DIR] [--out build/lipsync]
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from bridge.audio.visemes import MOUTH_CHANNELS, frame_targets, segments_from_ev
 from bridge.bench.lipsync import REAL_LABELS_VERSION  # noqa: E402
 from bridge.frame import VISEME_NAMES  # noqa: E402
 from bridge.fsutil import atomic_write_bytes, atomic_write_json  # noqa: E402
+from bridge.paths import real_data_dir  # noqa: E402
 
 ARPABET_IPA = {
     "AA": "ɑ", "AE": "æ", "AH": "ʌ", "AO": "ɔ", "AW": "aʊ", "AY": "aɪ", "B": "b", "CH": "tʃ", "D": "d", "DH": "ð",
@@ -189,7 +190,7 @@ def aligned(aligner, items, load, skipped: dict):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--real", type=Path, default=ROOT / "build" / "real")
+    ap.add_argument("--real", type=Path, default=real_data_dir())
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "lipsync")
     ap.add_argument("--keep-audio", type=int, default=4, help="store the audio of the first N held-out recordings")
     ap.add_argument("--other-max", type=int, default=150, help="prompts per speaker of another language (0: none)")

@@ -3,15 +3,15 @@ speaker, texts, split (label_real_speech.is_train) and labels (pocketsphinx forc
 band differs (50-7000 Hz against 300-3400 Hz). A prompt held out in the 8 kHz set is held out here too.
 
 Source: Debian asterisk-core-sounds-en-g722 1.6.1-1 (CC-BY-SA-3.0, Allison Smith / Digium, Inc.; see NOTICE),
-put in build/real/asterisk-g722 by tools/fetch_real_data.py; decoded with PyPI `g722` (a training-time tool, not a
-product dependency). Writes, in --out:
+put in asterisk-g722/ of the real corpus by tools/fetch_real_data.py; decoded with PyPI `g722` (a training-time
+tool, not a product dependency). Writes, in --out:
 
 - allison_wb_train: the training prompts (is_train), wideband;
 - allison_wb_eval: the held-out prompts, wideband (a diagnostic, never trained on; real_eval keeps the 8 kHz ones);
 - real_train_wideband: real_train with its 8 kHz Allison prompts replaced by allison_wb_train (the Italian and
   Russian prompts kept), for `train_lipsync.py --real-sets real_train_wideband`.
 
-    python tools/label_wideband_speech.py [--real build/real] [--out build/lipsync]
+    python tools/label_wideband_speech.py [--real DIR] [--out build/lipsync]
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from label_real_speech import Aligner, aligned, example, is_train, save_set  # noqa: E402
 
 from bridge.audio import features  # noqa: E402
+from bridge.paths import real_data_dir  # noqa: E402
 
 
 def decode_g722(path: Path) -> np.ndarray:
@@ -65,7 +66,7 @@ def kept_from(data: Path, name: str, drop_group: str) -> tuple[list[dict], list[
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--real", type=Path, default=ROOT / "build" / "real")
+    ap.add_argument("--real", type=Path, default=real_data_dir())
     ap.add_argument("--out", type=Path, default=ROOT / "build" / "lipsync")
     args = ap.parse_args(argv)
     aligner = Aligner()

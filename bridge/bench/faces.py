@@ -17,6 +17,7 @@ import numpy as np
 
 from bridge.errors import FaceBridgeError
 from bridge.frame import ARKIT_INDEX, EMOTION_NAMES, Frame
+from bridge.paths import real_data_dir
 
 LABELS = Path(__file__).resolve().parent / "real_face_labels.json"
 SMILE_THRESHOLD = 0.3
@@ -26,7 +27,8 @@ SETS = ("smile", "neutral", "closed_eyes")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--data", default="build/real", help="folder filled by tools/fetch_real_data.py")
+    p.add_argument("--data", default=str(real_data_dir()),
+                   help="folder filled by tools/fetch_real_data.py (default: the user's cache, %(default)s)")
     p.add_argument("--backend", default="onnxruntime")
     p.add_argument("--mirror", action="store_true",
                    help="also score every item mirrored left-right (augmentation, counted apart)")

@@ -7,9 +7,9 @@ Accuracy runs the shipped ONNX model exactly as the live stream does (same front
 Recorded human speech (issue 19): `real_eval` holds recordings never trained on (held-out Asterisk prompts, the
 LibriVox audiobook sentences and read card names of pocketsphinx's test data), labelled by forced alignment
 (tools/label_real_speech.py, from the files tools/fetch_real_data.py fetches); `synth_same_text` is espeak-ng
-reading the same texts, labelled the same way, so the gap between the two is the voice alone. Both are scored
-when present (--real-data and build/real make them when missing), per group as well. The synthetic sets are also
-scored against forced-alignment labels of their own audio, beside their exact labels (bench/lipsync_aligned.py).
+reading the same texts, labelled the same way, so the gap between the two is the voice alone. Both are scored when
+present (labelled from --real-data into --data when missing), per group as well. The synthetic sets are also scored
+against forced-alignment labels of their own audio, beside their exact labels (bench/lipsync_aligned.py).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from bridge.bench.lipsync_scoring import (  # noqa: F401 - REAL_LABELS_VERSION i
     predict_utterance,
 )
 from bridge.errors import FaceBridgeError
+from bridge.paths import real_data_dir
 
 EVAL_SETS = ("eval_lang", "eval_voice", "eval_rate", "eval_all")
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--hops", type=int, default=3000, help="hops timed for the compute figure")
     p.add_argument("--latency-seconds", type=float, default=8.0, help="seconds of speech streamed at real time")
     p.add_argument("--backend", default="onnxruntime")
-    p.add_argument("--real-data", default="build/real",
-                   help="recorded speech fetched by tools/fetch_real_data.py (labelled into --data when missing)")
+    p.add_argument("--real-data", default=str(real_data_dir()),
+                   help="recorded speech fetched by tools/fetch_real_data.py (labelled into --data when missing; "
+                        "default: the user's cache, %(default)s)")
 
 
 def _ensure_data(data: Path, count: int) -> None:

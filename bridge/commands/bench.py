@@ -21,6 +21,7 @@ BENCHES = {
     "expression": ("bridge.bench.expression", "blendshape accuracy, jitter and speed of the expression engine"),
     "engines": ("bridge.bench.engines", "every model and the pipeline on every available inference backend"),
     "faces": ("bridge.bench.faces", "smiles, closed eyes and emotion on real faces labelled by hand"),
+    "detectors": ("bridge.bench.detectors", "faces found and CPU a frame of each face detector way, small faces too"),
     "lipsync": ("bridge.bench.lipsync", "lip-sync accuracy and latency on held-out speech"),
     "swap": ("bridge.bench.swap", "live model swap: release active to first new frame, drops and gaps at a sink"),
     "grpc": ("bridge.bench.grpc_stream", "gRPC stream: send cost and capture-to-client latency, slow subscribers"),

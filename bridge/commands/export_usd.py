@@ -40,6 +40,7 @@ def _stop(signum, _frame):
 def run(args) -> int:
     from bridge.commands.replay import repair_first
     from bridge.formats.take import TakeReader
+    from bridge.fsutil import escaped
     from bridge.usd_export import export_take
 
     def progress(done: int, total: int) -> None:
@@ -58,6 +59,7 @@ def run(args) -> int:
         signal.signal(signal.SIGTERM, previous)
     notes = [f"{summary.skipped} skipped"] if summary.skipped else []
     notes += [f"{summary.clamped} capture-time jumps clamped"] if summary.clamped else []
+    subjects = ", ".join(map(escaped, summary.subjects))  # a subject is read from the take: never raw to a terminal
     print(f"export-usd: wrote {summary.path}: {summary.frames} frames{''.join(', ' + n for n in notes)}, "
-          f"{summary.duration_s:.2f} s at {summary.frame_rate:g} fps, subjects {', '.join(summary.subjects)}")
+          f"{summary.duration_s:.2f} s at {summary.frame_rate:g} fps, subjects {subjects}")
     return 0

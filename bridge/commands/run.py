@@ -153,16 +153,21 @@ def add_parser(sub) -> None:
     p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
-    p.add_argument("--grpc-token", metavar="TOKEN", help="bearer token gRPC clients must send")
+    p.add_argument("--grpc-token", metavar="TOKEN|auto",
+                   help="bearer token gRPC clients must send; beyond 127.0.0.1 at least 128 bits (e.g. 22 random "
+                        "letters and digits); 'auto' makes a random one and prints it")
     p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate for the gRPC server")
     p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key for the gRPC server")
     p.add_argument("--monitor", default=DEFAULT_MONITOR, metavar="HOST:PORT|off",
                    help=f"serve the live monitor page, /metrics (Prometheus), /healthz and /readyz on HOST:PORT, or "
                         f"'off' (default {DEFAULT_MONITOR}; port 0 picks a free one; the URL is printed). Binding "
                         "beyond 127.0.0.1 needs --monitor-token")
-    p.add_argument("--monitor-token", metavar="TOKEN",
+    p.add_argument("--monitor-token", metavar="TOKEN|auto",
                    help="token the monitor asks for (open the page as /?token=TOKEN; scrapers send "
-                        "'Authorization: Bearer TOKEN'); /healthz and /readyz stay open")
+                        "'Authorization: Bearer TOKEN'); /healthz and /readyz stay open. Beyond 127.0.0.1 at least "
+                        "128 bits; 'auto' makes a random one and prints it")
+    p.add_argument("--monitor-tls-cert", metavar="PEM", help="TLS certificate for the monitor (serves https)")
+    p.add_argument("--monitor-tls-key", metavar="PEM", help="TLS private key for the monitor")
     p.add_argument("--takes-dir", default="takes", metavar="DIR",
                    help="where takes started from the monitor page's Record button go (default ./takes)")
     p.add_argument("--no-calibration", action="store_true", help="ignore the subject's stored calibration")
@@ -216,7 +221,8 @@ def run_config(args):
                      calibration=not args.no_calibration, status_line=not args.quiet,
                      outputs=outputs_config(args), updates=address_or_off(args.updates), adapter=args.adapter,
                      adapter_sha256=args.adapter_sha256, monitor=address_or_off(args.monitor),
-                     monitor_token=args.monitor_token, takes_dir=args.takes_dir, remote=args.remote,
+                     monitor_token=args.monitor_token, monitor_tls_cert=args.monitor_tls_cert,
+                     monitor_tls_key=args.monitor_tls_key, takes_dir=args.takes_dir, remote=args.remote,
                      remote_token=args.remote_token, remote_tls_ca=args.remote_tls_ca, mapping=args.mapping,
                      head_dead_zone=args.head_dead_zone, osc_remote=address_or_off(args.osc_remote),
                      osc_allow=tuple(a.strip() for a in (args.osc_allow or "").split(",") if a.strip()),
@@ -238,6 +244,8 @@ def run(args) -> int:
             print(f"facebridge: {session.describe()}", flush=True)
         elif args.grpc:  # a port the system chose (HOST:0) must be said even when quiet
             print(f"facebridge: {session.grpc_address()}", flush=True)
+        for line in session.generated_tokens():  # `auto` tokens: said once, even when quiet
+            print(f"facebridge: {line}", flush=True)
         summary = session.run()
     for line in summary_lines(summary):
         print(f"facebridge: {line}")

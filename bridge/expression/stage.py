@@ -3,14 +3,16 @@ per-region confidence, for one face per call.
 
 method="regressor" (default): the shipped ONNX regressor (or a user model following the contract in
 contract.py), about 0.1 ms per face. method="fit": the analysis-by-synthesis reference fit (fit.py), tens of ms.
-Both keep a per-subject identity that converges over the first ~3 s and can be restored from a calibration
-profile with set_identity(). The regressor's identity refresh runs inline (FacePipeline: every frame's result is
-the same on every run), or, given a shared IdentityRefresher (`facebridge serve`, many streams), on that bounded
-worker while the stream goes on with the identity it has. tongueOut has no visual basis: it stays 0 here and comes
-from lip-sync.
+Both keep a per-subject identity that converges over the first ~3 s, held within fit.IDENTITY_LIMIT standard
+deviations of the prior (said once in the log when a face's fit lies beyond it), and can be restored from a
+calibration profile with set_identity(). The regressor's identity refresh runs inline (FacePipeline: every frame's
+result is the same on every run), or, given a shared IdentityRefresher (`facebridge serve`, many streams), on that
+bounded worker while the stream goes on with the identity it has. tongueOut has no visual basis: it stays 0 here and
+comes from lip-sync.
 """
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from dataclasses import dataclass, field
@@ -22,7 +24,7 @@ import numpy as np
 from bridge.errors import FaceBridgeError
 from bridge.expression.contract import ModelContract, check_session, face_crop, load_contract
 from bridge.expression.features import camera_for, landmark_features
-from bridge.expression.fit import IDENTITY_FRAMES, ExpressionFit
+from bridge.expression.fit import IDENTITY_FRAMES, IDENTITY_LIMIT, ExpressionFit, hold_identity, identity_prior
 from bridge.expression.identity import identity_refresh, identity_refresh_steps
 from bridge.expression.model import (
     FLIP,
@@ -35,6 +37,7 @@ from bridge.expression.model import (
 from bridge.expression.result import result_math, rotvec
 from bridge.frame import MorphParams
 
+log = logging.getLogger(__name__)
 SHIPPED_DIR = Path(__file__).resolve().parent
 REGIONS = ("eyes", "brows", "jaw", "mouth", "cheeks_nose")
 # Regressor path: identity by least squares on each of the first IDENTITY_UPDATES frames, then every
@@ -98,6 +101,8 @@ class ExpressionEstimator:
         self._generation = 0  # bumped by reset / set_identity: a refresh measured before them is dropped
         self._points_base: tuple[bytes, np.ndarray] | None = None  # (identity key, model.identity_points of it)
         self._math = result_math(self.model)
+        self._prior = identity_prior(self.model)
+        self._told_far = False  # said in the log that a face's identity fit lay far from the prior
         self.reset()
 
     @property
@@ -134,6 +139,7 @@ class ExpressionEstimator:
         if len(v) != n or not np.isfinite(v).all():
             raise ExpressionInputError(f"identity has {len(v)} values (or non-finite ones); expected {n - 1} or {n}",
                                        "recalibrate with `facebridge calibrate` to store a fresh identity")
+        v, _ = hold_identity(v, *self._prior)  # a profile stored before identities were held
         with self._identity_lock:
             self._generation += 1
             self.identity = v
@@ -202,6 +208,7 @@ class ExpressionEstimator:
     def _estimate_fit(self, xy, iris_xy, focal, centre) -> ExpressionResult:
         r = self._fit.fit(xy, iris_xy, focal, centre)
         self.identity = self._fit.identity.astype(np.float32)
+        self._tell_far(self._fit.identity_worst)
         self._frames = self._fit.frames
         return self._result(r.weights, r.rotation, r.translation, xy, focal, centre, point_error=r.point_error)
 
@@ -328,9 +335,20 @@ class ExpressionEstimator:
             self._pending = None
 
     def _fold_identity(self, frame: np.ndarray) -> None:
+        """Fold one frame's estimate into the running identity, held within IDENTITY_LIMIT of the prior."""
         self._updates += 1
         identity = self.identity  # one read: the stream's thread only ever sees a whole identity
-        self.identity = (identity + (frame - identity) / min(self._updates, IDENTITY_UPDATES)).astype(np.float32)
+        running = (identity + (frame - identity) / min(self._updates, IDENTITY_UPDATES)).astype(np.float32)
+        self.identity, worst = hold_identity(running, *self._prior)
+        self._tell_far(worst)
+
+    def _tell_far(self, worst: float) -> None:
+        """Say once in the log that this face's identity fit lies beyond IDENTITY_LIMIT (never a fault)."""
+        if worst > IDENTITY_LIMIT and not self._told_far:
+            self._told_far = True
+            log.warning("expression: this face's identity fit lies %.1f standard deviations from the morphable "
+                        "model's prior in one of its modes; the identity streamed is held within %g there",
+                        worst, IDENTITY_LIMIT)
 
     def _face_points(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """model.face_points, the identity's part kept per estimator (the model is shared by every stream)."""

@@ -13,8 +13,9 @@ one row; the recorder's sync thread fsyncs both about once a second and then rew
 the frames that sync covered, so a killed take is readable as it is and loses at most the last seconds; on close
 take.json says "complete": true, and "frames_dropped" counts frames a disk too slow for the stream cost. The
 reader's side: every record is checked (bridge/formats/take_check.py), a bad one is skipped and its line named,
-capture-time jumps are clamped. `repair_take` makes a killed take whole again: take.json and frames.csv rebuilt
-from the frames that frames.jsonl really holds.
+capture-time jumps are clamped, a line longer than MAX_LINE_BYTES is skipped without being read whole.
+`repair_take` makes a killed take whole again: take.json and frames.csv rebuilt from the frames that frames.jsonl
+really holds.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ TAKE_JSON = "take.json"
 FORMAT = "facebridge-take"
 FORMAT_VERSION = 1
 NAMED_PROBLEMS = 10  # lines named one by one in the warnings; the rest are counted
+MAX_LINE_BYTES = 1 << 20  # a frames.jsonl line longer than this is not a frame (one is a few KiB): skipped unread
 RECORDING_S = 5.0  # frames written this recently: the take is still being recorded (not left by a crash)
 
 
@@ -157,8 +159,13 @@ class TakeReader:
         self.cut_short = False
         self.problems = []
         timeline = Timeline()
-        with open(self.frames_path, encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, start=1):
+        with open(self.frames_path, "rb") as f:
+            for number, line in enumerate(_bounded_lines(f), start=1):
+                if line is None:  # longer than any frame: never held in memory whole
+                    self.skipped += 1
+                    self._note(f"line {number} is longer than {MAX_LINE_BYTES // 1024} KiB (a frame is a few); "
+                               "skipped")
+                    continue
                 if not line.strip():
                     continue
                 try:
@@ -187,6 +194,21 @@ class TakeReader:
         if self.clamped:
             parts.append(f"clamped {self.clamped} capture-time jump{'s' if self.clamped != 1 else ''}")
         return "; ".join(parts)
+
+
+def _bounded_lines(f) -> Iterator[str | None]:
+    """The lines of a binary file as text, None for one longer than MAX_LINE_BYTES (read past in pieces, so a
+    1 GB line costs a MiB of memory, not gigabytes). The last line keeps its missing newline (a cut-short write)."""
+    while True:
+        raw = f.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(MAX_LINE_BYTES)
+            yield None
+            continue
+        yield raw.decode("utf-8", errors="replace")
 
 
 @dataclass

@@ -28,7 +28,8 @@ from bridge.grpc import access
 from bridge.grpc.convert import build_frame, build_header, layout_key
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
-from bridge.grpc.subscribers import MAX_LAG_S, MAX_PER_PEER, Subscriber, choose_slot, peer_host
+from bridge.grpc.subscribers import MAX_LAG_S, MAX_PER_PEER, Subscriber, choose_slot
+from bridge.listeners import AUTO_TOKEN, listener_token, warn_plain_text
 from bridge.runtime.stats import RollingWindow
 from bridge.sinks.base import Sink
 
@@ -159,12 +160,15 @@ class GrpcSink(Sink):
         host, port = access.split_address(address)
         if not access.is_loopback(host) and not token:
             raise SinkError(f"gRPC on {address} would stream face data to the network without a token",
-                            "pass --grpc-token TOKEN (and --grpc-tls-cert/--grpc-tls-key), or bind 127.0.0.1")
+                            "pass --grpc-token auto (a random token is made and printed; and --grpc-tls-cert/"
+                            "--grpc-tls-key), or bind 127.0.0.1")
         if bool(tls_cert) != bool(tls_key):
             raise SinkError("TLS needs both a certificate and its private key",
                             "pass both --grpc-tls-cert CERT.pem and --grpc-tls-key KEY.pem")
-        if token and not tls_cert and not access.is_loopback(host):
-            log.warning("gRPC token on %s travels unencrypted; add --grpc-tls-cert/--grpc-tls-key", address)
+        self.generated_token = token == AUTO_TOKEN  # the command prints it once
+        token = self.token = listener_token("--grpc-token", token, host)
+        if not tls_cert and not access.is_loopback(host):
+            warn_plain_text("the gRPC stream", address, "--grpc-tls-cert/--grpc-tls-key")
         self.control = control
         self.max_subscribers = max_subscribers
         self.max_lag_s = max_lag_s
@@ -275,8 +279,9 @@ class GrpcSink(Sink):
         with self._lock:
             if self._closed:
                 return None
-            admitted, evicted, why = choose_slot(self._subscribers, peer_host(peer), self.max_subscribers,
-                                                 self.max_per_peer, time.monotonic())
+            host = access.peer_host(peer) or peer
+            admitted, evicted, why = choose_slot(self._subscribers, host, self.max_subscribers, self.max_per_peer,
+                                                 time.monotonic())
             if not admitted:
                 return None
             if evicted is not None:

@@ -23,6 +23,7 @@ import math
 import threading
 import time
 
+from bridge.grpc import access
 from bridge.grpc.gen import facebridge_pb2 as pb
 
 MAX_LAG_S = 2.0  # a frame gRPC has not taken for this long: the client fell that far behind the live stream
@@ -35,7 +36,7 @@ class Subscriber:
 
     def __init__(self, peer: str, subjects: set[str], max_frame_rate: float, context=None) -> None:
         self.peer = peer
-        self.host = peer_host(peer)
+        self.host = access.peer_host(peer) or peer  # what a per-peer limit counts (a unix socket: itself)
         self.subjects = subjects
         self.context = context  # the RPC, to cancel it on eviction
         self.min_interval = 1.0 / max_frame_rate if max_frame_rate > 0 else 0.0
@@ -97,15 +98,6 @@ def stuck_longest(subscribers: list[Subscriber], now: float, at_least: float) ->
     """The subscriber whose frame has waited longest, if it waited at least `at_least` seconds."""
     stuck = [s for s in subscribers if s.stuck_for(now) >= at_least and s.evicted is None]
     return max(stuck, key=lambda s: s.stuck_for(now)) if stuck else None
-
-
-def peer_host(peer: str) -> str:
-    """The host of a gRPC peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000", "unix:/path"): what a per-peer
-    limit counts."""
-    kind, _, rest = peer.partition(":")
-    if kind in ("ipv4", "ipv6"):
-        return rest.rpartition(":")[0].strip("[]") or rest
-    return peer
 
 
 def choose_slot(subscribers: list[Subscriber], host: str, max_subscribers: int, max_per_peer: int,

@@ -1,7 +1,9 @@
 """MonitorServer: the monitor page, its live WebSocket, /metrics, /healthz and /readyz, served by aiohttp on a
 thread and event loop of its own (the stream's threads never wait for it).
 
-Who may connect (bridge/listeners.py): 127.0.0.1 by default; any other address needs a token, given as
+Who may connect (bridge/listeners.py): 127.0.0.1 by default; any other address needs a token of at least 128
+bits (`--monitor-token auto` makes one) and, unless TLS is configured, says once that it is plain HTTP; the token is
+given as
 `Authorization: Bearer TOKEN`, as `?token=TOKEN` on the page's first load (which then sets a same-site cookie),
 or that cookie. /healthz and /readyz need none (probes carry no secrets). A browser request from another origin
 (some web site open in the same browser) is refused, and on a loopback address so is a non-loopback Host (DNS
@@ -15,6 +17,7 @@ import asyncio
 import json
 import logging
 import socket
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -23,7 +26,16 @@ from aiohttp import WSMsgType, web
 
 from bridge import __version__, ports
 from bridge.errors import FaceBridgeError
-from bridge.listeners import bearer_matches, is_loopback, split_address, token_matches
+from bridge.listeners import (
+    AUTO_TOKEN,
+    bearer_matches,
+    is_loopback,
+    listener_token,
+    split_address,
+    token_matches,
+    warn_plain_text,
+)
+from bridge.monitor import tuning_api
 from bridge.monitor.feed import PAGE_HZ, PREVIEW_HZ, LiveFeed
 from bridge.monitor.health import liveness, readiness
 from bridge.monitor.metrics import CONTENT_TYPE, metrics_registry, metrics_text
@@ -54,25 +66,33 @@ class MonitorServer:
     listen on any free port instead and say so."""
 
     def __init__(self, address: str, stats, *, control=None, feed: LiveFeed | None = None, token: str | None = None,
-                 info: dict[str, str] | None = None, fallback: bool = False) -> None:
+                 info: dict[str, str] | None = None, fallback: bool = False, tls_cert: str | None = None,
+                 tls_key: str | None = None) -> None:
         host, port = split_address(address, "--monitor", ports.MONITOR)
         self.loopback = is_loopback(host)
         if not self.loopback and not token:
             raise FaceBridgeError(f"the monitor on {address} would show your camera and face data to the network "
-                                  "without a token", "pass --monitor-token TOKEN, or bind 127.0.0.1")
+                                  "without a token", "pass --monitor-token auto (a random token is made and printed), "
+                                  "or bind 127.0.0.1")
+        self.generated_token = token == AUTO_TOKEN  # the command prints it once
+        token = listener_token("--monitor-token", token, host)
+        ssl_context = _tls_context(tls_cert, tls_key)
+        if not self.loopback and ssl_context is None:
+            warn_plain_text("the monitor", address, "--monitor-tls-cert/--monitor-tls-key")
         self.stats, self.control, self.feed, self.token = stats, control, feed, token
+        self.tls = ssl_context is not None
         self.info = {"version": __version__, **(info or {})}
         self.registry = metrics_registry(stats, self.info)
         sock = self._bind(host, port, fallback)
         self.port = sock.getsockname()[1]
-        self.url = f"http://{'[' + host + ']' if ':' in host else host}:{self.port}/"
+        self.url = f"{'https' if self.tls else 'http'}://{'[' + host + ']' if ':' in host else host}:{self.port}/"
         self._state_cache: tuple[float, str] = (0.0, "")
         self._status_cache: tuple[float, dict] = (0.0, {})
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="facebridge-monitor", daemon=True)
         self._thread.start()
         self._runner = None
-        asyncio.run_coroutine_threadsafe(self._start(sock), self._loop).result(15)
+        asyncio.run_coroutine_threadsafe(self._start(sock, ssl_context), self._loop).result(15)
 
     @staticmethod
     def _bind(host: str, port: int, fallback: bool) -> socket.socket:
@@ -86,7 +106,7 @@ class MonitorServer:
             raise FaceBridgeError(f"cannot serve the monitor on {host}:{port} ({e.strerror or e})",
                                   "pick another port with --monitor HOST:PORT, or --monitor off") from None
 
-    async def _start(self, sock: socket.socket) -> None:
+    async def _start(self, sock: socket.socket, ssl_context) -> None:
         app = web.Application(middlewares=[self._admit], client_max_size=MAX_MESSAGE)
         app.router.add_get("/", self._index)
         app.router.add_static("/static/", STATIC)
@@ -97,9 +117,10 @@ class MonitorServer:
         app.router.add_get("/api/status", self._status)
         app.router.add_post("/api/calibrate", self._calibrate)
         app.router.add_post("/api/record", self._record)
+        tuning_api.add_routes(app, self.control, _json, _refuse)  # the tuning panel (bridge/monitor/tuning_api.py)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        await web.SockSite(self._runner, sock, ssl_context=ssl_context).start()
 
     def set_info(self, **info: str) -> None:
         """Facts shown in facebridge_bridge_info (backend, subject) once they are known."""
@@ -130,7 +151,7 @@ class MonitorServer:
                            "open the page as /?token=TOKEN or send 'Authorization: Bearer TOKEN'")
         response = await handler(request)
         if self.token and request.query.get("token"):
-            response.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict")
+            response.set_cookie(COOKIE, self.token, httponly=True, samesite="Strict", secure=self.tls)
         return response
 
     def _token_ok(self, request: web.Request) -> bool:
@@ -234,10 +255,29 @@ class MonitorServer:
     async def _record(self, request):
         if self.control is None:
             return _refuse(409, "this bridge cannot record", "run `facebridge run`")
-        on = bool((await _json(request)).get("on"))
+        on = (await _json(request)).get("on")
+        if not isinstance(on, bool):  # "false", 0 or a missing field never start a take
+            return _refuse(400, f"'on' must be true or false, got {json.dumps(on)}",
+                           'send {"on": true} to start recording, {"on": false} to stop')
         ok, message = await asyncio.get_running_loop().run_in_executor(None, self.control.record, on)
         return web.json_response({"ok": bool(ok), "message": str(message),
                                   "recording": self.control.status().get("recording")})
+
+
+def _tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    """The server's TLS context from a certificate and its key (PEM), None without them; one line when unusable."""
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise FaceBridgeError("TLS needs both a certificate and its private key",
+                              "pass both --monitor-tls-cert CERT.pem and --monitor-tls-key KEY.pem")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as e:
+        raise FaceBridgeError(f"cannot use the monitor's TLS certificate or key ({getattr(e, 'strerror', None) or e})",
+                              "check the --monitor-tls-cert/--monitor-tls-key paths (PEM files)") from None
+    return context
 
 
 async def _json(request: web.Request) -> dict:

@@ -136,7 +136,9 @@ class RunConfig:
     adapter: str | None = None  # a lip-sync adapter (.npz) to try locally instead of the installed one
     adapter_sha256: str | None = None  # its sha256 (or a prefix of at least 12 hex digits), checked before use
     monitor: str | None = DEFAULT_MONITOR  # HOST:PORT of the monitor page and metrics; None: off
-    monitor_token: str | None = None  # needed to serve the monitor beyond 127.0.0.1
+    monitor_token: str | None = None  # needed to serve the monitor beyond 127.0.0.1 ("auto": a random one)
+    monitor_tls_cert: str | None = None  # PEM: the monitor serves https
+    monitor_tls_key: str | None = None
     takes_dir: str = "takes"  # where takes started from the monitor page go (one new directory each)
     remote: str | None = None  # HOST:PORT of a `facebridge serve` that tracks instead of this machine
     remote_token: str | None = None

@@ -1,10 +1,12 @@
 """RecordSwitch: the take recorder of a running bridge, turned on and off while the stream goes on (`--record DIR`
 at the start, the monitor page's Record button later). Each start opens a new take directory, never an existing
 one; a stop closes the take (flushed, take.json complete). A take started from the page goes to a new
-`<takes dir>/<subject>-<date>-<time>` directory: the page never names a path, so no remote client can write
-elsewhere on this machine."""
+`<takes dir>/<subject>-<date>-<time>-<milliseconds>` directory (numbered `-2`, `-3` if that exists): the page
+never names a path, and the subject is made safe for a file name (no separator, no `..`, no control character),
+so the take is always inside the takes directory and no remote client can write elsewhere on this machine."""
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -51,7 +53,7 @@ class RecordSwitch(Sink):
         with self._lock:
             if self._take is not None:
                 raise FaceBridgeError(f"already recording to {self._take.directory}", "stop that take first")
-            path = Path(directory) if directory else self.takes_dir / f"{self.subject}-{time.strftime('%Y%m%d-%H%M%S')}"
+            path = Path(directory) if directory else new_take_path(self.takes_dir, self.subject)
             self._take = self._open_take(path)
             return path
 
@@ -102,3 +104,23 @@ class RecordSwitch(Sink):
         if lines:
             return "\n".join(lines), any(failed for _, failed in reports)
         return super().report()
+
+
+def safe_name(subject: str) -> str:
+    """`subject` as one file name: letters, digits, `_`, `-` and single dots kept, any other run of characters (a
+    path separator, `..`, a control character, a space) one `_`, none at either end (so never `.` or `..`)."""
+    name = re.sub(r"(?:[^\w.-]|\.\.)+", "_", subject, flags=re.ASCII)
+    return re.sub(r"_+", "_", name).strip("._-")[:64] or "take"
+
+
+def new_take_path(takes_dir: Path, subject: str) -> Path:
+    """A take directory inside `takes_dir` that does not exist yet: the subject, the date and time to the
+    millisecond, numbered when two takes start within the same millisecond."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now)) + f"-{int(now * 1000) % 1000:03d}"
+    base = f"{safe_name(subject)}-{stamp}"
+    path, number = takes_dir / base, 1
+    while path.exists() or path.is_symlink():
+        number += 1
+        path = takes_dir / f"{base}-{number}"
+    return path

@@ -210,7 +210,8 @@ class BridgeSession:
 
         self.feed = LiveFeed()
         return MonitorServer(config.monitor, self.stats, control=self.control, feed=self.feed,
-                             token=config.monitor_token, info={"subject": config.subject},
+                             token=config.monitor_token, tls_cert=config.monitor_tls_cert,
+                             tls_key=config.monitor_tls_key, info={"subject": config.subject},
                              fallback=config.monitor == DEFAULT_MONITOR)
 
     def _open_source(self):
@@ -362,6 +363,16 @@ class BridgeSession:
         summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
         detector = f"{summary}; " if summary else ""
         return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
+
+    def generated_tokens(self) -> list[str]:
+        """The tokens `auto` made for this run's listeners, one line each, to be printed once."""
+        lines = []
+        if self.monitor is not None and self.monitor.generated_token:
+            lines.append(f"monitor token (made for this run): {self.monitor.token}; open "
+                         f"{self.monitor.url}?token={self.monitor.token}")
+        lines += [f"gRPC token (made for this run): {s.token}; clients send 'authorization: Bearer {s.token}'"
+                  for s in self.sinks if getattr(s, "generated_token", False)]
+        return lines
 
     def grpc_address(self) -> str:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""

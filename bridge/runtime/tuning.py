@@ -8,6 +8,11 @@ The mapping in use can be replaced while the stream runs (`set_mapping`, the mon
 it. What each subject's weights reached before mapping is kept (`peaks`), for range calibration and for the page's
 peak-hold markers.
 
+For the monitor page (bridge/monitor/tuning_api.py) it also answers what a subject's mapping is and what its
+weights read before and after it (`view`), changes one blendshape's settings (`set_shape`), sets gains from the
+peaks (`apply_ranges`, the page's range calibration: bridge/ranges.py's arithmetic) and stores the mapping in the
+subject's profile (`save`). The peaks are bridge/ranges.py's: the highest weight held for two frames in a row.
+
 The head dead zone is a backlash per angle: the output holds still until the measured angle is more than the dead
 zone away from it, then follows at that distance. It removes a still head's jitter without a jump when the head
 starts moving.
@@ -32,7 +37,8 @@ class Tuning:
         self.default = default
         self.head_dead_zone = head_dead_zone  # degrees; None: each mapping's own
         self._held: dict[str, np.ndarray] = {}
-        self._peaks: dict[str, np.ndarray] = {}  # subject -> the highest weight before mapping, since reset_peaks
+        self._peaks: dict[str, np.ndarray] = {}  # subject -> the highest weight before mapping held two frames
+        self._last: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # subject -> (weights before, after mapping)
         self._lock = threading.Lock()
 
     def mapping(self, subject: str) -> Mapping | None:
@@ -64,17 +70,22 @@ class Tuning:
     def apply(self, frame: FaceFrame) -> FaceFrame:
         """A new FaceFrame: `frame` with its subject's mapping and the head dead zone applied."""
         subject = frame.subject
-        if frame.face_found:
-            with self._lock:
-                peak = self._peaks.get(subject)
-                self._peaks[subject] = frame.blendshapes.copy() if peak is None else np.maximum(peak, frame.blendshapes)
+        raw = np.asarray(frame.blendshapes, np.float32)
         mapping = self.mapping(subject)
         dead = self.head_dead_zone if self.head_dead_zone is not None else (mapping.head_dead_zone if mapping else 0.0)
-        if (mapping is None or mapping.identity) and not dead:
+        mapped = mapping.apply(raw) if mapping is not None and not mapping.identity else raw
+        with self._lock:
+            before = self._last.get(subject)
+            if frame.face_found and before is not None:  # a weight counts once it held two frames
+                held = np.minimum(before[0], raw)
+                peak = self._peaks.get(subject)
+                self._peaks[subject] = held if peak is None else np.maximum(peak, held)
+            self._last[subject] = (raw.copy(), mapped) if frame.face_found else (np.zeros_like(raw), mapped)
+        if mapped is raw and not dead:
             return frame
         changes = {}
-        if mapping is not None and not mapping.identity:
-            changes["blendshapes"] = mapping.apply(frame.blendshapes)
+        if mapped is not raw:
+            changes["blendshapes"] = mapped
         if dead:
             head = np.asarray(frame.head_rotation, np.float32)
             held = self._held.get(subject)
@@ -82,3 +93,50 @@ class Tuning:
             self._held[subject] = held
             changes["head_rotation"] = held.copy()
         return dataclasses.replace(frame, **changes)
+
+    # --- the monitor page's tuning panel --------------------------------------------------------------------------
+    def view(self, subject: str) -> dict:
+        """A subject's mapping, and what its weights read before and after it (last frame, and peaks)."""
+        from bridge.frame import ARKIT_NAMES
+        from bridge.ranges import STEPS
+
+        mapping = self.mapping(subject) or Mapping()
+        with self._lock:
+            raw, mapped = self._last.get(subject, (np.zeros(NUM_BLENDSHAPES), np.zeros(NUM_BLENDSHAPES)))
+            peaks = self._peaks.get(subject, np.zeros(NUM_BLENDSHAPES))
+        return {"subject": subject, "names": list(ARKIT_NAMES), "mapping": mapping.to_dict(),
+                "raw": np.round(raw, 3).tolist(), "mapped": np.round(mapped, 3).tolist(),
+                "peaks": np.round(peaks, 3).tolist(), "steps": [[prompt, list(names)] for prompt, names in STEPS]}
+
+    def set_shape(self, subject: str, name: str, settings: dict) -> Mapping:
+        """`name`'s settings changed for `subject` from the next frame on (checked as a mapping file's are)."""
+        mapping = (self.mapping(subject) or Mapping()).with_shape(name, **settings)
+        self.set_mapping(subject, mapping)
+        return mapping
+
+    def apply_ranges(self, subject: str) -> list:
+        """Range calibration from the peaks since `reset_peaks`: each step's shapes get the gain that takes their
+        peak to 1.0 (bridge/ranges.py); applied from the next frame on. Returns the RangeResults."""
+        from bridge.frame import ARKIT_INDEX
+        from bridge.ranges import STEPS, RangeResult, gain_for_peak
+
+        mapping = self.mapping(subject) or Mapping()
+        peaks = self.peaks(subject)
+        results = []
+        for _, names in STEPS:
+            for name in names:
+                peak = float(peaks[ARKIT_INDEX[name]])
+                gain = gain_for_peak(mapping, name, peak)
+                results.append(RangeResult(name, peak, gain))
+                if gain is not None:
+                    mapping = mapping.with_shape(name, gain=gain)
+        self.set_mapping(subject, mapping)
+        return results
+
+    def save(self, subject: str, directory=None):
+        """Store the subject's mapping in their calibration profile (a new profile holds no neutral offset)."""
+        from bridge.calibration import CalibrationProfile
+
+        profile = CalibrationProfile.load(subject, directory) or CalibrationProfile(subject=subject)
+        profile.mapping = (self.mapping(subject) or Mapping()).to_dict()
+        return profile.save(directory)

@@ -26,6 +26,7 @@ from bridge import __version__
 from bridge.errors import FaceBridgeError
 from bridge.grpc import access
 from bridge.grpc.gen import facebridge_pb2 as pb
+from bridge.listeners import AUTO_TOKEN, listener_token, warn_plain_text
 from bridge.runtime.thread_cpu import thread_cpu_seconds
 from bridge.serving.decode import ImageDecoder
 from bridge.serving.decode_batch import JpegBatches
@@ -44,8 +45,13 @@ DECODE_WORKERS = 8  # at most: JPEG decode threads (a 480x360 JPEG is about 1.5 
 
 def check_listen(address: str, token: str | None, tls_cert: str | None, tls_key: str | None) -> str:
     """The host of `address` if serving there is allowed: beyond loopback only with a token (before any model loads)."""
-    access.check_token(token)  # the gRPC sink's rules: printable ASCII, loopback or a token
+    access.check_token(token)  # the gRPC sink's rules: printable ASCII, loopback or a strong token
     host, _port = access.split_address(address)
+    if token == AUTO_TOKEN:
+        raise FaceBridgeError("facebridge serve does not make a token (its replicas must share one)",
+                              "make one with `python3 -c 'import secrets; print(secrets.token_urlsafe(32))'` and "
+                              "pass it as --grpc-token to the server and its clients")
+    listener_token("--grpc-token", token, host)
     if not access.is_loopback(host) and not token:
         raise FaceBridgeError(f"facebridge serve on {address} would take camera images from the network without "
                               "a token", "pass --grpc-token TOKEN (and --grpc-tls-cert/--grpc-tls-key), or bind "
@@ -53,6 +59,8 @@ def check_listen(address: str, token: str | None, tls_cert: str | None, tls_key:
     if bool(tls_cert) != bool(tls_key):
         raise FaceBridgeError("TLS needs both a certificate and its private key",
                               "pass both --grpc-tls-cert CERT.pem and --grpc-tls-key KEY.pem")
+    if not access.is_loopback(host) and not tls_cert:
+        warn_plain_text("facebridge serve", address, "--grpc-tls-cert/--grpc-tls-key")
     return host
 
 
@@ -73,8 +81,6 @@ class FaceServeServer:
         default: when the decoder decodes on the GPU, nvJPEG's batched decode), else on the decode workers."""
         host = check_listen(address, token, tls_cert, tls_key)
         loopback = access.is_loopback(host)
-        if token and not tls_cert and not loopback:
-            log.warning("the serve token on %s travels unencrypted; add --grpc-tls-cert/--grpc-tls-key", address)
         self.table = table
         self.decoder = ImageDecoder(device, allow_raw=loopback)
         self.runners = runners

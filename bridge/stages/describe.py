@@ -189,6 +189,8 @@ class FaceDescriber:
                 tap(dataclasses.replace(out, blendshapes=out.blendshapes.copy()))
             return out
         self.tracked_count += 1
+        if self.tracked_count == 1:  # found again after a lost frame: a new measurement, nothing to glide from (the
+            self._filter.reset()  # filters would slide from the held pose, 10 cm a frame where the face is far)
         points, iris = face.points, face.iris
         ypr, translation, _ = self.head_pose.estimate(points, w, h)
         timer.lap("head_pose")

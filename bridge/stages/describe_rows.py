@@ -164,6 +164,9 @@ class DescribeRows:
             rows, at, t, sizes, points, iris, ypr, translation = (
                 v[posed] for v in (rows, at, t, sizes, points, iris, ypr, translation))
             expr = _rows_of(expr, posed)
+        found_again = rows[self._tracked[rows] == 1]
+        if len(found_again):  # FaceDescriber.describe: a new measurement after a lost frame, nothing to glide from
+            self._filter.reset(found_again)
         eyes = eye_angles_rows(points, iris[:, :, 0])
         laps["head_pose"] = time.perf_counter() - t0 - laps["expression"]
         blendshapes = expr.blendshapes.copy()

@@ -29,8 +29,10 @@ from tuf.api.metadata import Metadata
 from bridge.models.registry import ModelRegistry
 from bridge.models.verify import sha256_file
 from bridge.updates import floors, reasons
+from bridge.updates.bridge_inputs import check_on_bridge_inputs
 from bridge.updates.bundle import MAX_BUNDLE_BYTES, Bundle, bundle_target, parse
 from bridge.updates.compat import check_compatible
+from bridge.updates.contract import check_contract, check_tolerance, session_contract, shipped_contract
 from bridge.updates.fetch import Progress, Reporter, Source, open_updater, refusal
 from bridge.updates.smoke import open_release, smoke_test
 from bridge.updates.store import InstalledRelease, ModelState, StateDir, no_space_is_refusal, utc_now
@@ -187,6 +189,8 @@ def _install_model(store, updater, fetcher, state, model, steps, limits, registr
             steps.done("bundle")
             return _result("up-to-date", model, ms)
         check_compatible(bundle, shipped)
+        check_tolerance(shipped, bundle.atol, bundle.rtol)
+        wanted = shipped_contract(shipped) if bundle.kind == "model" else None
         targets = _signed_files(store, updater, fetcher, bundle)
         _check_space(store, bundle, limits)
         steps.done("bundle")
@@ -203,8 +207,11 @@ def _install_model(store, updater, fetcher, state, model, steps, limits, registr
         steps.start("smoke-test", model)
         shapes = {k: tuple(v) for k, v in shipped.entry.get("adapter_initializers", {}).items()}
         base = registry.shipped_path(model) if bundle.kind == "adapter" else None
-        smoke_test(open_release(bundle.kind, staging, base, shapes), staging / "reference.npz", bundle.atol,
-                   bundle.rtol)
+        session = open_release(bundle.kind, staging, base, shapes)
+        if wanted is not None:
+            check_contract(model, session_contract(session.session), wanted)
+        smoke_test(session, staging / "reference.npz", bundle.atol, bundle.rtol)
+        check_on_bridge_inputs(model, session)  # and on what the bridge itself feeds this model
         steps.done("smoke-test")
         return _switch(store, state, ms, bundle, bundle_sha, staging, steps)
     finally:

@@ -87,6 +87,9 @@ def smoke_test(session: ReleaseSession, reference: Path, atol: float, rtol: floa
 
     t0 = time.perf_counter()
     inputs, expected = split_reference(read_npz(reference, "reference.npz"))
+    bad = sorted(k for k, v in (*inputs.items(), *expected.items()) if not np.isfinite(v).all())
+    if bad:  # NaN compares false: a NaN reference would let any output pass
+        raise reasons.SmokeTestFailed(f"the release's reference holds NaN or infinite values in {bad[:4]}")
     if set(inputs) != set(session.input_names) or not expected or not set(expected) <= set(session.output_names):
         raise reasons.SmokeTestFailed(f"reference inputs {sorted(inputs)} / outputs {sorted(expected)} do not fit "
                                       f"the model (inputs {session.input_names}, outputs {session.output_names})")

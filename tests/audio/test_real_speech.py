@@ -1,14 +1,10 @@
 """Recorded speech labelled by forced alignment (tools/label_real_speech.py) and scored by `bench lipsync`."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from tests.helpers import tool_module
-
-REAL = Path(__file__).resolve().parents[2] / "build" / "real"
+from tests.helpers import real_corpus, tool_module
 
 
 def test_every_arpabet_phone_maps_to_a_viseme_or_silence():
@@ -35,13 +31,12 @@ def test_the_train_and_held_out_split_is_fixed_by_the_prompt_name():
     assert 0.6 < np.mean(split) < 0.8
 
 
-@pytest.mark.skipif(not (REAL / "asterisk" / "agent-pass.wav").exists(),
-                    reason="recorded speech not fetched (python tools/fetch_real_data.py)")
 def test_a_recorded_prompt_aligns_to_its_transcript_in_time_order():
     pytest.importorskip("pocketsphinx")
+    real = real_corpus("asterisk/agent-pass.wav")
     label = tool_module("label_real_speech")
     aligner = label.Aligner()
-    pcm = label.load_pcm(REAL / "asterisk" / "agent-pass.wav")
+    pcm = label.load_pcm(real / "asterisk" / "agent-pass.wav")
     events = aligner.align(pcm, "please enter your password followed by the pound key")
     assert events and events[0][0] == "p" and [t for _, t in events] == sorted(t for _, t in events)
     ex = label.example(pcm, events)
@@ -72,15 +67,14 @@ def test_whole_speakers_of_other_languages_go_to_one_side(tmp_path):
     assert "real_eval" in groups.values() and "real_train" in groups.values()
 
 
-@pytest.mark.skipif(not (REAL / "asterisk-it" / "activated.wav").exists(),
-                    reason="recorded speech in other languages not fetched (make real-data)")
 def test_a_prompt_in_another_language_aligns_in_time_order_with_espeaks_phonemes():
     pytest.importorskip("pocketsphinx")
+    real = real_corpus("asterisk-it/activated.wav")
     label = tool_module("label_real_speech")
     other = tool_module("align_other_languages")
     espeak = tool_module("gen_lipsync_data").Espeak()
     foreign = other.ForeignAligner(espeak, label.Aligner().decoder)
-    pcm = label.load_pcm(REAL / "asterisk-it" / "activated.wav")
+    pcm = label.load_pcm(real / "asterisk-it" / "activated.wav")
     events = foreign.align(pcm, "Attivato.", "it")
     phones = [p for p, _ in events if p != "_"]
     assert phones[:3] == ["a", "t", "i"] and [t for _, t in events] == sorted(t for _, t in events)
@@ -133,15 +127,14 @@ def test_a_pause_between_two_words_is_labelled_silence():
     assert before[-1] == "_", events
 
 
-@pytest.mark.skipif(not (REAL / "asterisk" / "agent-pass.wav").exists(),
-                    reason="recorded speech not fetched (python tools/fetch_real_data.py)")
 def test_an_alignment_does_not_depend_on_what_was_aligned_before():
     """pocketsphinx's front end (live cepstral mean, noise estimate) carried over between utterances: the same
     recording aligned differently (or not at all) after other ones; here after loud noise, 5 of its phones moved."""
     pytest.importorskip("pocketsphinx")
+    real = real_corpus("asterisk/agent-pass.wav")
     label = tool_module("label_real_speech")
     text = "please enter your password followed by the pound key"
-    pcm = label.load_pcm(REAL / "asterisk" / "agent-pass.wav")
+    pcm = label.load_pcm(real / "asterisk" / "agent-pass.wav")
     fresh = label.Aligner().align(pcm, text)
     used = label.Aligner()
     used.align(np.random.default_rng(0).normal(0, 0.3, 48000).astype(np.float32), "goodbye")

@@ -1,17 +1,14 @@
 """`facebridge bench faces`: the hand labels and how the Done-when figures are scored (bridge/bench/faces.py)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from bridge.bench.faces import LABELS, collect, load_labels, score
 from bridge.frame import ARKIT_NAMES
-from tests.helpers import tool_module
+from tests.helpers import real_corpus, tool_module
 
 CATEGORIES = {"smile", "neutral", "closed_eyes", "smile_closed_eyes", "surprise", "other", "unsure"}
-REAL = Path(__file__).resolve().parents[2] / "build" / "real"
 
 
 def test_every_labelled_file_is_one_the_fetch_tool_checks_by_sha256():
@@ -89,15 +86,14 @@ def test_smiles_are_detected_at_the_threshold_and_the_sides_compared():
     assert r["emotion_confusion"]["table"]["neutral"] == {"neutral": 1, "sad": 1}
 
 
-@pytest.mark.skipif(not (REAL / "pyfeat" / "single_face.mp4").exists(),
-                    reason="real faces not fetched (python tools/fetch_real_data.py)")
 def test_a_real_smile_reads_as_a_smile_and_the_neutral_start_does_not():
     from bridge.pipeline import FacePipeline
 
+    real = real_corpus("pyfeat/single_face.mp4")
     labels = load_labels()
     labels["videos"] = [v for v in labels["videos"] if v["file"] == "pyfeat/single_face.mp4"]
     labels["stills"] = []
-    recs = collect(FacePipeline(), labels, REAL)
+    recs = collect(FacePipeline(), labels, real)
     smile = np.array([0.5 * (r["weights"]["mouthSmileLeft"] + r["weights"]["mouthSmileRight"]) for r in recs])
     cats = np.array([r["category"] for r in recs])
     assert (smile[cats == "smile"] >= 0.3).mean() > 0.9

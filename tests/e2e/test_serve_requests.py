@@ -21,6 +21,7 @@ from tests.helpers import LockstepStream, serve_process, wait_until
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 WRITE_DEADLINE_S = 2.0
+TOKEN = "Zq8rT2vXk9LmW4nBc7Hs1Jd5"  # beyond loopback a token needs 128 bits (bridge/listeners.py)
 
 
 @pytest.fixture(scope="module")
@@ -245,11 +246,11 @@ def test_raw_images_are_refused_from_beyond_loopback_and_served_on_it(tmp_path, 
     if outside is None:
         pytest.skip("this machine has no address beyond loopback")
     bgr = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
-    with serve_process("--grpc", "0.0.0.0:0", "--grpc-token", "s3cret", "--max-streams", "2",
+    with serve_process("--grpc", "0.0.0.0:0", "--grpc-token", TOKEN, "--max-streams", "2",
                        home=tmp_path) as (proc, addresses):
         port = addresses[0].rsplit(":", 1)[1]
-        far = TrackClient(f"{outside}:{port}", subject="Far", token="s3cret", deadline_ms=600_000)
-        near = TrackClient(f"127.0.0.1:{port}", subject="Near", token="s3cret", deadline_ms=600_000)
+        far = TrackClient(f"{outside}:{port}", subject="Far", token=TOKEN, deadline_ms=600_000)
+        near = TrackClient(f"127.0.0.1:{port}", subject="Near", token=TOKEN, deadline_ms=600_000)
         try:
             for seq, client in enumerate((far, near)):
                 client.send_encoded(bgr.tobytes(), pb.ImageFrame.RAW_BGR, 480, 360, seq=seq)

@@ -147,6 +147,29 @@ def test_identity_converges_and_restores(model):
             est.set_identity(np.zeros(7))
 
 
+def test_an_identity_far_from_the_prior_is_held_within_its_limit_and_said_once(model, caplog):
+    from bridge.expression.fit import IDENTITY_LIMIT, hold_identity, identity_prior
+
+    mean, precision = identity_prior(model)
+    far = mean.copy()
+    far[3], far[7], far[-1] = 16.5, -9.0, 0.5 + 3.0  # the last mode's prior is N(0.5, 0.5^2): 6 sd
+    held, worst = hold_identity(far.astype(np.float32), mean, precision)
+    assert worst == pytest.approx(16.5) and held.dtype == np.float32
+    np.testing.assert_allclose(held[[3, 7, -1]], [IDENTITY_LIMIT, -IDENTITY_LIMIT, 0.5 + 0.5 * IDENTITY_LIMIT])
+    near = mean + 0.5
+    assert hold_identity(near, mean, precision)[0] is near  # a face near the prior is left as it is
+
+    est = ExpressionEstimator("regressor", session=False)
+    with caplog.at_level("WARNING", logger="bridge.expression.stage"):
+        est._fold_identity(far)
+        est._fold_identity(far)
+    assert np.abs(est.identity[:-1]).max() == pytest.approx(IDENTITY_LIMIT)
+    said = [r for r in caplog.records if "standard deviations" in r.getMessage()]
+    assert len(said) == 1 and "16.5" in said[0].getMessage()
+    est.set_identity(far[:100])  # a profile stored before identities were held
+    assert np.abs(est.identity[:-1]).max() == pytest.approx(IDENTITY_LIMIT)
+
+
 def test_bench_expression_writes_json(tmp_path):
     from bridge.cli import main
 

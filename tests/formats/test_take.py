@@ -149,3 +149,67 @@ def test_replay_repair_rebuilds_take_json_and_csv_of_a_killed_take(tmp_path):
     assert len((take / "frames.csv").read_text().splitlines()) == 21
     assert (take / "frames.jsonl").read_text().endswith("\n")
     assert repair_take(take).truncated_bytes == 0  # a second repair finds nothing to cut
+
+
+def _with_long_line(take, megabytes: int) -> None:
+    """Insert one line of `megabytes` MiB (no newline inside) as the 3rd line of frames.jsonl."""
+    path = take / "frames.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    with open(path, "wb") as f:
+        f.writelines(lines[:2])
+        f.write(b'{"seq": "' + b"x" * (megabytes << 20) + b'"}\n')
+        f.writelines(lines[2:])
+
+
+def test_a_line_longer_than_any_frame_is_skipped_without_being_read_whole(tmp_path, caplog):
+    import tracemalloc
+
+    from bridge.formats.take import MAX_LINE_BYTES
+
+    take = recorded(tmp_path / "t", count=6)
+    _with_long_line(take, 32)
+    tracemalloc.start()
+    try:
+        with caplog.at_level(logging.WARNING):
+            reader = TakeReader(take)
+            seqs = [f.seq for f in reader]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert seqs == list(range(6)) and reader.skipped == 1
+    assert peak < 4 * MAX_LINE_BYTES, f"reading held {peak >> 20} MiB"  # a 32 MiB line would hold 32+
+    assert any(f"line 3 is longer than {MAX_LINE_BYTES // 1024} KiB" in r.getMessage() for r in caplog.records)
+
+
+def _max_rss_mb(cmd: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    """The command's peak memory (MiB), measured by a Python parent that runs nothing else."""
+    probe = ("import json, resource, subprocess, sys; p = subprocess.run(sys.argv[1:], capture_output=True, "
+             "text=True); print(json.dumps([resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode, "
+             "p.stdout, p.stderr]))")
+    out = subprocess.run([*facebridge_cmd()[:1], "-c", probe, *cmd], capture_output=True, text=True, timeout=300,
+                         env=subprocess_env())
+    rss_kb, code, stdout, stderr = json.loads(out.stdout)
+    return rss_kb / 1024, subprocess.CompletedProcess(cmd, code, stdout, stderr)
+
+
+def test_export_usd_and_replay_of_a_take_with_a_huge_line_and_a_hostile_subject_stay_small_and_escape_it(tmp_path):
+    plain, hostile = recorded(tmp_path / "plain", count=6), tmp_path / "hostile"
+    rec = TakeRecorder(hostile)
+    for frame in make_frames(6, rate=RATE):
+        frame.subject = "Ev\x1b[31mil\nNext\x00Line"
+        rec.send(frame)
+    rec.close()
+    _with_long_line(hostile, 96)
+    base, _ = _max_rss_mb(facebridge_cmd("export-usd", str(plain), str(tmp_path / "plain.usda")))
+    rss, done = _max_rss_mb(facebridge_cmd("export-usd", str(hostile), str(tmp_path / "hostile.usda")))
+    assert done.returncode == 0, done.stderr
+    assert rss < base + 48, f"export-usd of a take with a 96 MiB line: {rss:.0f} MiB, {base:.0f} MiB without it"
+    assert "subjects Ev\\x1b[31mil\\nNext\\x00Line" in done.stdout
+    with udp_collector() as (port, _packets):
+        replayed = subprocess.run(facebridge_cmd("replay", str(hostile), "--llf", f"127.0.0.1:{port}", "--vmc", "off",
+                                                 "--speed", "10"), capture_output=True, text=True, timeout=120,
+                                  env=subprocess_env())
+    assert replayed.returncode == 0, replayed.stderr
+    for output in (done.stdout, done.stderr, replayed.stdout, replayed.stderr):
+        assert not any(ch in output for ch in "\x1b\x00"), output
+        assert "Ev\x1b" not in output and "il\nNext" not in output

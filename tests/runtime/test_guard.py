@@ -82,13 +82,20 @@ def test_a_good_frame_has_no_faults_and_each_impossible_value_names_its_stage():
     assert [(r, s) for r, s, _ in frame_faults(cross)] == [("gaze_range", "iris")]
 
 
-def test_morph_coefficients_far_beyond_the_trained_range_are_caught():
+def test_morph_coefficients_beyond_their_range_are_caught_but_an_identity_never_is():
     shipped = MorphParams(model_id="ict-face-light", identity=np.zeros(100, np.float32),
                           expression=np.full(53, 0.5, np.float32))
     assert morph_faults(shipped) is None
-    shipped.identity[3] = 40.0  # 40 standard deviations from an N(0, 1) prior
-    assert "identity" in morph_faults(shipped)
-    user = MorphParams(model_id="my-flame", expression=np.full(50, 2.5, np.float32))
+    shipped.identity[3] = 40.0  # 40 standard deviations from an N(0, 1) prior: who the person is, never a fault
+    assert morph_faults(shipped) is None
+    shipped.expression[7] = 1.2  # the weights map to [0, 1]
+    assert "expression" in morph_faults(shipped)
+    shipped.expression[7], shipped.jaw_rotation[:] = 0.5, [2.0, 0.0, 0.0]
+    assert "jaw_rotation" in morph_faults(shipped)
+    shipped.jaw_rotation[:], shipped.identity[3] = 0.0, np.nan
+    assert "non-finite" in morph_faults(shipped)
+    user = MorphParams(model_id="my-flame", identity=np.full(100, 1e4, np.float32),
+                       expression=np.full(50, 2.5, np.float32))
     assert morph_faults(user) is None
     user.expression[0] = 1e4
     assert "beyond" in morph_faults(user)
@@ -110,6 +117,24 @@ def test_a_bad_frame_is_replaced_by_the_last_good_one_under_its_own_sequence_num
     assert stand_in.seq == 2 and stand_in.t_capture_mono == _frame(2).t_capture_mono
     np.testing.assert_array_equal(stand_in.blendshapes, outputs[1].blendshapes)
     assert stats.snapshot().guarded == {"nonfinite/expression": 1} and resets == [1]
+
+
+def test_with_no_good_frame_yet_a_finite_frame_stands_in_for_itself_moved_into_range():
+    over = _good(1)
+    over.blendshapes[ARKIT_INDEX["jawOpen"]] = 1.4
+    over.eye_left[:] = [170.0, 0.0]
+    nan = _good(2)
+    nan.blendshapes[0] = np.nan
+    outputs = {1: over, 2: nan}
+    stats = RunStats()
+    guard = OutputGuard(lambda frame: outputs[frame.seq], stats=stats)
+    first = guard(_frame(1))
+    assert first.face_found and first.seq == 1 and frame_faults(first) == []
+    assert first.weight("jawOpen") == 1.0 and first.eye_left[0] == 90.0
+    assert first.weight("mouthSmileLeft") == over.weight("mouthSmileLeft")
+    second = guard(_frame(2))  # nothing near a NaN is known: no face rather than a made-up one
+    assert not second.face_found and second.seq == 2 and np.isfinite(second.blendshapes).all()
+    assert stats.snapshot().guarded_total == 2
 
 
 def test_a_describe_that_raises_still_yields_a_frame():

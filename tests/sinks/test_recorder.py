@@ -117,6 +117,7 @@ def test_crash_keeps_synced_frames_and_truncated_last_line_is_skipped(tmp_path, 
     path = tmp_path / "t" / "frames.jsonl"
     data = path.read_bytes()
     path.write_bytes(data[:-40])  # and the last line was half written
+    os.utime(path, (path.stat().st_atime - 60, path.stat().st_mtime - 60))  # a minute ago: not being recorded now
     with caplog.at_level(logging.WARNING):
         reader = TakeReader(tmp_path / "t")
         back = list(reader)

@@ -203,11 +203,10 @@ class Publisher:
         return {"targets": t_bytes, "snapshot": s_bytes, "timestamp": ts_bytes}
 
     def forge_release(self, files: dict[str, bytes], bundle: dict | bytes, listed: dict[str, bytes] | None = None,
-                      release: int = 2, **forge) -> dict:
+                      release: int = 2, model: str = "lipsync", **forge) -> dict:
         """A release signed with the publisher's keys but built by hand: `files` (or `listed`) are stored as
-        signed targets of release bundle['release'] (or `release` when the bundle is raw bytes), and the bundle
-        is written as given (json.dumps of a dict, bytes as they are)."""
-        model = "lipsync"
+        signed targets of `model`'s release bundle['release'] (or `release` when the bundle is raw bytes), and the
+        bundle is written as given (json.dumps of a dict, bytes as they are)."""
         if isinstance(bundle, bytes):
             data = bundle
         else:
