@@ -42,13 +42,14 @@ def _frames(subscriber: Subscriber) -> list[tuple[float, int, str, np.ndarray]]:
     return out
 
 
-def _longest_freeze(packets: list[tuple[float, bytes]]) -> float:
-    """Seconds of the longest run of Live Link Face packets that carry the very same face (a replaced frame)."""
-    longest, start, last = 0.0, None, None
+def _longest_freeze(packets: list[tuple[float, bytes]]) -> tuple[float, float]:
+    """(seconds, start) of the longest run of Live Link Face packets that carry the very same face (a replaced
+    frame)."""
+    longest, start, last = (0.0, 0.0), None, None
     for arrived, data in packets:
         curves = np.array(list(decode_llf_packet(data)["curves"].values()), np.float32)
         if last is not None and np.array_equal(curves, last):
-            longest = max(longest, arrived - start)
+            longest = max(longest, (arrived - start, start))
         else:
             start = arrived
         last = curves
@@ -70,6 +71,7 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
     try:
         url = next(word for word in server.stderr.readline().split() if word.startswith("http://"))
         collector.start()
+        started = time.monotonic()
         address = f"127.0.0.1:{free_tcp_port()}"
         bridge = subprocess.Popen(facebridge_cmd(  # every default but the outputs: --updates auto, no store yet
             "run", "--source", "sample", "--grpc", address, "--llf", f"127.0.0.1:{collector.port}", "--vmc", "off",
@@ -135,7 +137,10 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
     assert np.isfinite(served_again).all() and \
         served_again[:, SURPRISE].mean() > before[:, SURPRISE].mean() + 0.2, \
         "release 1 (which reads every face as surprised) does not serve"
-    assert _longest_freeze(collector.packets) < FREEZE_S, "a receiver saw the face frozen"
+    freeze, since = _longest_freeze(collector.packets)
+    assert freeze < FREEZE_S, (f"a receiver saw the face frozen for {freeze:.2f} s from {since - started:.2f} s; "
+                               f"the faulty release served from {frames[start][0] - started:.2f} s to "
+                               f"{frames[end + 1][0] - started:.2f} s\n{err}")
     assert "failed in service" in err and "rolled back to release 1" in err
     assert err.count(f"emotion now runs {faulty_version}") == 1, "the rolled-back release was run again"
     assert "rolled back emotion r2" in err  # the status line
