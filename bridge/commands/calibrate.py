@@ -38,6 +38,10 @@ def run(args) -> int:
             print(f"no profile for '{args.subject}'; run `facebridge calibrate --subject {args.subject}`")
             return 1
         print(f"{profile.path()}: {profile.frames} frames, identity {len(profile.identity)} coefficients")
+        if profile.mapping:
+            import json
+
+            print(f"mapping (docs/MAPPING.md): {json.dumps(profile.mapping)}")
         return 0
     if args.mapping:
         return store_mapping(args.subject, args.mapping)

@@ -8,6 +8,8 @@ crash at any instant. See docs/UPDATES.md.
 
 Modules: reasons (why an update was refused, with exit codes), bundle (the release description), signing
 (Ed25519 keys and signature diagnosis), store (the state directory), fetch (ngclient over HTTP or a folder),
-smoke (the ONNX Runtime smoke test), compat (what this device can run), install (the staged, atomic install),
-rollback, status (read-only report), watch (noticing a new active release).
+smoke (the ONNX Runtime smoke test), compat (what this device can run), contract (the inputs and outputs a
+model must keep), bridge_inputs (the bridge's own recorded inputs every release runs on), arrays (bounded .npz
+reading), floors (durable version floors, their reset on key rotation, the clock check), install (the staged,
+atomic install), rollback, status (read-only report), watch (noticing a new active release).
 """

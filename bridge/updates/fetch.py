@@ -2,7 +2,8 @@
 
 `ReleaseFetcher` is the one ngclient fetcher: it buffers downloads in the state directory's tmp/ (so a full
 disk shows where the state lives, not in /tmp), reports progress per chunk, stops a download that exceeds its
-signed or capped length (endless data) or the whole check's deadline (slow drip), and, for a folder, refuses
+signed or capped length (endless data) or the whole check's deadline (slow drip: a watchdog shuts the check's
+sockets at the deadline, so a server dripping its status line or headers is cut too), and, for a folder, refuses
 links and anything but regular files instead of following them. `refusal()` maps every TUF and fetch error to
 one stable reason (bridge/updates/reasons.py), diagnosing a failed signature check from the bytes that failed.
 """

@@ -1,19 +1,23 @@
 """Install a signed release, roll back, report status. Every refusal leaves the active release serving.
 
 Install, under the state directory's lock, after `recover()`:
-  refresh   ngclient walks root -> timestamp -> snapshot -> targets (signatures, thresholds, expiry, versions),
-            then the versions it trusted must not be below the durable floors (which survive a lost or
-            truncated TUF cache); the floors rise and the newest root is kept as the next bootstrap
+  refresh   the clock must not be set back before the last successful check; ngclient walks root -> timestamp
+            -> snapshot -> targets (signatures, thresholds, expiry, versions), then the versions it trusted must
+            not be below the durable floors (which survive a lost or truncated TUF cache, and drop for a role whose
+            keys the root replaced); the floors rise and the newest root is kept as the next bootstrap (floors.py)
   bundle    the model's signed bundle: release counter above the model's floor (an older model re-listed in
             newer metadata is a rollback), compatible contract/base/hardware, every file a signed target whose
             length and sha256 equal the bundle's, sizes within the cap and the free disk
   download  into a fresh staging folder, each length capped while streaming
   verify    the staging folder holds exactly the file set, regular files, re-hashed
-  smoke     reference inputs through ONNX Runtime must give the declared outputs
+  smoke     a whole model must keep the shipped model's contract (contract.py); the release's reference inputs
+            through ONNX Runtime must give its declared outputs, and the bridge's own inputs for that model
+            finite, in-range outputs (bridge_inputs.py)
   promote   staging -> slots/<model>-r<N>-<hash>; commit   state.json names it active, the old active becomes
             previous, the floor rises (one atomic rename: the switch); cleanup   the slot before previous goes
 A crash between any two steps leaves the committed state as it was before (or after) the switch; the next
-start's recover() removes the rest.
+start's recover() removes the rest. Each model installs on its own: one model's refusal is reported in its result
+and never blocks another's release.
 """
 from __future__ import annotations
 

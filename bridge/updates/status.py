@@ -48,7 +48,7 @@ def status(state_dir: str | Path | None = None, model: str = "lipsync") -> dict:
     except Exception:
         root_version = None
     return {"model": model, **models[model], "models": models, "state_dir": str(store.root),
-            "trusted_root_version": root_version, "tuf_floors": state.tuf_floors,
+            "trusted_root_version": root_version, "tuf_floors": state.tuf_floors, "checked_utc": state.checked_utc,
             "last_check": state.last_check, "last_refusal": state.last_refusal, "history": list(state.history[-10:]),
             "orphans": _orphans(store, state.slots())}
 

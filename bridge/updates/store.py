@@ -11,9 +11,11 @@ Layout (all on one filesystem, created 0700):
   tmp/            download buffers (so a full disk is seen where the state lives)
   lock            flock: one installer at a time (others get `busy`)
 
-After a crash at any instant, `recover()` removes staging, buffers and every slot the committed state does not
-name, so exactly one consistent active release remains. Readers (the running bridge) only read state.json and
-the slots it names; they never need the lock.
+Before anything in it is read, followed or removed, `check_safe` refuses a folder that is not the installing
+user's alone (another user's, writable by group or others, or a link anywhere inside: recovery would empty
+what a link points at). After a crash at any instant, `recover()` removes staging, buffers and every slot the
+committed state does not name, so exactly one consistent active release remains. Readers (the running bridge)
+only read state.json and the slots it names; they never need the lock.
 """
 from __future__ import annotations
 

@@ -9,22 +9,13 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import pytest
 
 from bridge.formats.livelinkface import decode_llf_packet
 from bridge.stages.search import FAR_AFTER
-from tests.helpers import ROOT, facebridge_cmd, subprocess_env, udp_collector
+from tests.helpers import ROOT, facebridge_cmd, real_corpus, subprocess_env, udp_collector
 
 SAMPLE = ROOT / "bridge" / "data" / "sample.mp4"
 FRAMES = 40
-
-
-def real_face(name: str) -> Path | None:
-    """A file of the real corpus (tools/fetch_real_data.py), in the user's cache or the checkout's build/real."""
-    for root in (Path.home() / ".cache" / "facebridge" / "real", ROOT / "build" / "real"):
-        if (root / name).is_file():
-            return root / name
-    return None
 
 
 def sample_frames(count: int) -> list[np.ndarray]:
@@ -98,9 +89,8 @@ def test_the_short_range_detector_alone_finds_no_face_on_that_frame(tmp_path, is
 
 
 def test_two_people_of_a_real_photograph_stream_as_two_smiling_subjects(tmp_path, isolated_home):
-    photo = real_face("pyfeat/multi_face.jpg")  # five young people, faces 85-170 px in a 1000x667 photograph
-    if photo is None:
-        pytest.skip("real faces not fetched (python tools/fetch_real_data.py --only faces)")
+    # five young people, faces 85-170 px in a 1000x667 photograph
+    photo = real_corpus("pyfeat/multi_face.jpg") / "pyfeat/multi_face.jpg"
     folder = tmp_path / "photos"
     folder.mkdir()
     for k in range(10):

@@ -179,6 +179,7 @@ def test_bundle_with_wrong_types_or_huge_numbers_is_refused(publisher, device, s
     b'[1, 2, 3]',
     b'{"model": "lipsync"',
     b'\xff\xfe not utf-8',
+    b'{"notes": ' + b'[' * 30000 + b']' * 30000 + b'}',  # nesting deeper than any parser's stack
 ])
 def test_bundle_that_is_not_strict_json_is_malformed(publisher, device, server, raw):
     _, files = publisher.release_files()
