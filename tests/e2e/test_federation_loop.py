@@ -183,7 +183,7 @@ def attack(loop: Loop, work: Path, ca: Path, device_address: str, prefix: list[s
     return answers[len(paths):]
 
 
-def fill_store(home: Path, work: Path, attempts: int = 3) -> None:
+def fill_store(home: Path, work: Path, attempts: int = 5) -> None:
     """`facebridge run --source sample --audio sample --learn` for 10 s of the clip, one device at a time and again
     while the store holds fewer windows than a device needs: a window keeps only speech frames whose camera frames
     came no more than 0.1 s apart, which a machine loaded by other work (three bridges at once on a busy two-core
