@@ -89,5 +89,5 @@ def run(args) -> int:
     if not outcome.ok:
         raise FaceBridgeError(f"run {outcome.run_id} ended {outcome.info.get('status')}", f"see {state / 'logs'}")
     print(f"fedagent server: run {outcome.run_id} completed; published rounds "
-          f"{[e['round'] for e in outcome.published()] or 'none'}; state in {state}")
+          f"{[e.round for e in outcome.published()] or 'none'}; state in {state}")
     return 0
