@@ -29,6 +29,7 @@ from tests.updates.faulty import nan_on_real_faces_emotion_model
 from tests.updates.kit import SURPRISE, emotion_model
 
 FREEZE_S = 1.0  # the longest a receiver may see the same face repeated
+FPS = 30  # the sample clip's frame rate
 
 
 def _frames(subscriber: Subscriber) -> list[tuple[float, int, str, np.ndarray]]:
@@ -42,16 +43,17 @@ def _frames(subscriber: Subscriber) -> list[tuple[float, int, str, np.ndarray]]:
     return out
 
 
-def _longest_freeze(packets: list[tuple[float, bytes]]) -> tuple[float, float]:
-    """(seconds, start) of the longest run of Live Link Face packets that carry the very same face (a replaced
-    frame)."""
-    longest, start, last = (0.0, 0.0), None, None
+def _longest_freeze(packets: list[tuple[float, bytes]]) -> tuple[float, int, float]:
+    """(seconds, packets, start) of the longest run of Live Link Face packets that carry the very same face (frames
+    the output guard replaced by the last good one)."""
+    longest, start, count, last = (0.0, 0, 0.0), None, 0, None
     for arrived, data in packets:
         curves = np.array(list(decode_llf_packet(data)["curves"].values()), np.float32)
         if last is not None and np.array_equal(curves, last):
-            longest = max(longest, (arrived - start, start))
+            count += 1
+            longest = max(longest, (arrived - start, count, start))
         else:
-            start = arrived
+            start, count = arrived, 1
         last = curves
     return longest
 
@@ -137,13 +139,11 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
     assert np.isfinite(served_again).all() and \
         served_again[:, SURPRISE].mean() > before[:, SURPRISE].mean() + 0.2, \
         "release 1 (which reads every face as surprised) does not serve"
-    freeze, since = _longest_freeze(collector.packets)
-    # a second, unless the machine itself stalled the stream elsewhere for a third of that (CI boxes are loaded; as
-    # test_live_swap compares the swap's gap with the worst one elsewhere)
-    arrivals = np.array([t for t, _ in collector.packets])
-    elsewhere = np.diff(arrivals)[(arrivals[1:] < since) | (arrivals[:-1] > since + freeze)]
-    assert freeze < max(FREEZE_S, 3.0 * elsewhere.max()), (
-        f"a receiver saw the face frozen for {freeze:.2f} s from {since - started:.2f} s; "
+    freeze, repeated, since = _longest_freeze(collector.packets)
+    # A second; on a machine so loaded that the stream itself runs at a few frames a second (the builds are as slow
+    # then), a second's worth of frames of the 30 fps stream.
+    assert freeze < FREEZE_S or repeated <= FPS, (
+        f"a receiver saw the face frozen for {freeze:.2f} s ({repeated} frames) from {since - started:.2f} s; "
         f"the faulty release served from {frames[start][0] - started:.2f} s to {frames[end + 1][0] - started:.2f} s"
         f"\n{err}")
     assert "failed in service" in err and "rolled back to release 1" in err
