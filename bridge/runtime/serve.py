@@ -257,6 +257,7 @@ def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(lin
     server = build_server(config)
     stop = threading.Event()
     previous = None
+    interrupted = False
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -267,10 +268,12 @@ def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(lin
             if status and time.monotonic() - last >= 5.0:
                 print(status_line(server.stats()), file=sys.stderr, flush=True)
                 last = time.monotonic()
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # Ctrl-C: the streams end cleanly, then the command's Ctrl-C status (130)
+        interrupted = True
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         server.close()
+    if interrupted:
+        raise KeyboardInterrupt
     return 0
