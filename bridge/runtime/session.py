@@ -160,6 +160,7 @@ class BridgeSession:
             from bridge.runtime.tuning import Tuning
 
             self.tuning = Tuning(default=self.file_mapping, head_dead_zone=self.config.head_dead_zone)
+            self.control.tuning = self.tuning  # the monitor page's tuning panel (also remote and audio-only runs)
             subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
             self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None, subjects=subjects), self.control)
             self.sinks.append(self._open_recording())
@@ -265,7 +266,6 @@ class BridgeSession:
         self.tuning.mappings.update(mappings)
         first = self.tuning.mapping(self.subjects[0])
         regions = {**(first.smoothing if first else {}), **self.config.pipeline.region_smoothing}
-        self.control.tuning = self.tuning
         return dataclasses.replace(self.config.pipeline, region_smoothing=regions)
 
     def _start_swapper(self) -> None:
