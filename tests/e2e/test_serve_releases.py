@@ -1,5 +1,5 @@
 """`facebridge serve` follows signed releases (a real process, CPU runners, 127.0.0.1, a temporary FACEBRIDGE_HOME):
-a release of the emotion model published with the real `fedagent.publish` and installed by the real installer
+a release of the emotion model published with the real `fedagent.publisher.publish` and installed by the real installer
 while two client streams run is built and checked in the background and swapped in between two passes. Neither
 stream loses an image, the FaceFrames name the release in model_versions and show the new model's reading (this
 one sees surprise everywhere), the status and the log say so, and a server started afterwards serves the release
@@ -15,7 +15,7 @@ import grpc
 import numpy as np
 import pytest
 
-from fedagent.publish import PublishError
+from fedagent.publisher.publish import PublishError
 from tests.helpers import LockstepStream, serve_process, wait_until
 from tests.updates.kit import SURPRISE, Publisher, emotion_model
 
