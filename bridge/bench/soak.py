@@ -278,7 +278,11 @@ def run(args) -> dict:
         try:
             rc = proc.wait(60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            for pid in {bridge_pid, proc.pid}:  # the bridge too: killing strace alone would leave it running
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             rc = proc.wait()
         llf.close()
         vmc.close()

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from fedagent.flower_cli import FlowerCli
-from fedagent.processes import BIN, Tls, flower_env, free_port
-from fedagent.project import run_config_file, write_project
+from fedagent.app.project import run_config_file, write_project
+from fedagent.local.flower_cli import FlowerCli
+from fedagent.local.processes import BIN, Tls, flower_env, free_port
 from tests.helpers import device_key, facebridge_cmd, fedagent_cmd, subprocess_env, tls_files
 
 pytestmark = [pytest.mark.flower, pytest.mark.timeout(900)]
@@ -189,7 +189,7 @@ def fill_store(home: Path, work: Path, attempts: int = 5) -> None:
     came no more than 0.1 s apart, which a machine loaded by other work (three bridges at once on a busy two-core
     machine) can fail to give for a whole run."""
     from bridge.audio.learn_store import LearnStore
-    from fedagent.data_store import MIN_WINDOWS
+    from fedagent.app.data_store import MIN_WINDOWS
 
     for _ in range(attempts):
         out = subprocess.run(facebridge_cmd("run", "--source", "sample", "--audio", "sample", "--learn",
