@@ -104,6 +104,7 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
         with urllib.request.urlopen(f"http://{monitor}/api/status", timeout=30) as reply:
             page = json.loads(reply.read())["stats"]  # what the monitor page shows
         status = json.loads(fedagent("update", "status", "--model", "emotion", "--json", env=env).stdout)
+        said = fedagent("update", "status", "--model", "emotion", env=env).stdout
         again = subprocess.run([sys.executable, "-m", "fedagent", "update", "install", "--from", url, "--json"],
                                env=env, capture_output=True, text=True, timeout=180)
         time.sleep(1.0)  # the bridge sees the store's state after the refused install too
@@ -155,5 +156,6 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
 
     # the store: release 1 active, release 2 rolled back and refused when offered again
     assert status["release"] == 1 and status["rolled_back"] == [2]
+    assert "rolled back (never installed again): release 2; last: failed in service" in said
     assert any(h.get("action") == "rollback" and "failed in service" in h.get("why", "") for h in status["history"])
     assert again.returncode == 13 and json.loads(again.stdout.splitlines()[-1])["reason"] == "rollback", again.stdout
