@@ -343,14 +343,13 @@ class ExpressionEstimator:
         self._tell_far(worst)
 
     def _tell_far(self, worst: float) -> None:
-        """Say once in the log that this face's identity fit lies beyond IDENTITY_LIMIT. Never a fault, and no
-        warning: the first frames' fits of nearly every real face do (every photo and clip of the real corpus), so
-        it is said at info level (`facebridge -v` shows it)."""
+        """Say once in the log (`facebridge -v`, the run's log file) that this face's identity fit lies beyond
+        IDENTITY_LIMIT: who the person is, never a fault, so nothing for the console."""
         if worst > IDENTITY_LIMIT and not self._told_far:
             self._told_far = True
             log.info("expression: this face's identity fit lies %.1f standard deviations from the morphable "
-                        "model's prior in one of its modes; the identity streamed is held within %g there",
-                        worst, IDENTITY_LIMIT)
+                     "model's prior in one of its modes; the identity streamed is held within %g there",
+                     worst, IDENTITY_LIMIT)
 
     def _face_points(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """model.face_points, the identity's part kept per estimator (the model is shared by every stream)."""
