@@ -343,10 +343,11 @@ class ExpressionEstimator:
         self._tell_far(worst)
 
     def _tell_far(self, worst: float) -> None:
-        """Say once in the log that this face's identity fit lies beyond IDENTITY_LIMIT (never a fault)."""
+        """Say once in the log (`facebridge -v`, the run's log file) that this face's identity fit lies beyond
+        IDENTITY_LIMIT: who the person is, never a fault, so nothing for the console."""
         if worst > IDENTITY_LIMIT and not self._told_far:
             self._told_far = True
-            log.warning("expression: this face's identity fit lies %.1f standard deviations from the morphable "
+            log.info("expression: this face's identity fit lies %.1f standard deviations from the morphable "
                         "model's prior in one of its modes; the identity streamed is held within %g there",
                         worst, IDENTITY_LIMIT)
 
