@@ -97,9 +97,9 @@ class MultiFacePipeline:
     def swapper(self, value) -> None:
         self.slots[0].swapper = value  # slot 0 takes swapped sessions; the others share them (_share_sessions)
 
-    @property
-    def detector_summary(self) -> str:
-        return self.slots[0].search.summary(faces=len(self.slots))
+    def detector_summary(self, verbose: bool = True) -> str:
+        search = self.slots[0].search
+        return search.summary(faces=len(self.slots)) if verbose else search.label(faces=len(self.slots))
 
     def slot(self, subject: str) -> FacePipeline:
         return self.slots[self.subjects.index(subject)]

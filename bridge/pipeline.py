@@ -41,6 +41,9 @@ from bridge.stages.search import FAR, FAR_AFTER, NEAR, FaceSearch, check_choice
 log = logging.getLogger(__name__)
 PRESENCE_THRESHOLD = 0.5
 # Where a replacement session is taken (the stage thread that runs the model): registry name -> component.
+# faces a lost face's search tries, best first: the detector's best box may be one the landmark model refuses (a face
+# in sunglasses in a group photo) while the next is a face it tracks
+CANDIDATES = 2
 # --detector decides which of the two detectors run (stages/search.py); only those in use are ever requested.
 SWAP_POINTS = {
     "track": (("face_detection_short_range", "detector"), ("face_detection_full_range", "far_detector"),
@@ -178,9 +181,8 @@ class FacePipeline:
     detector = property(lambda self: self.search.near)
     far_detector = property(lambda self: self.search.far)
 
-    @property
-    def detector_summary(self) -> str:
-        return self.search.summary(faces=1)
+    def detector_summary(self, verbose: bool = True) -> str:
+        return self.search.summary(faces=1) if verbose else self.search.label(faces=1)
 
     def _landmarker(self, engine: dict):
         if self.landmark_path == "attention":
@@ -301,14 +303,15 @@ class FacePipeline:
             timer.lap("landmarks")
             if result.presence >= PRESENCE_THRESHOLD:
                 return result
-        detections = self.search.find(image, wide=self._missed >= FAR_AFTER)
+        detections = self.search.find(image, CANDIDATES, wide=self._missed >= FAR_AFTER)
         self.detector_runs += 1
         timer.lap("detect")
-        if not detections:
-            return None
-        result = self.landmarker.run(image, roi_from_detection(detections[0]))
-        timer.lap("landmarks")
-        return result if result.presence >= PRESENCE_THRESHOLD else None
+        for detection in detections:  # best first: one the landmark model refuses gives way to the next
+            result = self.landmarker.run(image, roi_from_detection(detection))
+            timer.lap("landmarks")
+            if result.presence >= PRESENCE_THRESHOLD:
+                return result
+        return None
 
     def process(self, frame: Frame) -> FaceFrame:
         return self.describe(self.track(frame))

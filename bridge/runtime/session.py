@@ -371,7 +371,7 @@ class BridgeSession:
         elif self.tuning is not None and self.tuning.mappings:
             cal += "; the profile's mapping"
         summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
-        detector = f"{summary}; " if summary and (verbose or len(self.subjects) > 1) else ""
+        detector = f"{summary(verbose)}; " if summary else ""
         return [first, f"{self._backend(verbose)}{detector}{cal}{learn}"]
 
     def generated_tokens(self) -> list[str]:

@@ -56,6 +56,12 @@ class FaceSearch:
         return weighted_nms(np.array([d.box for d in both]), np.array([d.keypoints for d in both]),
                             np.array([d.score for d in both]), max_faces, self.far.iou_threshold)
 
+    def label(self, faces: int = 1) -> str:
+        """For the short start line: which detector runs, in a few words (`summary` says why, with -v)."""
+        if self.choice != "auto":
+            return f"detector {self.choice} range"
+        return "detector short + full range" if faces > 1 else "detector short range, full when lost"
+
     def summary(self, faces: int = 1) -> str:
         """For the start line: which detector runs, and when."""
         if self.choice != "auto":

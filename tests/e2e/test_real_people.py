@@ -23,8 +23,10 @@ from bridge.runtime.guard import frame_faults, head_jump
 from tests.helpers import facebridge_cmd, real_corpus, subprocess_env
 
 PHOTO_FRAMES = 3  # each photo is a short still sequence: the filters settle, the identity adapts
-SINGLE_FACE = ("skimage/astronaut.png", "pyfeat/single_face.jpg", "pyfeat/0-f1-su-ph.jpg", "pyfeat/0-f15-hao-ph.jpg",
-               "pyfeat/15-f13-anc-ph.jpg", "pyfeat/45-m7-di-ph.jpg")
+# MediaPipe FaceMesh 0.10.21 (static images, refine_landmarks, up to 5 faces, detection confidence 0.5) finds a face
+# in every photo of the corpus but this group photo of small faces (checked 2026-12-06 in .venv-mediapipe): a face
+# must be found wherever it finds one, in the default single-face run too
+MEDIAPIPE_FINDS_NO_FACE = ("faceapi/demo/sample5.jpg",)
 # (clip, first frame, frames) of consecutive frames: around each clip's fastest head turn, largest head step and
 # widest gaze between two frames (found over every frame of it through `facebridge run`), its labelled smiles and
 # blinks, and the face leaving and coming back
@@ -88,7 +90,7 @@ def photos_run(folder: Path, take: Path, home: Path):
     folder.mkdir()
     blank = np.full((360, 480, 3), 128, np.uint8)
     shown = []
-    people = [(name, cv2.imread(str(real / name)), name in SINGLE_FACE) for name in photos]
+    people = [(name, cv2.imread(str(real / name)), name not in MEDIAPIPE_FINDS_NO_FACE) for name in photos]
     people += [(f"{s['file']} face {k}", _crop(cv2.imread(str(real / s["file"])), s["box"]), True)
                for k, s in enumerate(labels["stills"])]
     for name, image, face in people:
