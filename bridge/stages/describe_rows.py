@@ -22,7 +22,7 @@ from bridge.stages.blink import BlinkRows
 from bridge.stages.describe import BLINKS, EMOTION_EVERY, FILTER_SLICES, FILTER_WIDTHS, FILTERS
 from bridge.stages.emotion_context import EmotionContextRows
 from bridge.stages.filters import OneEuroRows
-from bridge.stages.gaze import eye_angles_rows, eye_look_shapes_rows
+from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.head_pose import HeadPoseRows
 
 CHUNK = 64  # rows described together: a pass of many streams goes in blocks of this many (its arrays stay in cache)
@@ -167,7 +167,7 @@ class DescribeRows:
         found_again = rows[self._tracked[rows] == 1]
         if len(found_again):  # FaceDescriber.describe: a new measurement after a lost frame, nothing to glide from
             self._filter.reset(found_again)
-        eyes = eye_angles_rows(points, iris[:, :, 0])
+        eyes = eye_angles(points, iris[:, :, 0])
         laps["head_pose"] = time.perf_counter() - t0 - laps["expression"]
         blendshapes = expr.blendshapes.copy()
         blinks = self.blink(rows, points)
@@ -199,7 +199,7 @@ class DescribeRows:
             blendshapes[c] = np.clip((blendshapes[c] - neutral) / np.maximum(1.0 - neutral, 0.2), 0.0, 1.0)
             ypr[c] -= self._neutral_pose[rows[c], :3]
             eyes[c] -= self._neutral_pose[rows[c], 3:].reshape(-1, 2, 2)
-        eye_look_shapes_rows(blendshapes, eyes)
+        eye_look_shapes(blendshapes, eyes)
         blendshapes = np.clip(blendshapes, 0.0, 1.0)
         out.blendshapes[at], out.head_rotation[at], out.head_translation[at] = blendshapes, ypr, translation
         out.eyes[at], out.emotion[at] = eyes, emotion
