@@ -16,10 +16,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bridge.calibration import without_neutral
 from bridge.expression.rows import ExpressionRows
 from bridge.frame import EMOTION_NAMES, NUM_BLENDSHAPES, FaceFrames, Frame
 from bridge.stages.blink import BlinkRows
-from bridge.stages.describe import BLINKS, EMOTION_EVERY, FILTER_SLICES, FILTER_WIDTHS, FILTERS
+from bridge.stages.describe import (
+    BLINKS,
+    EMOTION_EVERY,
+    FILTER_SLICES,
+    FILTER_WIDTHS,
+    FILTERS,
+    filter_settings,
+    relaxed,
+    renormalised,
+)
 from bridge.stages.emotion_context import EmotionContextRows
 from bridge.stages.filters import OneEuroRows
 from bridge.stages.gaze import eye_angles, eye_look_shapes
@@ -55,13 +65,10 @@ class DescribeRows:
         self.blink = BlinkRows(rows)
         self.emotion_context = EmotionContextRows(rows)
         self.expression = ExpressionRows(rows)
-        strength = float(smoothing) or 1.0
         # the five filters side by side as one, each channel with its own filter's min cutoff and beta (as
         # FaceDescriber's: the same arithmetic per channel, one call a pass instead of five)
-        self._filter = OneEuroRows(
-            rows, sum(FILTER_WIDTHS.values()),
-            np.concatenate([np.full(FILTER_WIDTHS[k], lo / strength) for k, (lo, _) in FILTERS.items()]),
-            np.concatenate([np.full(FILTER_WIDTHS[k], beta / strength) for k, (_, beta) in FILTERS.items()]))
+        min_cutoff, beta, _ = filter_settings(smoothing)
+        self._filter = OneEuroRows(rows, sum(FILTER_WIDTHS.values()), min_cutoff, beta)
         self._emotion = np.zeros((rows, len(EMOTION_NAMES)), np.float32)
         # each row's last wanted frame's probabilities, applied on its next tracked frame (FaceDescriber's cadence)
         self._pending_emotion = np.zeros((rows, len(EMOTION_NAMES)), np.float32)
@@ -191,14 +198,13 @@ class DescribeRows:
                                                           emotion], 1), t)
             blendshapes, ypr, translation, eyes, emotion = (smoothed[:, FILTER_SLICES[k]] for k in FILTERS)
             eyes = eyes.reshape(-1, 2, 2)
-            emotion = np.clip(emotion, 0.0, None)
-            emotion = (emotion / np.maximum(emotion.sum(1, keepdims=True), 1e-6)).astype(np.float32)
+            emotion = renormalised(emotion)
         calibrated = self._has_profile[rows]
         if calibrated.any():  # CalibrationProfile.apply, row by row
-            c, neutral = np.flatnonzero(calibrated), self._neutral_bs[rows[calibrated]]
-            blendshapes[c] = np.clip((blendshapes[c] - neutral) / np.maximum(1.0 - neutral, 0.2), 0.0, 1.0)
-            ypr[c] -= self._neutral_pose[rows[c], :3]
-            eyes[c] -= self._neutral_pose[rows[c], 3:].reshape(-1, 2, 2)
+            c = np.flatnonzero(calibrated)
+            blendshapes[c], ypr[c], eyes[c] = without_neutral(
+                blendshapes[c], ypr[c], eyes[c], self._neutral_bs[rows[c]], self._neutral_pose[rows[c], :3],
+                self._neutral_pose[rows[c], 3:].reshape(-1, 2, 2))
         eye_look_shapes(blendshapes, eyes)
         blendshapes = np.clip(blendshapes, 0.0, 1.0)
         out.blendshapes[at], out.head_rotation[at], out.head_translation[at] = blendshapes, ypr, translation
@@ -224,11 +230,11 @@ class DescribeRows:
         self.head_pose.reset(rows)
         held = self._has_last[rows]
         h = at[held]
-        relaxed = (self._last_bs[rows[held]] * 0.8).astype(np.float32)
-        out.blendshapes[h] = relaxed
+        relaxing = relaxed(self._last_bs[rows[held]])
+        out.blendshapes[h] = relaxing
         out.head_rotation[h] = self._last_pose[rows[held], :3]
         out.head_translation[h] = self._last_pose[rows[held], 3:]
-        self._last_bs[rows[held]] = relaxed
+        self._last_bs[rows[held]] = relaxing
         out.confidence[at] = 0.0
 
 
