@@ -59,7 +59,6 @@ def _floats(data: dict, key: str, size: int | None) -> list[float]:
     return [float(v) for v in value]
 
 
-@dataclass
 def without_neutral(blendshapes, head_rotation, eyes, neutral_blendshapes, neutral_head_rotation, neutral_eyes):
     """(blendshapes, head rotation, eye angles) with a neutral face's taken off: the blendshapes rescaled so that
     the neutral reads 0 and 1 stays 1, the angles less the neutral's; one frame's, or rows of many (float32)."""
@@ -67,6 +66,7 @@ def without_neutral(blendshapes, head_rotation, eyes, neutral_blendshapes, neutr
     return blendshapes.astype(np.float32), head_rotation - neutral_head_rotation, eyes - neutral_eyes
 
 
+@dataclass
 class CalibrationProfile:
     subject: str
     neutral_blendshapes: list[float] = field(default_factory=lambda: [0.0] * NUM_BLENDSHAPES)
