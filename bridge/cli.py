@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "bridge.commands.export_usd",
     "bridge.commands.bench",
     "bridge.commands.engines",
+    "bridge.commands.grpc_check",
 )
 
 

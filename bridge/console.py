@@ -12,7 +12,7 @@ A user never sees a Python traceback. Every ending has one line and a stable exi
 
 Warnings on stderr read `facebridge: warning: ...` without logger names (those, and debug detail, come with
 `-v`); everything logged also goes to the log file named on an unexpected error, as do tracebacks of background
-threads and gRPC's C core, which would otherwise write to stderr.
+threads. gRPC's C core, which writes to stderr past Python's logging, speaks only with `-v`.
 """
 from __future__ import annotations
 
@@ -75,7 +75,9 @@ def setup(prog: str, verbose: bool) -> Path | None:
     """Logging for a command: warnings to stderr in the user's words (everything with -v, with logger names),
     everything to the log file; gRPC's C core into the log too. Returns the log file (None when none can be
     written: the command still runs)."""
-    os.environ.setdefault("GRPC_VERBOSITY", "DEBUG" if verbose else "ERROR")  # before grpc loads
+    # gRPC's C core writes to the process's stderr itself, past Python's logging: its lines show only with -v
+    # (with the rest of the debug detail); without, a gRPC failure reaches the user as the command's one line
+    os.environ.setdefault("GRPC_VERBOSITY", "INFO" if verbose else "NONE")  # before grpc loads
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
     console = logging.StreamHandler(sys.stderr)

@@ -6,6 +6,7 @@ VMC = "127.0.0.1:39539"  # a VMC/OSC Marionette (VSeeFace, Warudo, ...)
 GRPC = "127.0.0.1:50051"  # our gRPC stream (Unreal plugin, Omniverse)
 MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz
 SUPERLINK = "127.0.0.1:9092"  # fedagent's Flower SuperLink (Fleet API)
+SUPERLINK_CONTROL = "127.0.0.1:9093"  # its Control API (flwr run/list/stop, key registration): loopback only
 
 
 def port_of(address: str) -> int:

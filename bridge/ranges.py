@@ -67,15 +67,24 @@ def gain_for_peak(mapping: Mapping, name: str, peak: float) -> float | None:
     return round(min(1.0 / past, MAX_GAIN), 4)
 
 
+def ranges_from_peaks(mapping: Mapping, peaks: dict[str, float]) -> tuple[Mapping, list[RangeResult]]:
+    """The mapping with the gain each shape's peak calls for (a shape not seen keeps its gain)."""
+    results = []
+    for name, peak in peaks.items():
+        gain = gain_for_peak(mapping, name, peak)
+        results.append(RangeResult(name, peak, gain))
+        if gain is not None:
+            mapping = mapping.with_shape(name, gain=gain)
+    return mapping, results
+
+
 def ranges_from_frames(mapping: Mapping, steps: list[tuple[tuple[str, ...], list[np.ndarray]]]
                        ) -> tuple[Mapping, list[RangeResult]]:
     """The mapping with the gains that `steps` (each: its blendshapes, the weights of its frames) call for."""
-    results = []
-    for names, frames in steps:
-        for name in names:
-            peak = peak_of([w[ARKIT_INDEX[name]] for w in frames])
-            gain = gain_for_peak(mapping, name, peak)
-            results.append(RangeResult(name, peak, gain))
-            if gain is not None:
-                mapping = mapping.with_shape(name, gain=gain)
-    return mapping, results
+    peaks = {name: peak_of([w[ARKIT_INDEX[name]] for w in frames]) for names, frames in steps for name in names}
+    return ranges_from_peaks(mapping, peaks)
+
+
+def step_shapes() -> tuple[str, ...]:
+    """Every blendshape the walk-through sets, in its order."""
+    return tuple(name for _, names in STEPS for name in names)

@@ -25,6 +25,7 @@ import numpy as np
 
 from fedagent import population
 from fedagent.data_store import load_device_data
+from fedagent.events import Event, StageEvent
 from fedagent.federation import LocalFederation
 from fedagent.simulation import device_stores, server_eval_store
 from fedagent.task import TrainConfig, default_adapter, fine_tune, mouth_error
@@ -115,11 +116,11 @@ def round_cost(clients: int, rounds: int, fast: bool, utterances: int, cache: Pa
     return result
 
 
-def _stage_means(events: list[dict]) -> dict:
+def _stage_means(events: list[Event]) -> dict:
     out: dict[str, list] = {}
     for e in events:
-        if e.get("event") == "stage" and e.get("seconds") is not None:
-            out.setdefault(e["stage"], []).append(e["seconds"])
+        if isinstance(e, StageEvent) and e.seconds is not None:
+            out.setdefault(e.stage, []).append(e.seconds)
     return {k: round(float(np.mean(v)), 2) for k, v in out.items()}
 
 

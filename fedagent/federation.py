@@ -9,15 +9,18 @@ server`, the benchmark and the tests all use this one class, so what is tested i
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge.errors import FaceBridgeError
+from fedagent.events import EvaluateEvent, Event, PublishEvent, RoundEvent, RunEvent, StageEvent, parse
 from fedagent.flower_cli import FlowerCli, succeeded
 from fedagent.processes import Proc, Tls, free_port, node_id_of, stop_all, superlink, supernode, wait_for
 from fedagent.project import run_config_file, write_project
 
+log = logging.getLogger("fedagent.federation")
 STATUS_EVERY_S = 60.0  # a `flwr list` call costs about 1.5 CPU-seconds; the events file says when to look
 
 
@@ -36,7 +39,7 @@ class Device:
 class RunOutcome:
     run_id: int
     info: dict  # the SuperLink's record of the run (status, traffic, compute time)
-    events: list[dict]
+    events: list[Event]
     wall_s: float
     rounds: list[dict] = field(default_factory=list)  # one summary per round
 
@@ -44,15 +47,17 @@ class RunOutcome:
     def ok(self) -> bool:
         return succeeded(self.info)
 
-    def published(self) -> list[dict]:
-        return [e for e in self.events if e.get("event") == "publish"]
+    def published(self) -> list[PublishEvent]:
+        return [e for e in self.events if isinstance(e, PublishEvent)]
 
 
 class EventFollower:
-    """Reads the server's events.jsonl as it grows and hands each new event to `on_event`."""
+    """Reads the server's events.jsonl as it grows and hands each new event (typed) to `on_event`; a line that is
+    not a JSON object is logged and skipped."""
 
     def __init__(self, path: Path, on_event=None):
-        self.path, self.on_event, self.offset, self.events = path, on_event, 0, []
+        self.path, self.on_event, self.offset = path, on_event, 0
+        self.events: list[Event] = []
 
     def poll(self, *_):
         if not self.path.exists():
@@ -63,21 +68,31 @@ class EventFollower:
         complete = chunk[:chunk.rfind("\n") + 1]
         self.offset += len(complete.encode())
         for line in complete.splitlines():
-            event = json.loads(line)
+            try:
+                raw = json.loads(line)
+            except ValueError:
+                raw = None
+            if not isinstance(raw, dict):
+                log.warning("%s: skipped a line that is not a JSON object: %.80s", self.path, line)
+                continue
+            event = parse(raw)
             self.events.append(event)
             if self.on_event is not None:
                 self.on_event(event)
 
 
 class LocalFederation:
-    """SuperLink + SuperNodes on this machine (127.0.0.1 unless `host` says otherwise)."""
+    """SuperLink + SuperNodes on this machine. Devices connect to `host:port` (127.0.0.1 unless told otherwise),
+    which serves only the Fleet API; the `flwr` CLI uses the Control API on 127.0.0.1:`control_port`."""
 
     def __init__(self, work: str | Path, fast: bool = True, tls: Tls | None = None, node_auth: bool = False,
-                 host: str = "127.0.0.1", port: int | None = None, nice: int = 0, device_env: dict | None = None):
+                 host: str = "127.0.0.1", port: int | None = None, nice: int = 0, device_env: dict | None = None,
+                 control_port: int | None = None):
         self.work = Path(work)
         self.work.mkdir(parents=True, exist_ok=True)
         self.fast, self.tls, self.node_auth, self.nice = fast, tls, node_auth, nice
-        self.host, self.port = host, port or free_port()
+        self.host, self.port = host, port or free_port()  # the devices' (Fleet API) listener
+        self.control_port = control_port or free_port()  # Control and Runtime APIs, 127.0.0.1 only
         self.device_env = dict(device_env or {})
         self.procs: list[Proc] = []
         self.devices: list[Device] = []
@@ -85,7 +100,12 @@ class LocalFederation:
         self.cli: FlowerCli | None = None
 
     @property
+    def control_address(self) -> str:
+        return f"127.0.0.1:{self.control_port}"
+
+    @property
     def address(self) -> str:
+        """Where devices connect."""
         return f"{'127.0.0.1' if self.host in ('0.0.0.0', '::') else self.host}:{self.port}"
 
     def __enter__(self) -> LocalFederation:
@@ -100,10 +120,10 @@ class LocalFederation:
 
     # -- processes ------------------------------------------------------------------------------------------
     def start_link(self) -> Proc:
-        self.link = superlink(self.work / "homes" / "superlink", self.work / "logs", self.host, self.port,
-                              self.tls, self.node_auth, self.nice)
+        self.link = superlink(self.work / "homes" / "superlink", self.work / "logs", self.control_port, self.host,
+                              self.port, self.tls, self.node_auth, self.nice)
         self.procs.append(self.link)
-        self.cli = FlowerCli(self.work / "homes" / "cli", self.address, self.tls)
+        self.cli = FlowerCli(self.work / "homes" / "cli", self.control_address, self.tls)
         return self.link
 
     def add_device(self, name: str, store: str | Path, auth_key: Path | None = None, extra_env: dict | None = None,
@@ -166,7 +186,7 @@ class LocalFederation:
             follower.poll()
             if self.link is not None and not self.link.alive():
                 raise FaceBridgeError(f"the SuperLink exited during run {run_id}", f"see {self.link.log}")
-            over = any(e.get("event") == "run" and e.get("status") == "finished" for e in follower.events)
+            over = any(isinstance(e, RunEvent) and e.status == "finished" for e in follower.events)
             now = time.monotonic()
             if over or now - last_status >= STATUS_EVERY_S:
                 info, last_status = self.cli.run_info(run_id), now
@@ -180,25 +200,26 @@ class LocalFederation:
             time.sleep(0.5 if over else 0.2)
 
 
-def summarize_rounds(events: list[dict]) -> list[dict]:
+def summarize_rounds(events: list[Event]) -> list[dict]:
     """Per round: wall seconds of the four stages over all attempts, attempts, outcome, server held-out error."""
     rounds: dict[int, dict] = {}
     for e in events:
-        r = e.get("round")
+        r = getattr(e, "round", None)  # every kind but run (and lines this version cannot read) has one
         if not r:
             continue
         entry = rounds.setdefault(r, {"round": r, "seconds": 0.0, "attempts": 0, "status": None,
                                       "devices": None, "held_out_mouth_mae": None, "published": False})
-        if e["event"] == "stage":
-            entry["seconds"] = round(entry["seconds"] + (e.get("seconds") or 0.0), 3)
-            entry["attempts"] = max(entry["attempts"], e.get("attempt", 1))
-            if e["stage"] == "unmask":
-                entry["devices"] = e.get("nodes")
-        elif e["event"] == "round":
-            entry["status"] = e["status"]
-        elif e["event"] == "evaluate":
-            entry["held_out_mouth_mae"] = e.get("held_out_mouth_mae")
-        elif e["event"] == "publish":
-            entry["published"] = True
-            entry["release"] = e.get("release")
+        match e:
+            case StageEvent():
+                entry["seconds"] = round(entry["seconds"] + (e.seconds or 0.0), 3)
+                entry["attempts"] = max(entry["attempts"], e.attempt)
+                if e.stage == "unmask":
+                    entry["devices"] = e.nodes
+            case RoundEvent():
+                entry["status"] = e.status
+            case EvaluateEvent():
+                entry["held_out_mouth_mae"] = e.held_out_mouth_mae
+            case PublishEvent():
+                entry["published"] = True
+                entry["release"] = e.release
     return [rounds[r] for r in sorted(rounds)]

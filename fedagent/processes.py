@@ -201,10 +201,14 @@ def explain(proc: Proc) -> str:
     return last[-1].strip()[:200] if last else "no output"
 
 
-def superlink(home: Path, log_dir: Path, host: str = "127.0.0.1", port: int = ports.port_of(ports.SUPERLINK),
-              tls: Tls | None = None, node_auth: bool = False, nice: int = 0) -> Proc:
-    """A SuperLink with in-memory state (its SQLite state failed with 10 devices) and no runtime installs."""
-    cmd = [str(BIN / "flower-superlink"), "--host", host, "--port", str(port),
+def superlink(home: Path, log_dir: Path, control_port: int, fleet_host: str = "127.0.0.1",
+              fleet_port: int = ports.port_of(ports.SUPERLINK), tls: Tls | None = None, node_auth: bool = False,
+              nice: int = 0) -> Proc:
+    """A SuperLink with in-memory state (its SQLite state failed with 10 devices) and no runtime installs. Its
+    Control and Runtime APIs listen on 127.0.0.1:`control_port` only; devices get `fleet_host:fleet_port`, which
+    serves nothing but the Fleet API (fedagent/superlink_main.py)."""
+    cmd = [sys.executable, "-m", "fedagent.superlink_main", "--fleet-host", fleet_host, "--fleet-port",
+           str(fleet_port), "--host", "127.0.0.1", "--port", str(control_port),
            "--disable-runtime-dependency-installation"]
     if tls is None:
         if node_auth:
@@ -217,8 +221,9 @@ def superlink(home: Path, log_dir: Path, host: str = "127.0.0.1", port: int = po
     # its SuperExec starts the ServerApp of a run; Flower's knob for how often it looks (default 1 s)
     env = flower_env(home, {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"})
     proc = Proc("SuperLink", cmd, env, log_dir / "superlink.log", nice)
-    wait_for(lambda: port_open("127.0.0.1" if host in ("0.0.0.0", "::") else host, port), 60,
-             f"the SuperLink to listen on {host}:{port}", [proc])
+    device_host = "127.0.0.1" if fleet_host in ("0.0.0.0", "::") else fleet_host
+    wait_for(lambda: port_open("127.0.0.1", control_port) and port_open(device_host, fleet_port), 60,
+             f"the SuperLink to listen on 127.0.0.1:{control_port} and {fleet_host}:{fleet_port}", [proc])
     return proc
 
 

@@ -10,6 +10,7 @@ Progress goes, in counts and timings only, to `<state-dir>/events.jsonl`, which 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -23,6 +24,7 @@ from flwr.server.workflow import DefaultWorkflow
 from bridge.audio.learn_store import LearnStore
 from bridge.audio.lipsync import save_adapter
 from fedagent.data_store import store_frames
+from fedagent.events import Event, PublishEvent, RunEvent
 from fedagent.project import RUN_CONFIG
 from fedagent.release import current_global, publish_adapter
 from fedagent.strategy import AdapterFedAvg
@@ -40,13 +42,13 @@ class EventLog:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
 
-    def __call__(self, event: dict) -> None:
-        event = {"t": round(time.time(), 3), **event}
+    def __call__(self, event: Event) -> None:
+        line = dataclasses.replace(event, t=round(time.time(), 3)).to_json()
         with open(self.path, "a") as f:
-            f.write(json.dumps(event) + "\n")
+            f.write(json.dumps(line) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        log.info("%s", event)
+        log.info("%s", line)
 
 
 def held_out_evaluator(store_dir: str):
@@ -70,7 +72,7 @@ def main(grid: Grid, context: Context) -> None:
     state_dir = Path(str(cfg["state-dir"]))
     events = EventLog(state_dir / "events.jsonl")
     rounds = _get(cfg, "rounds")
-    events({"event": "run", "status": "started", "run_id": context.run_id, "rounds": rounds})
+    events(RunEvent(status="started", run_id=context.run_id, rounds=rounds))
     initial = current_global(state_dir) or default_adapter()
     evaluate_fn = held_out_evaluator(str(cfg["eval-store"])) if str(cfg.get("eval-store", "")) else None
     num_examples = _get(cfg, "num-examples")
@@ -79,8 +81,7 @@ def main(grid: Grid, context: Context) -> None:
     def publish(adapter, server_round, error):
         done = publish_adapter(adapter, server_round=server_round, error=error, state_dir=state_dir,
                                keys_dir=keys_dir or None, repo_dir=repo_dir or None, run_id=context.run_id)
-        events({"event": "publish", "round": server_round, "release": done["release"],
-                "signed": done["release"] is not None})
+        events(PublishEvent(round=server_round, release=done["release"], signed=done["release"] is not None))
 
     def keep(adapter, server_round):
         save_adapter(state_dir / "rounds" / f"round-{server_round:04d}.npz", adapter)
@@ -102,6 +103,6 @@ def main(grid: Grid, context: Context) -> None:
     legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=rounds), strategy=strategy)
     started = time.monotonic()
     DefaultWorkflow(fit_workflow=fit)(grid, legacy)
-    events({"event": "run", "status": "finished", "run_id": context.run_id, "rounds": rounds,
-            "seconds": round(time.monotonic() - started, 2), "published_rounds": strategy.published,
-            "best_held_out_mouth_mae": strategy.best_error})
+    events(RunEvent(status="finished", run_id=context.run_id, rounds=rounds,
+                    seconds=round(time.monotonic() - started, 2), published_rounds=strategy.published,
+                    best_held_out_mouth_mae=strategy.best_error))

@@ -17,6 +17,7 @@ from pathlib import Path
 from bridge.audio.learn_store import LearnStore
 from bridge.errors import FaceBridgeError
 from fedagent import population
+from fedagent.events import AggregateEvent, DpEvent, EvaluateEvent, Event, PublishEvent, RoundEvent, StageEvent
 from fedagent.federation import LocalFederation, RunOutcome
 
 DEFAULT_CACHE = Path("build") / "fedagent" / "population"
@@ -40,32 +41,32 @@ def device_stores(clients: int, utterances: int, cache: Path) -> list[LearnStore
     return [population.speaker_store(s, utterances, cache) for s in population.speakers("device", clients)]
 
 
-def format_event(event: dict) -> str | None:
-    kind = event.get("event")
-    if kind == "stage":
-        line = (f"round {event['round']}  {event['stage']:<23} {event['nodes']}/{event.get('nodes_in', '?')} devices"
-                f"  {event.get('seconds', 0):5.1f} s")
-        line += f"  (attempt {event['attempt']})" if event.get("attempt", 1) > 1 else ""
-        line += "" if event["status"] == "ok" else f"  {event['status']}"
-        return line + (f"  failed: {'; '.join(event['failures'])}" if event.get("failures") else "")
-    if kind == "round" and event.get("status") != "done":
-        extra = f", halted in {event['halted_in']}" if event.get("halted_in") else ""
-        reason = f": {event['reason']}" if event.get("reason") else ""
-        return f"round {event['round']}  {event['status']}{extra}{reason}"
-    if kind == "aggregate" and event.get("status") == "rejected":
-        return f"round {event['round']}  aggregate rejected: {event['reason']}"
-    if kind == "dp":
-        return f"round {event['round']}  DP noise of stdev {event['noise_stdev']:.4g} added to the aggregate"
-    if kind == "evaluate":
-        return (f"round {event['round']}  server held-out mouth error {event['held_out_mouth_mae']:.4f}"
-                f"  ({event['status']})")
-    if kind == "publish":
-        return (f"round {event['round']}  published" +
-                (f" as signed release {event['release']}" if event.get("release") else " (unsigned: no keys/repo)"))
+def format_event(event: Event) -> str | None:
+    """The one line a person reads for an event, or None for events not worth a line (a done round, a run)."""
+    match event:
+        case StageEvent():
+            line = (f"round {event.round}  {event.stage:<23} {event.nodes}/"
+                    f"{'?' if event.nodes_in is None else event.nodes_in} devices  {event.seconds or 0:5.1f} s")
+            line += f"  (attempt {event.attempt})" if event.attempt > 1 else ""
+            line += "" if event.status == "ok" else f"  {event.status}"
+            return line + (f"  failed: {'; '.join(event.failures)}" if event.failures else "")
+        case RoundEvent() if event.status != "done":
+            extra = f", halted in {event.halted_in}" if event.halted_in else ""
+            reason = f": {event.reason}" if event.reason else ""
+            return f"round {event.round}  {event.status}{extra}{reason}"
+        case AggregateEvent(status="rejected"):
+            return f"round {event.round}  aggregate rejected: {event.reason}"
+        case DpEvent():
+            return f"round {event.round}  DP noise of stdev {event.noise_stdev:.4g} added to the aggregate"
+        case EvaluateEvent():
+            return f"round {event.round}  server held-out mouth error {event.held_out_mouth_mae:.4f}  ({event.status})"
+        case PublishEvent():
+            return (f"round {event.round}  published" +
+                    (f" as signed release {event.release}" if event.release else " (unsigned: no keys/repo)"))
     return None
 
 
-def print_event(event: dict) -> None:
+def print_event(event: Event) -> None:
     line = format_event(event)
     if line:
         print(line, flush=True)

@@ -29,6 +29,7 @@ from flwr.server.strategy import FedAvg
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM, add_gaussian_noise_to_params, compute_stdv
 
 from bridge.errors import FaceBridgeError
+from fedagent.events import AggregateEvent, DpEvent, EvaluateEvent, Event, RoundEvent
 from fedagent.task import Adapter, adapter_from_list, adapter_to_list
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class AdapterFedAvg(FedAvg):
                  evaluate_fn: Callable[[Adapter], float] | None = None,
                  on_publish: Callable[[Adapter, int, float], None] | None = None,
                  on_accept: Callable[[Adapter, int], None] | None = None,
-                 on_event: Callable[[dict], None] | None = None):
+                 on_event: Callable[[Event], None] | None = None):
         super().__init__(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=min_clients,
                          min_available_clients=min_clients, accept_failures=True,
                          initial_parameters=ndarrays_to_parameters(adapter_to_list(initial)))
@@ -74,8 +75,8 @@ class AdapterFedAvg(FedAvg):
             if len(nodes) >= self.min_clients:
                 break
             if time.monotonic() >= deadline:
-                self.on_event({"event": "round", "round": server_round, "status": "skipped",
-                               "reason": f"{len(nodes)} of the {self.min_clients} devices needed are online"})
+                self.on_event(RoundEvent(round=server_round, status="skipped",
+                                         reason=f"{len(nodes)} of the {self.min_clients} devices needed are online"))
                 return []
             time.sleep(1.0)
         if 0 < self.clients_per_round < len(nodes):
@@ -108,19 +109,19 @@ class AdapterFedAvg(FedAvg):
         if self.dp_noise > 0:
             params = add_gaussian_noise_to_params(params, self.dp_noise, self.dp_clip, len(results))
             params = ndarrays_to_parameters([a.astype(np.float32) for a in parameters_to_ndarrays(params)])
-            self.on_event({"event": "dp", "round": server_round,
-                           "noise_stdev": compute_stdv(self.dp_noise, self.dp_clip, len(results))})
+            self.on_event(DpEvent(round=server_round,
+                                  noise_stdev=compute_stdv(self.dp_noise, self.dp_clip, len(results))))
         self.current = adapter_from_list(parameters_to_ndarrays(params))
         self.accepted_round = server_round
         if self.on_accept is not None:
             self.on_accept(self.current, server_round)
-        self.on_event({"event": "aggregate", "round": server_round, "status": "accepted", "devices": len(results),
-                       "update_norm": round(moved, 6)})
+        self.on_event(AggregateEvent(round=server_round, status="accepted", devices=len(results),
+                                     update_norm=round(moved, 6)))
         return params, {}
 
     def _reject(self, server_round: int, reason: str):
         log.warning("round %s rejected: %s", server_round, reason)
-        self.on_event({"event": "aggregate", "round": server_round, "status": "rejected", "reason": reason})
+        self.on_event(AggregateEvent(round=server_round, status="rejected", reason=reason))
         return None, {}
 
     # -- server-side evaluation and publishing --------------------------------------------------------------
@@ -129,19 +130,18 @@ class AdapterFedAvg(FedAvg):
             return None
         adapter = adapter_from_list(parameters_to_ndarrays(parameters))
         error = float(self.evaluate_fn(adapter))
-        event = {"event": "evaluate", "round": server_round, "held_out_mouth_mae": round(error, 6)}
         if server_round == 0:
             self.best_error = error
-            event["status"] = "baseline"
+            status = "baseline"
         elif server_round != self.accepted_round:
-            event["status"] = "unchanged"
+            status = "unchanged"
         elif self.best_error is None or error <= self.best_error:
             self.best_error = error
-            event["status"] = "published"
+            status = "published"
             if self.on_publish is not None:
                 self.on_publish(adapter, server_round, error)
             self.published.append(server_round)
         else:
-            event["status"] = "not published (worse than the last published adapter)"
-        self.on_event(event)
+            status = "not published (worse than the last published adapter)"
+        self.on_event(EvaluateEvent(round=server_round, held_out_mouth_mae=round(error, 6), status=status))
         return error, {"held_out_mouth_mae": error}

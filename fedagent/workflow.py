@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
 
+from fedagent.events import Event, RoundEvent, StageEvent
+
 STAGES = ("setup", "share_keys", "collect_masked_vectors", "unmask")
 DEFAULT_TIMEOUTS = {"setup": 30.0, "share_keys": 30.0, "collect_masked_vectors": 120.0, "unmask": 30.0}
 
@@ -78,7 +80,7 @@ class RobustSecAggPlusWorkflow(SecAggPlusWorkflow):
     """SecAggPlusWorkflow with early-dropout removal, per-stage timeouts, fast polls, halt detection and retry."""
 
     def __init__(self, num_shares, reconstruction_threshold, *, stage_timeouts: dict | None = None,
-                 poll_s: float = 0.1, max_retries: int = 2, progress: Callable[[dict], None] | None = None,
+                 poll_s: float = 0.1, max_retries: int = 2, progress: Callable[[Event], None] | None = None,
                  exclude: Callable[[set], None] | None = None, **kwargs):
         super().__init__(num_shares, reconstruction_threshold, **kwargs)
         self.stage_timeouts = {**DEFAULT_TIMEOUTS, **(stage_timeouts or {})}
@@ -160,10 +162,9 @@ class RobustSecAggPlusWorkflow(SecAggPlusWorkflow):
         return ok
 
     def _report(self, record: RoundAttempt, stage: str, status: str, nodes_out: int, **extra) -> None:
-        event = {"event": "stage" if stage in STAGES else "round", "round": record.round, "attempt": record.attempt,
-                 "stage": stage, "status": status, "nodes": nodes_out, **extra}
         if stage in STAGES:
-            event["seconds"] = record.seconds.get(stage)
+            self.progress(StageEvent(round=record.round, attempt=record.attempt, stage=stage, status=status,
+                                     nodes=nodes_out, seconds=record.seconds.get(stage), **extra))
         else:
-            event["seconds"] = round(sum(record.seconds.values()), 3)
-        self.progress(event)
+            self.progress(RoundEvent(round=record.round, attempt=record.attempt, stage=stage, status=status,
+                                     nodes=nodes_out, seconds=round(sum(record.seconds.values()), 3), **extra))

@@ -154,8 +154,9 @@ def speaker_stores(folder: Path, devices: int, held_out: int = 1, utterances: in
     return device_stores(devices, utterances, folder), server_eval_store(held_out, utterances, folder)
 
 
-def tls_files(folder: Path, name: str = "ca"):
-    """A throw-away CA and a server certificate for 127.0.0.1/localhost signed by it: (ca, cert, key) paths."""
+def tls_files(folder: Path, name: str = "ca", addresses: tuple[str, ...] = ()):
+    """A throw-away CA and a server certificate for 127.0.0.1/localhost (and `addresses`) signed by it: (ca, cert,
+    key) paths."""
     import datetime
     import ipaddress
 
@@ -175,8 +176,8 @@ def tls_files(folder: Path, name: str = "ca"):
     server = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
               .issuer_name(ca_name).public_key(server_key.public_key()).serial_number(x509.random_serial_number())
               .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=2))
-              .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                          x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+              .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")] + [
+                  x509.IPAddress(ipaddress.ip_address(a)) for a in ("127.0.0.1", *addresses)]),
                              critical=False).sign(ca_key, hashes.SHA256()))
     paths = folder / f"{name}.pem", folder / f"{name}-server.pem", folder / f"{name}-server.key"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))

@@ -90,3 +90,16 @@ def test_region_smoothing_sets_each_region_channels_alone():
 def test_identity_mapping_changes_nothing():
     w = np.linspace(0, 1, NUM_BLENDSHAPES).astype(np.float32)
     assert np.array_equal(Mapping().apply(w), w)
+
+
+def test_a_region_with_smoothing_0_passes_through_while_the_others_are_smoothed():
+    from bridge.stages.describe import FaceDescriber
+
+    describer = FaceDescriber(expression=None, smoothing=1.0, region_smoothing={"mouth": 0.0, "eyes": 4.0})
+    width = sum(s.stop - s.start for s in FILTER_SLICES.values())
+    still, moved = np.zeros(width), np.ones(width)
+    describer._filter(still, 0.0)
+    out = describer._filter(moved, 1 / 30)
+    blend = out[FILTER_SLICES["blendshapes"]]
+    assert blend[JAW] == pytest.approx(1.0, abs=1e-6), "mouth: no smoothing"
+    assert blend[BLINK] < blend[ARKIT_INDEX["browInnerUp"]] < 1.0, "eyes 4x smoother than brows at 1"

@@ -2,7 +2,7 @@
 model on real data, which a device runs every new release of that model on (bridge/updates/bridge_inputs.py).
 
 The inputs are recorded, not synthesised: the real pipeline (onnxruntime backend) runs on frames of
-bridge/data/sample.mp4 and the lip-sync model and the voice-activity model run on the first second of
+bridge/data/sample.mp4 and the lip-sync model and the voice-activity model run on the loudest second of
 bridge/data/sample_speech.wav, and every feed a model session receives is captured. Up to ITEMS feeds a model are
 kept (float16 to keep the files small: real face crops and speech features, not exact values). Each output gets
 the range its consumers accept (RANGES, from what the outputs mean); the shipped model's outputs on these inputs
@@ -95,12 +95,16 @@ def _run_speech() -> None:
         pcm = np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768.0
         rate = w.getframerate()
     assert rate == 16000, rate
-    analyze(pcm[:16000])
+    starts = range(0, max(1, len(pcm) - rate), rate // 4)
+    loudest = max(starts, key=lambda i: float(np.square(pcm[i:i + rate]).mean()))  # a second of speech, not silence
+    analyze(pcm[loudest:loudest + rate])
 
 
 def _pick(feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """ITEMS feeds spread over what was recorded (the first is often the warm-up's)."""
-    real = feeds[1:] if len(feeds) > ITEMS else feeds
+    """ITEMS feeds spread over what was recorded, leaving out warm-up feeds (a constant image or signal)."""
+    real = [f for f in feeds if any(np.ptp(v) > 0 for v in f.values() if v.dtype == np.float32 and v.size > 1)]
+    if not real:
+        return []
     index = np.linspace(0, len(real) - 1, min(ITEMS, len(real))).round().astype(int)
     return [real[i] for i in sorted(set(index))]
 
@@ -124,10 +128,11 @@ def build() -> tuple[dict[str, bytes], dict]:
     registry = default_registry()
     files, index = {}, {"schema": 1, "models": {}}
     for model, ranges in RANGES.items():
-        if model not in recorded:
-            print(f"{model}: not run by the bridge on the sample (no reference inputs)", file=sys.stderr)
+        picked = _pick(recorded.get(model, []))
+        if not picked:
+            print(f"{model}: not run by the bridge on the sample's real data (no reference inputs)", file=sys.stderr)
             continue
-        data = _npz(_pick(recorded[model]))
+        data = _npz(picked)
         name = f"{model}.npz"
         files[name] = data
         index["models"][model] = {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "ranges": ranges}
@@ -147,7 +152,8 @@ def main() -> int:
     files, index = build()
     if args.check:
         shipped = json.loads((OUT / "index.json").read_text())
-        same = {m: shipped["models"].get(m, {}).get("ranges") == e["ranges"] for m, e in index["models"].items()}
+        same = {m: shipped["models"].get(m, {}).get("ranges") == index["models"].get(m, {}).get("ranges")
+                for m in set(shipped["models"]) | set(index["models"])}
         print(json.dumps(same))
         return 0 if all(same.values()) else 1
     OUT.mkdir(parents=True, exist_ok=True)

@@ -93,6 +93,28 @@ def comma_list(allowed, what: str = "value", allow_empty: bool = False):
     return parse
 
 
+def cost_text(pct: float | None) -> str:
+    """A measured cost for people: '+3.1%', or 'none measurable' when the difference came out at or below zero
+    (run-to-run noise, never a negative cost; the JSON keeps the signed figure)."""
+    if pct is None:
+        return "not measured"
+    return f"+{pct:g}%" if pct > 0 else "none measurable"
+
+
+def exit_text(rc: int | None) -> str:
+    """A child process's ending in words: 'exit 0', 'killed by SIGTERM' (not 'exit -15'), 'still running'."""
+    import signal
+
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return {0: "exit 0 (clean)", 130: "exit 130 (Ctrl-C)"}.get(rc, f"exit {rc}")
+
+
 def table(headers: list[str], rows: list[list]) -> str:
     """A plain-text table: columns as wide as their widest cell, numbers right-aligned, None as '-'."""
     def cell(v) -> str:
@@ -110,3 +132,23 @@ def table(headers: list[str], rows: list[list]) -> str:
         return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+UNITS = (("_ms", "ms"), ("_s", "s"), ("_pct", "%"), ("_mb", "MB"), ("_per_s", "/s"), ("fps", "fps"))
+
+
+def figures_table(results: dict, limit: int = 40) -> str:
+    """A table of the numbers in `results` (nested keys joined with '.', the unit read from the key's ending),
+    for a benchmark without a table of its own; lists and text stay in the JSON."""
+    rows = []
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and len(rows) < limit:
+            unit = next((u for end, u in UNITS if prefix.endswith(end)), "")
+            rows.append([prefix, value, unit])
+
+    walk("", results)
+    return table(["figure", "value", "unit"], rows) if rows else ""

@@ -148,12 +148,14 @@ def bench_model_torch(model, batches: list[int], seconds: float, device: str, th
 def models_section(args, backends: list[str], on_gpu: bool) -> dict:
     threads = args.threads or os.cpu_count() or 1
     wanted = None if args.models == "all" else set(args.models.split(","))
-    results = {}
+    results, not_installed = {}, {}
     for model in shipped_models():
         if wanted and model.name not in wanted:
             continue
         if not _is_image_model(model):
-            results[model.name] = {"skipped": "audio model: timed by `facebridge bench lipsync`"}
+            audio = model.name in ("lipsync", "silero_vad")
+            results[model.name] = {"skipped": "audio model: timed by `facebridge bench lipsync`" if audio else
+                                   "takes landmark features, not an image: timed inside `facebridge bench pipeline`"}
             continue
         row = results.setdefault(model.name, {})
         for backend in backends:
@@ -169,12 +171,19 @@ def models_section(args, backends: list[str], on_gpu: bool) -> dict:
         if not args.no_torch:
             devices = [d for d in args.torch_devices.split(",") if d == "cpu" or (d == "cuda" and on_gpu)]
             for device in devices:
+                if device in not_installed:  # said once, not as every model's error
+                    continue
                 batches = [1, (args.batch or 256) if device == "cuda" else (args.batch or 32)]
                 _say(f"{model.name}: torch eager {device}")
                 try:
                     row[f"torch-eager-{device}"] = bench_model_torch(model, batches, args.seconds, device, threads)
+                except ImportError as e:
+                    not_installed[device] = f"needs {e.name or 'a module'}, which is not installed"
+                    _say(f"torch eager {device}: not run, {not_installed[device]}")
                 except Exception as e:
                     row[f"torch-eager-{device}"] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+    if not_installed:
+        results["not_run"] = {f"torch-eager-{d}": why for d, why in not_installed.items()}
     return results
 
 
@@ -302,7 +311,8 @@ def summary(results: dict) -> str:
     """Tables for people: per model and backend, the pipeline per backend, multi-stream capacity, engine builds."""
     parts = []
     rows = []
-    for model, per_backend in results.get("models", {}).items():
+    models = {k: v for k, v in results.get("models", {}).items() if k != "not_run"}
+    for model, per_backend in models.items():
         for backend, r in per_backend.items():
             if "skipped" == backend or not isinstance(r, dict):
                 continue
@@ -315,6 +325,8 @@ def summary(results: dict) -> str:
             rows.append([model, "-", None, None, None, per_backend["skipped"][:60]])
     if rows:
         parts.append(table(["model", "backend", "batch 1 ms", "batch", "items/s", "note"], rows))
+    for what, why in results.get("models", {}).get("not_run", {}).items():
+        parts.append(f"{what}: not run, {why}")
     pipeline = results.get("pipeline", {})
     if pipeline:
         parts.append(table(["pipeline on", "median ms", "p99 ms", "frames/s", "note"],

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.bench.common import reporter
+from bridge.bench.common import cost_text, reporter, table
 
 MODES = ("off", "idle", "watched")
 CHROMIUM = "/usr/bin/chromium"
@@ -139,11 +139,16 @@ def run(args) -> dict:
                                                     for x in mine])), 4)
         m["projected_cost_pct"] = round(100 * max(0.0, m["monitor_cores"] + m["watcher_cores"]) / cores, 1)
     w = modes["watched"]
-    print(f"monitor cost (median of {args.repeats}): throughput idle {modes['idle']['cost_pct']}%, watched "
-          f"{w['cost_pct']}% (off {base['fps']['median']} fps, spread {base['fps']['spread_pct']}%); bridge CPU per "
-          f"frame idle {modes['idle']['cpu_cost_pct']}%, watched {w['cpu_cost_pct']}%; with the {client} watcher "
-          f"{w['total_cpu_cost_pct']}% (off {base['cpu_ms_per_frame']['median']} ms a frame); projected on {cores} "
-          f"free cores: idle {modes['idle']['projected_cost_pct']}%, watched {w['projected_cost_pct']}%")
+    idle = modes["idle"]
+    print(table(["monitor", "throughput cost", "bridge CPU per frame", "with the watcher", f"on {cores} free cores"],
+                [[mode, cost_text(modes[mode]["cost_pct"]), cost_text(modes[mode]["cpu_cost_pct"]),
+                  cost_text(modes[mode]["total_cpu_cost_pct"]) if mode == "watched" else "-",
+                  cost_text(modes[mode]["projected_cost_pct"])] for mode in ("idle", "watched")]))
+    within = idle["projected_cost_pct"] <= 3 and w["projected_cost_pct"] <= 10
+    print(f"verdict: the monitor costs {cost_text(idle['projected_cost_pct'])} idle and "
+          f"{cost_text(w['projected_cost_pct'])} watched on {cores} free cores ({'within' if within else 'over'} the "
+          f"3% / 10% budget; off: {base['fps']['median']} fps, {base['cpu_ms_per_frame']['median']} ms CPU a frame, "
+          f"median of {args.repeats} rounds, spread {base['fps']['spread_pct']}%)")
     return {"source": "sample", "frames_per_run": args.frames, "watcher": client, "backend": args.backend,
             "cores": cores,
             "budget_pct": {"idle": 3, "watched": 10}, "modes": modes, "runs": runs}

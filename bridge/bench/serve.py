@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from bridge.bench.common import percentiles, reporter
+from bridge.bench.common import exit_text, percentiles, reporter
 from bridge.fsutil import atomic_write_json
 
 P99_LIMIT_MS = 20.0
@@ -452,7 +452,7 @@ def _start_server(args, max_streams: int, tag: str = ""):
             addresses = re.findall(r"\d+\.\d+\.\d+\.\d+:\d+", line.split("listening on", 1)[1])
             break
     if not addresses:
-        raise RuntimeError(f"facebridge serve did not start (exit {proc.poll()})")
+        raise RuntimeError(f"facebridge serve did not start ({exit_text(proc.poll())})")
     threading.Thread(target=lambda: [say(tag + x.rstrip()) for x in proc.stdout], daemon=True).start()
     return proc, addresses, pids
 

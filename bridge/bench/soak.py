@@ -6,10 +6,13 @@ wanted: the JSON gives each sample and the slopes fitted to them after the first
 The bridge runs as its own process with a temporary FACEBRIDGE_HOME (no profile of the user's is touched) and
 records into a temporary take that is checked and removed at the end (--keep-take keeps it). `--slow-fsync-ms N`
 runs it under strace with every fsync delayed by N ms (a slow disk, for real): Live Link Face's packet count and
-longest gap then show whether the recorder holds the live outputs back.
+longest gap then show whether the recorder holds the live outputs back. `--stuck-subscribers N` adds gRPC clients
+that subscribe and never read, `--monitor-sockets N` WebSocket connections to the monitor page that never read:
+neither may cost Live Link Face a frame (its gaps over 200 ms are counted).
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -22,7 +25,7 @@ import time
 
 import numpy as np
 
-from bridge.bench.common import reporter
+from bridge.bench.common import exit_text, reporter, table
 
 
 def add_arguments(p) -> None:
@@ -34,6 +37,10 @@ def add_arguments(p) -> None:
     p.add_argument("--keep-take", action="store_true", help="keep the recorded take (its path is in the JSON)")
     p.add_argument("--slow-fsync-ms", type=float, default=0.0, metavar="MS",
                    help="delay every fsync of the bridge by MS milliseconds (needs strace): a slow disk")
+    p.add_argument("--stuck-subscribers", type=int, default=0, metavar="N",
+                   help="N gRPC clients that subscribe and never read (default 0)")
+    p.add_argument("--monitor-sockets", type=int, default=0, metavar="N",
+                   help="N WebSocket connections to the monitor page that never read (default 0)")
 
 
 def _proc_status(pid: int) -> dict:
@@ -57,6 +64,8 @@ class _UdpCounter:
         self.port = self.sock.getsockname()[1]
         self.count = 0
         self.longest_gap_s = 0.0  # between two datagrams, after the first
+        self.gaps_over_200ms = 0
+        self.first: float | None = None
         self._last: float | None = None
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -69,6 +78,9 @@ class _UdpCounter:
                 now = time.monotonic()
                 if self._last is not None:
                     self.longest_gap_s = max(self.longest_gap_s, now - self._last)
+                    self.gaps_over_200ms += now - self._last > 0.2
+                else:
+                    self.first = now
                 self._last = now
                 self.count += 1
             except OSError:
@@ -122,18 +134,64 @@ class _Reconnecting:
         self.thread.join(self.every + 5)
 
 
+def _stuck_subscribers(address: str, count: int, deadline_s: float) -> list:
+    """`count` gRPC clients that subscribe and never read (each its own channel: a connection of its own)."""
+    import grpc
+
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+
+    clients = []
+    end = time.monotonic() + deadline_s
+    while len(clients) < count and time.monotonic() < end:
+        channel = grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])  # its own TCP
+        try:
+            stream = pb_grpc.FaceBridgeServiceStub(channel).Subscribe(pb.SubscribeRequest())
+            next(stream)  # connected (the header), then never read again
+            clients.append((channel, stream))
+        except grpc.RpcError:  # the bridge is still starting
+            channel.close()
+            time.sleep(1.0)
+    return clients
+
+
+def _idle_websockets(port: int, count: int) -> list[socket.socket]:
+    """`count` WebSocket connections to the monitor's /ws that never read what it sends."""
+    import base64
+
+    sockets = []
+    for _ in range(count):
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            key = base64.b64encode(os.urandom(16)).decode()
+            sock.sendall((f"GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                          f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                          ).encode())
+            sockets.append(sock)
+        except OSError:
+            break
+    return sockets
+
+
 def _bridge_pid(proc: subprocess.Popen, wrapped: bool) -> int:
-    """The bridge's own pid: the process itself, or strace's child when strace runs it."""
+    """The bridge's own pid: the process itself, or the descendant of strace that runs bridge.cli (strace may fork
+    a helper first)."""
     if not wrapped:
         return proc.pid
-    for _ in range(200):
-        try:
-            with open(f"/proc/{proc.pid}/task/{proc.pid}/children") as f:
-                children = f.read().split()
-            if children:
-                return int(children[0])
-        except OSError:
-            pass
+    for _ in range(400):
+        todo = [proc.pid]
+        while todo:
+            pid = todo.pop()
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                if pid != proc.pid and b"bridge.cli" in argv and not argv[0].endswith(b"strace"):
+                    return pid  # not strace's own fork before it runs the bridge
+                for task in os.listdir(f"/proc/{pid}/task"):
+                    with open(f"/proc/{pid}/task/{task}/children") as f:
+                        todo += [int(c) for c in f.read().split()]
+            except OSError:
+                continue
         time.sleep(0.05)
     return proc.pid
 
@@ -160,8 +218,10 @@ def run(args) -> dict:
     take = os.path.join(work, "take")
     llf, vmc = _UdpCounter(), _UdpCounter()
     address = f"127.0.0.1:{_free_port()}"
+    monitor_port = _free_port()
     cmd = [sys.executable, "-m", "bridge.cli", "run", "--source", args.source, "--quiet",
-           "--llf", f"127.0.0.1:{llf.port}", "--vmc", f"127.0.0.1:{vmc.port}", "--grpc", address, "--record", take]
+           "--llf", f"127.0.0.1:{llf.port}", "--vmc", f"127.0.0.1:{vmc.port}", "--grpc", address, "--record", take,
+           "--monitor", f"127.0.0.1:{monitor_port}"]
     if args.slow_fsync_ms > 0:
         if shutil.which("strace") is None:
             from bridge.errors import FaceBridgeError
@@ -176,6 +236,10 @@ def run(args) -> dict:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     subscriber = _Reconnecting(address, args.reconnect_every)
     bridge_pid = _bridge_pid(proc, wrapped=args.slow_fsync_ms > 0)
+    stuck = _stuck_subscribers(address, args.stuck_subscribers, 300.0)
+    idle_pages = _idle_websockets(monitor_port, args.monitor_sockets)
+    if stuck or idle_pages:
+        report(f"{len(stuck)} gRPC subscribers that never read, {len(idle_pages)} monitor sockets that never read")
     samples: list[dict] = []
     started = time.monotonic()
     end = started + args.minutes * 60.0
@@ -201,8 +265,16 @@ def run(args) -> dict:
     finally:
         crashed = None if interrupted else proc.poll()  # the bridge took the same Ctrl-C (one process group)
         subscriber.close()  # first, so that the bridge going down is not counted as a subscriber error
+        for channel, stream in stuck:
+            stream.cancel()
+            channel.close()
+        for sock in idle_pages:
+            sock.close()
         if crashed is None:
-            os.kill(bridge_pid, signal.SIGTERM)
+            try:
+                os.kill(bridge_pid, signal.SIGTERM)
+            except ProcessLookupError:  # the bridge itself is gone (strace still ending)
+                crashed = -1
         try:
             rc = proc.wait(60)
         except subprocess.TimeoutExpired:
@@ -215,13 +287,16 @@ def run(args) -> dict:
     frames = _lines(os.path.join(take, "frames.jsonl"))
     result = {
         "command": " ".join(cmd[1:]), "minutes": args.minutes, "interval_s": args.interval,
-        "slow_fsync_ms": args.slow_fsync_ms,
+        "slow_fsync_ms": args.slow_fsync_ms, "stuck_subscribers": len(stuck), "monitor_sockets": len(idle_pages),
         "exit_code": rc, "ended_by": "Ctrl-C" if interrupted else "crash" if crashed is not None else "SIGTERM",
         "interrupted": interrupted, "samples": samples,
         "growth_per_hour": {key: _slope_per_hour(samples, key) for key in ("rss_mb", "threads", "open_files")},
         "range_after_first_sample": {key: [min(s[key] for s in samples[1:]), max(s[key] for s in samples[1:])]
                                      if len(samples) > 1 else None for key in ("rss_mb", "threads", "open_files")},
         "outputs": {"llf_packets": llf.count, "llf_longest_gap_ms": round(llf.longest_gap_s * 1000, 1),
+                    "llf_gaps_over_200ms": llf.gaps_over_200ms,
+                    "llf_rate_hz": round((llf.count - 1) / (llf._last - llf.first), 2) if llf.count > 1 else 0.0,
+                    "take_metadata": _take_metadata(take),
                     "vmc_packets": vmc.count, "grpc_frames": subscriber.frames,
                     "grpc_connections": subscriber.connections, "grpc_errors": subscriber.errors,
                     "grpc_error_codes": subscriber.error_codes,
@@ -232,10 +307,46 @@ def run(args) -> dict:
         result["take"] = take
     else:
         shutil.rmtree(work, ignore_errors=True)
-    spread = result["range_after_first_sample"]
-    report(f"done: exit {rc}, rss growth {result['growth_per_hour']['rss_mb']} MB/h, threads {spread['threads']}, "
-           f"files {spread['open_files']}")
+    report(f"done: the bridge ended with {exit_text(rc)}")
     return result
+
+
+def summary(results: dict) -> str:
+    """The growth table (per hour, after the first sample) and a one-line verdict."""
+    growth, spread, out = results["growth_per_hour"], results["range_after_first_sample"], results["outputs"]
+    units = {"rss_mb": "MB", "threads": "threads", "open_files": "files"}
+
+    def span(key):
+        return "-" if spread[key] is None else f"{spread[key][0]}-{spread[key][1]} {units[key]}"
+
+    names = {"rss_mb": "memory (RSS)", "threads": "threads", "open_files": "open files"}
+    rows = [[names[key], "-" if growth[key] is None else f"{growth[key]:+.2f} {units[key]}/h", span(key)]
+            for key in units]
+    lines = [table(["measure", "growth", "range after the first sample"], rows),
+             f"outputs: {out['llf_packets']} Live Link Face packets, {out['vmc_packets']} VMC packets, "
+             f"{out['grpc_frames']} gRPC frames over {out['grpc_connections']} connections, take {out['take_frames']} "
+             "frames"]
+    samples = len(results["samples"])
+    if samples < 3:
+        verdict = f"too short to judge growth ({samples} samples; run --minutes longer)"
+    elif (growth["rss_mb"] or 0) > 10 or (growth["threads"] or 0) > 1 or (growth["open_files"] or 0) > 1:
+        verdict = "GROWING: memory, threads or open files rise over the run (see the growth column)"
+    else:
+        verdict = "steady: no growth in memory, threads or open files"
+    partial = " (partial: stopped by Ctrl-C)" if results.get("interrupted") else ""
+    lines.append(f"verdict: {verdict}{partial}; the bridge ended with {exit_text(results['exit_code'])}, "
+                 f"{results['minutes']} min asked, samples every {results['interval_s']:g} s")
+    return "\n".join(lines)
+
+
+def _take_metadata(take: str) -> dict:
+    """take.json's counts: frames, complete, frames_dropped (what a slow disk cost the take)."""
+    try:
+        with open(os.path.join(take, "take.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {k: meta.get(k) for k in ("frames", "complete", "frames_dropped", "frame_rate")}
 
 
 def _size(path: str) -> int:

@@ -77,7 +77,17 @@ def _run(kind: str, module, args) -> int:
            "machine": machine_info(), "results": results}
     if interrupted:
         doc["partial"] = True
-    text = module.summary(results) if hasattr(module, "summary") else None
+    if hasattr(module, "summary"):
+        text = module.summary(results)
+    else:  # a table of the figures measured (units from the keys) and what the run was
+        from bridge.bench.common import figures_table
+
+        text = figures_table(results)
+    if not any(line.startswith("verdict:") for line in (text or "").splitlines()):
+        verdict = module.verdict(results) if hasattr(module, "verdict") else (
+            f"{kind} measured in {doc['seconds']:g} s on {doc['machine']['cpu_count']} cores; no budget to judge "
+            "against: compare the JSON with an earlier run")
+        text = f"{text}\nverdict: {verdict}" if text else f"verdict: {verdict}"
     if args.json:
         atomic_write_json(args.json, doc)
         if partial.exists():

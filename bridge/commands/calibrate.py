@@ -38,6 +38,10 @@ def run(args) -> int:
             print(f"no profile for '{args.subject}'; run `facebridge calibrate --subject {args.subject}`")
             return 1
         print(f"{profile.path()}: {profile.frames} frames, identity {len(profile.identity)} coefficients")
+        if profile.mapping:
+            import json
+
+            print(f"mapping (docs/MAPPING.md): {json.dumps(profile.mapping)}")
         return 0
     if args.mapping:
         return store_mapping(args.subject, args.mapping)
@@ -100,7 +104,7 @@ def calibrate_ranges(args) -> int:
     from bridge.errors import FaceBridgeError
     from bridge.mapping import parse_mapping
     from bridge.pipeline import FacePipeline
-    from bridge.ranges import STEP_SECONDS, STEPS, ranges_from_frames
+    from bridge.ranges import STEP_SECONDS, STEPS, ranges_from_frames, step_shapes
     from bridge.sources import open_source
 
     profile = _profile_or_new(args.subject)
@@ -120,7 +124,7 @@ def calibrate_ranges(args) -> int:
                 if out.face_found:
                     frames.append(out.blendshapes)
             print(f"measured {len(frames)} frames with a face from {source.name}", file=sys.stderr)
-            steps.append((tuple(n for _, names in STEPS for n in names), frames))
+            steps.append((step_shapes(), frames))
         else:
             for prompt, names in STEPS:
                 print(f"now {prompt}, and hold it...", file=sys.stderr, flush=True)

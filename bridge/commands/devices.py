@@ -23,8 +23,10 @@ def run(args) -> int:
 
     inputs, reason = list_input_devices(with_reason=True)
     if not inputs:
-        print(f"  none found: {reason} (use `--audio FILE.wav`; microphones need PortAudio: "
-              "apt-get install libportaudio2)")
+        # PortAudio itself is only asked for when it is what is missing (it answered when it found no device)
+        need = "" if reason and reason.startswith("PortAudio found") else "; microphones need PortAudio: " \
+            "apt-get install libportaudio2"
+        print(f"  none found: {reason} (plug in a microphone, or use `--audio FILE.wav`{need})")
     for d in inputs:
         default = "  (default)" if d.get("default") else ""
         print(f"  mic:{d['index']}  {d['name']}  {d['channels']} ch  {d['samplerate']:.0f} Hz{default}")

@@ -236,11 +236,12 @@ def run(args) -> int:
 
     config = run_config(args)
     session = BridgeSession(config)  # checks the options first (runtime/options.py check_run_config)
-    for line in run_warnings(config):
+    for line in [] if args.quiet else run_warnings(config):
         print(f"facebridge: warning: {line}", file=sys.stderr, flush=True)
     with session:
         if not args.quiet:
-            print(f"facebridge: {session.describe()}", flush=True)
+            for line in session.describe(verbose=args.verbose):
+                print(f"facebridge: {line}", flush=True)
         elif args.grpc:  # a port the system chose (HOST:0) must be said even when quiet
             print(f"facebridge: {session.grpc_address()}", flush=True)
         for line in session.generated_tokens():  # `auto` tokens: said once, even when quiet

@@ -73,6 +73,12 @@ def add_parser(sub) -> None:
                         "replicas, four processes of host work, on one GPU)")
     p.add_argument("--haproxy-config", metavar="FILE",
                    help="with --ray-replicas: also write an HAProxy config that spreads streams over the replicas")
+    p.add_argument("--max-streams-per-peer", type=int, default=None, metavar="N",
+                   help="face streams one client host may hold at once (default: no limit below --max-streams; set "
+                        "it where many hosts share a server, not behind one proxy, whose streams all come from it)")
+    p.add_argument("--max-frame-sizes", type=int, default=4, metavar="N",
+                   help="frame sizes with a batched service at once (default 4); a new size takes the place of the "
+                        "least recently used one that no stream uses, whose memory is freed")
     p.add_argument("--quiet", action="store_true", help="no status line every 5 s")
     p.set_defaults(func=run)
 
@@ -105,14 +111,21 @@ def serve_config(args):
         raise FaceBridgeError(f"--switch-interval-ms {args.switch_interval_ms} is outside 0.01..100",
                               "pass e.g. --switch-interval-ms 1, or leave it out for Python's 5 ms")
     frame_sizes = _sizes(args.frame_sizes, "--frame-sizes")
-    if len(set(frame_sizes)) > 4:
-        raise FaceBridgeError(f"--frame-sizes names {len(set(frame_sizes))} sizes; a server serves at most 4",
-                              "name at most 4 sizes, or run another server for the others")
+    if args.max_frame_sizes < 1:
+        raise FaceBridgeError(f"--max-frame-sizes {args.max_frame_sizes} is below 1", "pass e.g. 4 (the default)")
+    if len(set(frame_sizes)) > args.max_frame_sizes:
+        raise FaceBridgeError(f"--frame-sizes names {len(set(frame_sizes))} sizes; a server serves at most "
+                              f"{args.max_frame_sizes} (--max-frame-sizes)",
+                              "name fewer sizes, raise --max-frame-sizes, or run another server for the others")
+    if args.max_streams_per_peer is not None and args.max_streams_per_peer < 1:
+        raise FaceBridgeError(f"--max-streams-per-peer {args.max_streams_per_peer} is below 1",
+                              "pass a number of streams, or leave it out (no limit below --max-streams)")
     if not args.idle_timeout >= 0:
         raise FaceBridgeError(f"--idle-timeout {args.idle_timeout} is not 0 or a positive number of seconds",
                               "pass e.g. --idle-timeout 30 (the default), or 0 to keep idle streams")
 
     return ServeConfig(grpc=args.grpc, runners=args.runners, max_streams=args.max_streams,
+                       max_streams_per_peer=args.max_streams_per_peer, max_frame_sizes=args.max_frame_sizes,
                        deadline_ms=args.deadline_ms, token=args.grpc_token, tls_cert=args.grpc_tls_cert,
                        tls_key=args.grpc_tls_key, threads=args.threads, smoothing=not args.no_smoothing,
                        calibration=not args.no_calibration, fp16=not args.fp32,

@@ -24,7 +24,6 @@ import json
 import logging
 import math
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +44,6 @@ FORMAT = "facebridge-take"
 FORMAT_VERSION = 1
 NAMED_PROBLEMS = 10  # lines named one by one in the warnings; the rest are counted
 MAX_LINE_BYTES = 1 << 20  # a frames.jsonl line longer than this is not a frame (one is a few KiB): skipped unread
-RECORDING_S = 5.0  # frames written this recently: the take is still being recorded (not left by a crash)
 
 
 def frame_line(frame: FaceFrame) -> tuple[str, int]:
@@ -132,22 +130,13 @@ class TakeReader:
                 if problems:
                     log.warning("take %s: %s: %s; those fields are ignored", name, TAKE_JSON, "; ".join(problems))
         self.incomplete = bool(self.metadata) and self.metadata.get("complete") is False
-        if self.incomplete and self._recently_written():
-            log.warning("take %s is still being recorded (its frames changed in the last %g s); reading the frames "
-                        "it holds so far", name, RECORDING_S)
-        elif self.incomplete:
-            log.warning("take %s was not closed cleanly (crash or kill); the last second may be missing "
-                        "(--repair rewrites its take.json and frames.csv from the frames it holds)", name)
+        if self.incomplete:  # both causes named: a reader cannot tell a take being recorded from one a crash left
+            log.warning("take %s was not closed cleanly: it is still being recorded, or its recorder crashed or was "
+                        "killed (then the last second may be missing; --repair rewrites its take.json and frames.csv "
+                        "from the frames it holds)", name)
         self.skipped = self.clamped = 0
         self.cut_short = False
         self.problems: list[str] = []
-
-    def _recently_written(self) -> bool:
-        """A take whose frames changed a moment ago is being recorded, not one a crash left behind."""
-        try:
-            return time.time() - self.frames_path.stat().st_mtime < RECORDING_S
-        except OSError:
-            return False
 
     def _note(self, text: str) -> None:
         if len(self.problems) < NAMED_PROBLEMS:

@@ -311,8 +311,9 @@ class GrpcSink(Sink):
             with self._lock:
                 stuck = [s for s in self._subscribers if s.stuck_for(now) >= self.max_lag_s and not s.evicted]
             for sub in stuck:
+                behind = sub.stuck_for(now)  # before removal: the thread may clear it as it ends
                 self._remove_subscriber(sub)
-                self._evict(sub, f"it fell behind the live stream: no frame taken for {sub.stuck_for(now):.1f} s")
+                self._evict(sub, f"it fell behind the live stream: no frame taken for {behind:.1f} s")
 
     def _remove_subscriber(self, sub: Subscriber) -> None:
         sub.close()

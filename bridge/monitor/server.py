@@ -173,7 +173,14 @@ class MonitorServer:
 
     # --- the page -----------------------------------------------------------------------------------------------
     async def _index(self, request):
-        return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-store"})
+        """The page with the bridge's last state inside it, so it shows the stream at once (before its WebSocket
+        connects, and while the models still load) instead of an empty 'connecting' page."""
+        subject = getattr(self.control, "subject", "")
+        initial = json.dumps([{**LiveFeed.hello(subject), "version": __version__}, json.loads(self._state())])
+        initial = initial.replace("</", "<\\/")  # JSON inside <script>: no '</script>' can end it early
+        html = (STATIC / "index.html").read_text(encoding="utf-8").replace(
+            "<!-- initial state -->", f'<script id="initial" type="application/json">{initial}</script>')
+        return web.Response(text=html, content_type="text/html", headers={"Cache-Control": "no-store"})
 
     def _control_status(self) -> dict:
         now = time.monotonic()

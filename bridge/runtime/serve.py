@@ -36,6 +36,8 @@ class ServeConfig:
     grpc: str = "127.0.0.1:50061"  # HOST:PORT the Track service listens on
     runners: str = "cpu"  # cpu | torch-cuda | onnxruntime-cuda
     max_streams: int = 16
+    max_streams_per_peer: int | None = None  # streams one client host may hold (None: max_streams)
+    max_frame_sizes: int = 4  # frame sizes with a batched service at once (the least recently used idle one goes)
     deadline_ms: float = 100.0  # an image waiting longer than this is dropped as late
     token: str | None = None
     tls_cert: str | None = None
@@ -210,7 +212,8 @@ def build_server(config: ServeConfig):
         return service
 
     try:
-        table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0)
+        table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0,
+                            max_sizes=config.max_frame_sizes, max_streams_per_peer=config.max_streams_per_peer)
         if releases is not None:
             releases.start()  # releases installed before now serve from the first frame
         for frame_hw in config.prewarm:
@@ -254,6 +257,7 @@ def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(lin
     server = build_server(config)
     stop = threading.Event()
     previous = None
+    interrupted = False
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -264,10 +268,12 @@ def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(lin
             if status and time.monotonic() - last >= 5.0:
                 print(status_line(server.stats()), file=sys.stderr, flush=True)
                 last = time.monotonic()
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # Ctrl-C: the streams end cleanly, then the command's Ctrl-C status (130)
+        interrupted = True
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         server.close()
+    if interrupted:
+        raise KeyboardInterrupt
     return 0

@@ -107,6 +107,7 @@ class BridgeSession:
         self.osc_remote = None
         self.clock = None
         self.stats = RunStats()  # the run's one statistics object: status line, gRPC, monitor, metrics
+        self.stats.audio_only = config.audio_only
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
         self.control.stats = self.stats
@@ -159,6 +160,7 @@ class BridgeSession:
             from bridge.runtime.tuning import Tuning
 
             self.tuning = Tuning(default=self.file_mapping, head_dead_zone=self.config.head_dead_zone)
+            self.control.tuning = self.tuning  # the monitor page's tuning panel (also remote and audio-only runs)
             subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
             self.sinks = open_sinks(dataclasses.replace(config.outputs, record=None, subjects=subjects), self.control)
             self.sinks.append(self._open_recording())
@@ -264,7 +266,6 @@ class BridgeSession:
         self.tuning.mappings.update(mappings)
         first = self.tuning.mapping(self.subjects[0])
         regions = {**(first.smoothing if first else {}), **self.config.pipeline.region_smoothing}
-        self.control.tuning = self.tuning
         return dataclasses.replace(self.config.pipeline, region_smoothing=regions)
 
     def _start_swapper(self) -> None:
@@ -341,9 +342,20 @@ class BridgeSession:
             steps[0] = self.feed.tap(steps[0])
         return steps
 
-    def describe(self) -> str:
-        """One line: where frames come from and go, the calibration in use and the monitor's address."""
+    def describe(self, verbose: bool = False) -> list[str]:
+        """The start lines: where frames come from and go (and the monitor's address), then what tracks them and
+        the calibration in use. Two short lines; `verbose` (-v) adds each model's backend and why."""
         outs = ", ".join(s.label() for s in self.sinks if s is not self.recording or self.recording.recording)
+        lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
+        fallback = getattr(self.source, "fallback", None)  # plain `facebridge run` without a camera says so
+        source = fallback or self.source.name
+        monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
+        if self.osc_remote is not None:
+            monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
+        if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
+                                       self.config.timecode_source != "system"):
+            monitor += f"; {self.clock.describe()}"
+        first = f"{source}{lossless} -> {outs or 'no outputs'}{monitor}"
         subject = ", ".join(self.subjects)
         cal = f"calibration '{subject}'" if self.profile else "no calibration (run `facebridge calibrate`)"
         if len(self.subjects) > 1:
@@ -352,17 +364,15 @@ class BridgeSession:
                  " `fedagent data clear` deletes it)" if self.learn is not None else "")
         if self.config.remote:
             cal = f"tracked by facebridge serve at {self.config.remote}"
-        backend = self._backend()
-        lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
-        monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
-        if self.osc_remote is not None:
-            monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
-        if self.clock is not None and (self.clock.rate is not None or self.clock.offset or
-                                       self.config.timecode_source != "system"):
-            monitor += f"; {self.clock.describe()}"
+        if self.config.audio_only:
+            cal = "audio only: the voice drives the mouth, the rest of the face stays neutral"
+        if self.config.mapping:
+            cal += f"; mapping {self.config.mapping}"
+        elif self.tuning is not None and self.tuning.mappings:
+            cal += "; the profile's mapping"
         summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
-        detector = f"{summary}; " if summary else ""
-        return f"{self.source.name}{lossless} -> {outs or 'no outputs'}; {backend}{detector}{cal}{learn}{monitor}"
+        detector = f"{summary}; " if summary and (verbose or len(self.subjects) > 1) else ""
+        return [first, f"{self._backend(verbose)}{detector}{cal}{learn}"]
 
     def generated_tokens(self) -> list[str]:
         """The tokens `auto` made for this run's listeners, one line each, to be printed once."""
@@ -378,15 +388,20 @@ class BridgeSession:
         """Where the gRPC stream listens (the port the system chose for HOST:0), or '' without one."""
         return next((f"gRPC stream on {s.address}" for s in self.sinks if s.name == "grpc"), "")
 
-    def _backend(self) -> str:
-        """'openvino f32; ' (the face models' backend and the precision it computes in), '' for audio-only."""
+    def _backend(self, verbose: bool = False) -> str:
+        """'litert, onnxruntime f32; ' (the backends the face models run on, the precision they compute in), '' for
+        audio-only; `verbose`: each model's backend and why, and the landmark path and why."""
         session = getattr(getattr(self.pipeline, "landmarker", None), "session", None)
         if session is None:
             return ""
         precision = getattr(session, "precision", None)
-        from bridge.engines.fastest import chosen_summary  # --backend auto on a CPU: each model's choice and why
+        from bridge.engines.fastest import CHOSEN, chosen_summary  # --backend auto on a CPU: each model's choice
 
         path = getattr(self.pipeline, "landmark_path", None)
+        if not verbose:
+            backends = sorted({c.backend for c in CHOSEN.values()}) or [session.backend_name]
+            landmarks = f", landmarks {path}" if path else ""
+            return f"{'+'.join(backends)} {precision or 'f32'} (-v: why){landmarks}; "
         landmarks = f"landmarks {path} ({self.pipeline.landmark_reason}); " if path else ""  # after the backend
         chosen = chosen_summary()
         if chosen:  # f32 unless --cpu-precision bf16 took (each model's own precision: `facebridge -v`)

@@ -165,6 +165,7 @@ class RunStats:
     models_loaded: bool = False
     rolled_back: dict[str, int] = field(default_factory=dict)
     last_sent: float | None = None  # perf_counter of the last frame sent
+    audio_only: bool = False  # --audio-only: no camera, so the status line shows the mode, not "face NO"
     _sinks: list = field(default_factory=list)  # Sink objects whose counters snapshots read
     _sends: RollingWindow = field(default_factory=RollingWindow)  # value: capture -> sent ms
     _faces: RollingWindow = field(default_factory=RollingWindow)  # value: 1 face lost, 0 found
@@ -308,7 +309,9 @@ class RunStats:
 
     def status_line(self) -> str:
         s = self.snapshot()
-        face = "yes" if s.face_found else "NO"
+        face = "face yes" if s.face_found else "face NO"
+        if self.audio_only:
+            face = "audio only (no camera)"
         guard = f" | guarded {s.guarded_total}" if s.guarded else ""
         installed = " ".join(f"{m} r{r}" for m, r in sorted(s.releases.items()) if r)
         slow = ", ".join(f"{name} {n}" for name, n in s.sink_dropped.items() if n)
@@ -316,5 +319,5 @@ class RunStats:
         rolled = " ".join(f"{m} r{r}" for m, r in sorted(s.rolled_back.items()))
         return (f"{s.fps:5.1f} fps | latency p50 {s.latency_ms_p50:5.1f} ms p99 {s.latency_ms_p99:5.1f} ms | "
                 f"dropped {s.dropped_total}" + (f" (slow sinks: {slow})" if slow else "") +
-                f" | face {face}{lipsync} | frames {s.sent}{guard}" + (f" | release {installed}" if installed else "")
+                f" | {face}{lipsync} | frames {s.sent}{guard}" + (f" | release {installed}" if installed else "")
                 + (f" | rolled back {rolled}" if rolled else ""))

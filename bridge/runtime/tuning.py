@@ -24,8 +24,9 @@ import threading
 
 import numpy as np
 
-from bridge.frame import NUM_BLENDSHAPES, FaceFrame
+from bridge.frame import ARKIT_INDEX, ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame
 from bridge.mapping import Mapping
+from bridge.ranges import STEPS, ranges_from_peaks, step_shapes
 
 
 class Tuning:
@@ -97,9 +98,6 @@ class Tuning:
     # --- the monitor page's tuning panel --------------------------------------------------------------------------
     def view(self, subject: str) -> dict:
         """A subject's mapping, and what its weights read before and after it (last frame, and peaks)."""
-        from bridge.frame import ARKIT_NAMES
-        from bridge.ranges import STEPS
-
         mapping = self.mapping(subject) or Mapping()
         with self._lock:
             raw, mapped = self._last.get(subject, (np.zeros(NUM_BLENDSHAPES), np.zeros(NUM_BLENDSHAPES)))
@@ -117,19 +115,9 @@ class Tuning:
     def apply_ranges(self, subject: str) -> list:
         """Range calibration from the peaks since `reset_peaks`: each step's shapes get the gain that takes their
         peak to 1.0 (bridge/ranges.py); applied from the next frame on. Returns the RangeResults."""
-        from bridge.frame import ARKIT_INDEX
-        from bridge.ranges import STEPS, RangeResult, gain_for_peak
-
-        mapping = self.mapping(subject) or Mapping()
         peaks = self.peaks(subject)
-        results = []
-        for _, names in STEPS:
-            for name in names:
-                peak = float(peaks[ARKIT_INDEX[name]])
-                gain = gain_for_peak(mapping, name, peak)
-                results.append(RangeResult(name, peak, gain))
-                if gain is not None:
-                    mapping = mapping.with_shape(name, gain=gain)
+        mapping, results = ranges_from_peaks(self.mapping(subject) or Mapping(),
+                                             {name: float(peaks[ARKIT_INDEX[name]]) for name in step_shapes()})
         self.set_mapping(subject, mapping)
         return results
 

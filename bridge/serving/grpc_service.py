@@ -159,7 +159,9 @@ class FaceServeServer:
             model_versions={str(k): str(v) for k, v in (s.get("model_versions") or {}).items()},
             release=str(s.get("release") or ""), gc_collections=s.get("gc_collections", []),
             gc_pause_ms_total=s.get("gc_pause_ms_total", 0.0), gc_pause_ms_max=s.get("gc_pause_ms_max", 0.0),
-            gc_pauses_over_10ms=s.get("gc_pauses_over_10ms", 0), thread_cpu_s=thread_cpu_seconds())
+            gc_pauses_over_10ms=s.get("gc_pauses_over_10ms", 0), thread_cpu_s=thread_cpu_seconds(),
+            frame_sizes=s["frame_sizes"], max_frame_sizes=s["max_sizes"], frame_sizes_released=s["sizes_released"],
+            max_streams_per_peer=s["max_streams_per_peer"], streams_refused_per_peer=s["refused_per_peer"])
 
     # ---- streams refused ------------------------------------------------------------------------------
     def note_malformed(self, number: int, why: str) -> None:

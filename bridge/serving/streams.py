@@ -3,9 +3,13 @@
 A stream has at most one image in the batched service and one waiting. A newer image replaces the waiting one
 (counted as stale), so a stream that sends faster than the server serves gets its newest frames, never a
 backlog; an image that waited longer than its deadline is dropped before it reaches the device (counted as
-late). Streams beyond `max_streams` are refused (the gRPC front end answers RESOURCE_EXHAUSTED). A stream is bound
-to the batched service of its frame size on its first image; when it ends, its slot is freed and the slot's
-tracking state reset for the next stream. Counters feed the stream's own reports and `stats()` (the metrics).
+late). Streams beyond `max_streams` are refused (the gRPC front end answers RESOURCE_EXHAUSTED), and so are those
+of one peer beyond `max_streams_per_peer`. A stream is bound to the batched service of its frame size on its first
+image; when it ends, its slot is freed and the slot's tracking state reset for the next stream. At most
+`max_sizes` frame sizes have a service (each holds its buffers and compiled passes); a new size takes the place of
+the least recently used one that no stream uses (closed, its memory released; sizes built at start stay), so
+short-lived streams of odd sizes never lock later sizes out. Counters feed the stream's own reports and `stats()`
+(the metrics and GetServeStatus).
 """
 from __future__ import annotations
 
@@ -54,9 +58,10 @@ class LiveStream:
     (submitted) and by the service (results); `wake()` (set by the front end, thread-safe) is called whenever a
     thread other than the loop made work for it: a result came back, or an image never reached the service."""
 
-    def __init__(self, table: StreamTable, number: int) -> None:
+    def __init__(self, table: StreamTable, number: int, peer: str = "") -> None:
         self.table = table
         self.number = number  # unique for the server's lifetime (logs)
+        self.peer = peer  # the client's host, for the per-peer limit
         self.service = None  # bound on the first image (by its frame size)
         self.slot: int | None = None
         self.counters = StreamCounters()
@@ -206,37 +211,59 @@ class StreamTable:
     stream of that size); every service gets `max_streams` slots, so no size can starve another."""
 
     def __init__(self, make_service, max_streams: int, deadline_s: float = DEFAULT_DEADLINE_S,
-                 max_sizes: int = 4) -> None:
+                 max_sizes: int = 4, max_streams_per_peer: int | None = None) -> None:
         if max_streams < 1:
             raise ValueError(f"max_streams must be at least 1 (got {max_streams})")
         self.max_streams = max_streams
         self.deadline_s = deadline_s
         self.max_sizes = max_sizes
+        self.max_streams_per_peer = min(max_streams, max_streams_per_peer or max_streams)
         self._make_service = make_service
         self._lock = threading.Lock()
         self._streams: set[LiveStream] = set()
         self._services: dict[tuple[int, int], Any] = {}
         self._free: dict[tuple[int, int], list[int]] = {}
+        self._bound: dict[tuple[int, int], int] = {}  # streams bound to each size's service now
+        self._used: dict[tuple[int, int], float] = {}  # when a stream last bound to or left each size
+        self._pinned: set[tuple[int, int]] = set()  # built at start (prepare): never released
         self._next_number = 0
-        self.totals = {"received": 0, "stale": 0, "late": 0, "bad": 0, "served": 0, "refused": 0, "opened": 0}
+        self.totals = {"received": 0, "stale": 0, "late": 0, "bad": 0, "served": 0, "refused": 0, "opened": 0,
+                       "refused_per_peer": 0, "sizes_released": 0}
         self._latency = RollingWindow()
 
-    def open(self) -> LiveStream | None:
-        """A new stream, or None when `max_streams` are live (refused, counted)."""
+    def open(self, peer: str = "") -> LiveStream | None:
+        """A new stream from `peer` (its host), or None when `max_streams` are live or that peer holds
+        `max_streams_per_peer` (refused, counted; `refusal` says which)."""
         with self._lock:
             if len(self._streams) >= self.max_streams:
                 self.totals["refused"] += 1
                 return None
+            if peer and sum(s.peer == peer for s in self._streams) >= self.max_streams_per_peer:
+                self.totals["refused"] += 1
+                self.totals["refused_per_peer"] += 1
+                return None
             self._next_number += 1
-            stream = LiveStream(self, self._next_number)
+            stream = LiveStream(self, self._next_number, peer)
             self._streams.add(stream)
             self.totals["opened"] += 1
             return stream
 
+    def refusal(self, peer: str = "") -> str:
+        """Why `open(peer)` refused: the problem and the fix, for the client."""
+        with self._lock:
+            full = len(self._streams) >= self.max_streams
+        if full or not peer:
+            return (f"this server already serves {self.max_streams} face streams (--max-streams); connect to "
+                    "another replica or try again later")
+        return (f"{peer} already has {self.max_streams_per_peer} face streams on this server "
+                "(--max-streams-per-peer); end one, or connect from another machine")
+
     def prepare(self, frame_hw: tuple[int, int]) -> None:
         """Build the batched service of one frame size now (model warm-up, CUDA-graph capture), before streams
-        of that size arrive, so the first of them does not wait for it."""
+        of that size arrive, so the first of them does not wait for it. Such a size is never released."""
         self._service_for(tuple(frame_hw))
+        with self._lock:
+            self._pinned.add(tuple(frame_hw))
 
     def _service_for(self, frame_hw: tuple[int, int]):
         with self._lock:
@@ -246,16 +273,35 @@ class StreamTable:
         service = self._services.get(frame_hw)
         if service is None:
             if len(self._services) >= self.max_sizes:
+                self._release_idle_size()
+            if len(self._services) >= self.max_sizes:
                 sizes = ", ".join(f"{w}x{h}" for h, w in self._services)
-                raise ValueError(f"this server already serves {self.max_sizes} frame sizes ({sizes}); "
-                                 "send one of them")
+                raise ValueError(f"this server already serves {self.max_sizes} frame sizes ({sizes}), each with "
+                                 "streams now; send one of them")
             service = self._services[frame_hw] = self._make_service(frame_hw, self.max_streams)
             self._free[frame_hw] = list(range(self.max_streams - 1, -1, -1))
+            self._bound[frame_hw] = 0
+            self._used[frame_hw] = time.monotonic()
         return service
+
+    def _release_idle_size(self) -> None:
+        """Close the service of the least recently used size that no stream uses and no image is out in (not one
+        built at start), to make room for a new size (call with the lock held)."""
+        idle = [hw for hw in self._services if hw not in self._pinned and not self._bound[hw]
+                and len(self._free[hw]) == self.max_streams]
+        if not idle:
+            return
+        hw = min(idle, key=self._used.__getitem__)
+        service = self._services.pop(hw)
+        del self._free[hw], self._bound[hw], self._used[hw]
+        self.totals["sizes_released"] += 1
+        service.close()
 
     def _take_slot(self, frame_hw: tuple[int, int]):
         with self._lock:
             service = self._service_locked(frame_hw)
+            self._bound[frame_hw] += 1
+            self._used[frame_hw] = time.monotonic()
             return service, self._free[frame_hw].pop()
 
     def _release(self, stream: LiveStream, reset: bool) -> None:
@@ -263,9 +309,13 @@ class StreamTable:
             self._streams.discard(stream)
             if stream.slot is None:
                 return
+            hw = tuple(stream.service.frame_hw)
+            if hw in self._bound:
+                self._bound[hw] -= 1
+                self._used[hw] = time.monotonic()
             if reset:  # the next stream in this slot starts from detection, not from this face
                 stream.service.reset_stream(stream.slot)
-                self._free[tuple(stream.service.frame_hw)].append(stream.slot)
+                self._free[hw].append(stream.slot)
             stream.slot = None  # a slot whose image never came back stays out of use
 
     def _count(self, key: str, also: str | None = None) -> None:
@@ -294,7 +344,8 @@ class StreamTable:
         frames = sum(s.frames for s in services)
         return {"streams": live, "max_streams": self.max_streams, **totals, "passes": passes,
                 "mean_batch": frames / passes if passes else 0.0, "latency_ms_p50": p50, "latency_ms_p99": p99,
-                "frame_sizes": [f"{w}x{h}" for h, w in (tuple(s.frame_hw) for s in services)]}
+                "frame_sizes": [f"{w}x{h}" for h, w in (tuple(s.frame_hw) for s in services)],
+                "max_sizes": self.max_sizes, "max_streams_per_peer": self.max_streams_per_peer}
 
     def close(self) -> None:
         for service in self.services():

@@ -74,11 +74,10 @@ class TrackStreams:
 
     async def Track(self, request_iterator, context) -> None:
         server = self.server
-        stream = server.table.open()
+        peer = access.peer_host(context.peer())
+        stream = server.table.open(peer)
         if stream is None:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"this server already serves {server.table.max_streams} face streams "
-                                "(--max-streams); connect to another replica or try again later")
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, server.table.refusal(peer))
         state = StreamState(server.default_subject)
         state.raw_ok = access.is_loopback(access.peer_host(context.peer()))
         state.stream, state.context, state.task = stream, context, asyncio.current_task()

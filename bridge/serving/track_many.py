@@ -177,11 +177,10 @@ class TrackManyStreams:
             self.server.count_invalid()
             call.ended.append(encode_reply(stream_id, ended=str(e).replace("TrackRequest", "TrackManyItem")))
             return None
-        stream = self.server.table.open()
+        peer = access.peer_host(call.context.peer())
+        stream = self.server.table.open(peer)
         if stream is None:
-            call.ended.append(encode_reply(stream_id, ended=(
-                f"this server already serves {self.server.table.max_streams} face streams (--max-streams); "
-                "send this stream to another replica or try again later")))
+            call.ended.append(encode_reply(stream_id, ended=self.server.table.refusal(peer)))
             return None
         state.started, state.raw_ok = True, call.raw_ok
         state.stream, state.context, state.task = stream, call.context, call.task

@@ -32,6 +32,7 @@ from bridge.sinks.base import Sink
 
 RESERVED_METADATA_BYTES = 8192  # the first take.json is padded to this, so the last one fits on a full disk
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+MIN_SYNC_WAIT_S = 0.01  # the sync thread's shortest wait (sync_interval_s 0: as often as it can, never a spin)
 DROPPED_REASON = "the disk was slower than the stream for longer than the recorder's queue holds"
 
 
@@ -187,7 +188,7 @@ class TakeRecorder(Sink):
         """The sync thread: its clock starts when a sync ends, so a disk whose fsync takes longer than the
         interval gets one sync after another, never one per frame."""
         while not self._closing.is_set():
-            self._wake.wait(self.sync_interval_s)
+            self._wake.wait(max(self.sync_interval_s, MIN_SYNC_WAIT_S))
             self._wake.clear()
             if self._closing.is_set():
                 return

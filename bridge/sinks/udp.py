@@ -7,6 +7,7 @@ non-blocking so a full send buffer costs one dropped frame, never a stalled pipe
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 
@@ -102,6 +103,11 @@ class UdpSink(Sink):
         try:
             for dgram in datagrams:
                 self._sock.send(dgram)
+            # a refusal that already came back (at once on loopback) belongs to this frame: read it now, so every
+            # sink counts the frames a missing receiver lost alike, whatever datagrams a frame takes
+            refused = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if refused:
+                raise OSError(refused, os.strerror(refused))
         except ConnectionRefusedError as e:
             self._failed(f"nothing listens on {self.address[0]}:{self.address[1]} ({self.receiver_hint})", e)
             return

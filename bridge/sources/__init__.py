@@ -33,7 +33,9 @@ def _open(spec, realtime, loop, size, fps) -> FrameSource:
             return CameraSource(0, size=size, fps=fps)
         if size or fps:
             log.warning("no camera found: streaming the bundled sample; --camera-size/--camera-fps are ignored")
-        return SampleSource(realtime=realtime)
+        sample = SampleSource(realtime=realtime)
+        sample.fallback = "no camera found, so the bundled sample clip"  # the start line says it in words
+        return sample
     if spec == "camera" or spec.startswith("camera:") or spec.isdigit():
         index_text = spec.split(":", 1)[1] if ":" in spec else ("0" if spec == "camera" else spec)
         if not index_text.isdigit():

@@ -16,7 +16,10 @@ def add_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; anything wider "
                    "needs --tls-* and --node-auth)")
     p.add_argument("--port", type=int, default=ports.port_of(ports.SUPERLINK),
-                   help=f"Fleet + Control API port (default {ports.port_of(ports.SUPERLINK)})")
+                   help=f"the devices' port: Flower's Fleet API only (default {ports.port_of(ports.SUPERLINK)})")
+    control = ports.port_of(ports.SUPERLINK_CONTROL)
+    p.add_argument("--control-port", type=int, default=control, help="Flower's Control API (flwr run/list/stop, "
+                   f"device key registration), always on 127.0.0.1 (default {control}; from elsewhere: an SSH tunnel)")
     p.add_argument("--tls-cert", metavar="PEM", help="server certificate (with the address in its SAN)")
     p.add_argument("--tls-key", metavar="PEM", help="server private key")
     p.add_argument("--tls-ca", metavar="PEM", help="CA that signed --tls-cert (devices use it too)")
@@ -61,9 +64,9 @@ def run(args) -> int:
     if not loopback and not (tls and node_auth):
         raise FaceBridgeError(f"listening on {args.host} exposes the server beyond this machine",
                               "add --tls-cert/--tls-key/--tls-ca and --node-auth (with --register-key per device)")
-    if not loopback:
-        print("fedagent server: warning: Flower's Control API shares this port and has no authentication in open-"
-              "source Flower; expose only /v1/fleet/* (see docs/FEDERATED.md)", flush=True)
+    if args.control_port == args.port:
+        raise FaceBridgeError(f"--control-port {args.control_port} is also the devices' --port",
+                              "give the Control API a port of its own (--control-port)")
     if not Path(args.eval_store).is_dir():
         raise FaceBridgeError(f"held-out store {args.eval_store} does not exist", "pass a learning-store folder")
     if bool(args.keys) != bool(args.repo):
@@ -73,16 +76,18 @@ def run(args) -> int:
                 "eval-store": str(Path(args.eval_store).resolve()), **parse_settings(args.set)}
     if args.keys:
         settings.update({"keys-dir": str(Path(args.keys).resolve()), "repo-dir": str(Path(args.repo).resolve())})
-    with LocalFederation(state, tls=tls, node_auth=node_auth, host=args.host, port=args.port) as fed:
+    with LocalFederation(state, tls=tls, node_auth=node_auth, host=args.host, port=args.port,
+                         control_port=args.control_port) as fed:
         fed.start_link()
         for key in args.register_key:
             print(f"fedagent server: registered device {fed.cli.register(Path(key).resolve())} ({key})")
-        print(f"fedagent server: SuperLink on {args.host}:{args.port}; waiting for {args.min_clients} device(s)",
-              flush=True)
+        print(f"fedagent server: devices connect to {args.host}:{args.port} (Fleet API only); Control API on "
+              f"{fed.control_address} (flwr: FLWR_HOME={fed.cli.home} flwr list); waiting for {args.min_clients} "
+              "device(s)", flush=True)
         fed.wait_devices(args.min_clients, args.wait_devices)
         outcome = fed.run(settings, timeout=max(600.0, 300.0 * args.rounds), on_event=print_event)
     if not outcome.ok:
         raise FaceBridgeError(f"run {outcome.run_id} ended {outcome.info.get('status')}", f"see {state / 'logs'}")
     print(f"fedagent server: run {outcome.run_id} completed; published rounds "
-          f"{[e['round'] for e in outcome.published()] or 'none'}; state in {state}")
+          f"{[e.round for e in outcome.published()] or 'none'}; state in {state}")
     return 0

@@ -65,7 +65,7 @@ def run(args) -> int:
                    publish=publish)
     for line in summary_lines(sim):
         print(line)
-    released = [e["release"] for e in sim.outcome.published() if e.get("release")]
+    released = [e.release for e in sim.outcome.published() if e.release]
     if released and install_hint:
         print(f"signed release {released[-1]} published; a device installs it with:\n  {install_hint}")
     if args.json:

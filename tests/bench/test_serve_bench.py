@@ -1,6 +1,7 @@
 """`facebridge bench serve` end to end on the CPU runners: two plain server processes, two client processes, one
-short count; the JSON holds every count (also as it ends, in `.partial`) and its counters add up. A smoke run:
-what it measures is read from the JSON of a real run (docs/PERFORMANCE.md), never asserted here."""
+short count; the JSON holds every count (written as each ends to `.partial`, which a finished run removes) and its
+counters add up. A smoke run: what it measures is read from the JSON of a real run (docs/PERFORMANCE.md), never
+asserted here."""
 from __future__ import annotations
 
 import json
@@ -20,8 +21,7 @@ def test_bench_serve_writes_each_count_and_its_counters_add_up(tmp_path):
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
     results = json.loads(out.read_text())["results"]
     assert results["serve_args"] == "--decode-workers 1" and results["mps"] is False
-    partial = json.loads(out.with_name("serve.json.partial").read_text())["results"]
-    assert partial["trials"] == results["trials"] and results["server_processes"] == 2
+    assert not out.with_name("serve.json.partial").exists() and results["server_processes"] == 2
     assert len(results["addresses"]) == 2 and results["gpu"] is None and results["min_served_share"] == 0.95
     (trial,) = results["trials"]
     assert trial["streams"] == 2 and trial["frames_sent"] > 0 and trial["errors"] == []

@@ -40,6 +40,7 @@ def test_bench_pipeline_reports_progress_and_ends_with_a_table(tmp_path):
     table = proc.stdout.splitlines()
     assert table[0].split()[:3] == ["configuration", "backend", "cores"] and table[2].startswith("one_core")
     assert table[-1] == f"wrote {out}"
+    assert table[-2].startswith("verdict: ") and not out.with_name("pipeline.json.partial").exists()
     assert json.loads(out.read_text())["results"]["configurations"]["one_core"]["frames"] == 8
 
 
@@ -70,3 +71,20 @@ def test_results_tables_line_up_and_show_missing_values():
 
     text = table(["name", "ms"], [["a", 1.25], ["longer", None]])
     assert text.splitlines() == ["name      ms", "------  ----", "a       1.25", "longer     -"]
+
+
+def test_a_bench_table_reads_as_words_and_units_never_reprs_or_negative_costs():
+    from bridge.bench.common import cost_text, exit_text, figures_table
+    from bridge.bench.engines import summary
+
+    assert cost_text(-4.0) == "none measurable" and cost_text(3.14) == "+3.14%" and cost_text(None) == "not measured"
+    assert exit_text(-15) == "killed by SIGTERM" and exit_text(0) == "exit 0 (clean)" and exit_text(None)
+    text = figures_table({"fps": 31.5, "stages": {"detect_ms": 2.0, "note": "text"}, "ok": True})
+    assert "stages.detect_ms  2" in text.replace("    ", "  ") or "detect_ms" in text
+    assert "ms" in text and "fps" in text and "True" not in text and "text" not in text.split("\n", 2)[-1]
+    results = {"models": {"face_landmark": {"onnxruntime": {"batch_1": {"median_ms": 1.5}}},
+                          "regressor": {"skipped": "takes landmark features, not an image"},
+                          "not_run": {"torch-eager-cpu": "needs onnx2torch, which is not installed"}}}
+    table = summary(results)
+    assert "ModuleNotFoundError" not in table and table.count("onnx2torch") == 1
+    assert "torch-eager-cpu: not run, needs onnx2torch" in table and "audio model" not in table

@@ -98,3 +98,24 @@ def test_fedagent_serve_repo_stops_on_ctrl_c(tmp_path):
     rc, out, took = pty_run(fedagent_cmd("serve-repo", str(tmp_path / "repo"), "--port", str(port)),
                             subprocess_env(tmp_path / "home"), ctrl_c_when="Ctrl-C stops")
     _stopped(rc, out, took)
+
+
+@pytest.mark.parametrize("command, when, after", [
+    (("calibrate", "--source", "sample"), None, 2.0),
+    (("serve", "--grpc", "127.0.0.1:0", "--quiet"), "listening on", None),
+])
+def test_calibrate_and_serve_stop_on_ctrl_c(command, when, after, tmp_path):
+    rc, out, took = pty_run(facebridge_cmd(*command), subprocess_env(tmp_path / "home"), ctrl_c_when=when,
+                            ctrl_c_after=after, timeout=240)
+    _stopped(rc, out, took)
+    assert not list((tmp_path / "home").rglob("*.json.tmp*"))  # nothing half-written
+
+
+def test_fedagent_simulate_stops_on_ctrl_c_and_leaves_no_flower_process(tmp_path):
+    import subprocess
+
+    rc, out, took = pty_run(fedagent_cmd("simulate", "--clients", "2", "--rounds", "1", "--work", str(tmp_path / "w")),
+                            subprocess_env(tmp_path / "home"), ctrl_c_when="work folder", timeout=240)
+    _stopped(rc, out, took)
+    left = subprocess.run(["pgrep", "-f", str(tmp_path / "w")], capture_output=True, text=True).stdout.split()
+    assert not left, left

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from bridge.audio.lipsync import load_adapter
+from fedagent.events import OtherEvent, RoundEvent, StageEvent, parse
 from fedagent.federation import LocalFederation
 from fedagent.task import adapter_to_list
 
@@ -79,7 +80,7 @@ def assert_aggregate_is_fedavg(state: Path, rnd: int, client_updates: list) -> f
 
 
 def stage_events(outcome, rnd: int):
-    return [e for e in outcome.events if e.get("event") == "stage" and e["round"] == rnd]
+    return [e for e in outcome.events if isinstance(e, StageEvent) and e.round == rnd]
 
 
 # -- a clean run ----------------------------------------------------------------------------------------------
@@ -93,7 +94,7 @@ def clean_run(devices):
 def test_a_round_runs_every_secagg_stage_and_the_run_completes(clean_run):
     outcome, _, _ = clean_run
     assert outcome.ok, outcome.info
-    assert [(e["stage"], e["status"], e["nodes"]) for e in stage_events(outcome, 1)] == [
+    assert [(e.stage, e.status, e.nodes) for e in stage_events(outcome, 1)] == [
         ("setup", "ok", 3), ("share_keys", "ok", 3), ("collect_masked_vectors", "ok", 3), ("unmask", "ok", 3)]
     assert outcome.rounds[0]["held_out_mouth_mae"] is not None
 
@@ -126,6 +127,14 @@ def test_server_logs_and_state_hold_no_individual_update(clean_run, devices):
         assert not any(k in json.loads(line) for k in ("parameters", "metrics", "num_examples"))
 
 
+def test_every_line_of_the_events_file_reads_as_a_known_kind_and_writes_back_the_same(clean_run):
+    _, state, _ = clean_run
+    for line in (state / "events.jsonl").read_text().splitlines():
+        event = parse(json.loads(line))
+        assert not isinstance(event, OtherEvent) and not event.extra, line
+        assert json.dumps(event.to_json()) == line
+
+
 # -- corrupt updates ------------------------------------------------------------------------------------------
 
 
@@ -134,7 +143,7 @@ def test_a_nan_or_out_of_range_update_is_refused_by_its_device_and_never_aggrega
     outcome, state, dumps = devices.run(faults, rounds=2, threshold=0.5)
     assert outcome.ok
     for rnd in (1, 2):
-        assert [(e["stage"], e["nodes"]) for e in stage_events(outcome, rnd)][2:] == [
+        assert [(e.stage, e.nodes) for e in stage_events(outcome, rnd)][2:] == [
             ("collect_masked_vectors", 2), ("unmask", 2)]
         contributed = updates(dumps, rnd)  # a refused update is never dumped, never masked
         assert len(contributed) == 2
@@ -144,7 +153,7 @@ def test_a_nan_or_out_of_range_update_is_refused_by_its_device_and_never_aggrega
     range_line = [line for line in (logs / "device1-clientapp.log").read_text().splitlines() if "refused" in line]
     assert nan_line and "1 value(s) are NaN or infinite" in nan_line[-1]
     assert range_line and "outside +-1" in range_line[-1]
-    told = [r for e in outcome.events if e.get("event") == "stage" for r in e.get("failures", [])]
+    told = [r for e in outcome.events if isinstance(e, StageEvent) for r in e.failures or []]
     assert any("local update refused (1 value(s) are NaN" in r for r in told)  # the server learns why, not what
 
 
@@ -155,11 +164,11 @@ def test_a_device_dropping_before_key_sharing_triggers_a_retry_without_it(device
     # every neighbour must survive (threshold 1.0): the round halts in share_keys, is retried without the device
     strict, state, dumps = devices.run({0: "share_keys:1:raise"}, threshold=1.0, **{"min-clients": 2})
     assert strict.ok
-    attempts = [(e["attempt"], e["stage"], e["status"], e["nodes"]) for e in stage_events(strict, 1)]
+    attempts = [(e.attempt, e.stage, e.status, e.nodes) for e in stage_events(strict, 1)]
     assert attempts[:2] == [(1, "setup", "ok", 3), (1, "share_keys", "halted", 2)]
     assert attempts[2:] == [(2, "setup", "ok", 2), (2, "share_keys", "ok", 2), (2, "collect_masked_vectors", "ok", 2),
                             (2, "unmask", "ok", 2)]
-    assert any(e.get("status") == "retry" for e in strict.events if e["event"] == "round")
+    assert any(e.status == "retry" for e in strict.events if isinstance(e, RoundEvent))
     assert_aggregate_is_fedavg(state, 1, updates(dumps, 1))
 
 
@@ -167,7 +176,7 @@ def test_a_device_dropping_before_key_sharing_is_left_out_and_the_round_goes_on(
     # the default threshold: the dropped device is left out and the same attempt completes (stock 1.42 halts)
     lenient, state, dumps = devices.run({0: "share_keys:1:raise"}, **{"min-clients": 2})
     assert lenient.ok
-    assert [(e["attempt"], e["stage"], e["nodes"]) for e in stage_events(lenient, 1)] == [
+    assert [(e.attempt, e.stage, e.nodes) for e in stage_events(lenient, 1)] == [
         (1, "setup", 3), (1, "share_keys", 2), (1, "collect_masked_vectors", 2), (1, "unmask", 2)]
     assert_aggregate_is_fedavg(state, 1, updates(dumps, 1))
 
@@ -193,7 +202,7 @@ def test_a_device_killed_mid_round_does_not_stop_the_round(devices):
     runner.join(300)
     outcome = result["outcome"]
     assert outcome.ok and not victim.alive()
-    assert [(e["stage"], e["nodes"]) for e in stage_events(outcome, 1)][2:] == [
+    assert [(e.stage, e.nodes) for e in stage_events(outcome, 1)][2:] == [
         ("collect_masked_vectors", 2), ("unmask", 2)]
     survivors = updates(result["dumps"], 1)
     assert len(survivors) == 2

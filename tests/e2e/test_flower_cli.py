@@ -20,7 +20,8 @@ def test_a_run_started_while_the_superlink_comes_up_is_tried_again_and_started_o
     config = run_config_file(tmp_path / "run-config.toml", {"state-dir": str(tmp_path / "server"), "rounds": 1})
     links = []
     # the SuperLink starts a second after the first `flwr run` found nothing listening
-    late = threading.Timer(1.0, lambda: links.append(superlink(tmp_path / "link", tmp_path / "logs", port=port)))
+    late = threading.Timer(1.0, lambda: links.append(superlink(tmp_path / "link", tmp_path / "logs", control_port=port,
+                                                                       fleet_port=free_port())))
     late.start()
     try:
         run_id = cli.run(app, config, attempts=4)

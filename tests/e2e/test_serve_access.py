@@ -4,11 +4,13 @@ GetServeStatus alike; the health service answers over TLS without a token (probe
 without TLS cannot talk to it at all."""
 from __future__ import annotations
 
+import subprocess
+
 import cv2
 import grpc
 import pytest
 
-from tests.helpers import serve_process, tls_files
+from tests.helpers import facebridge_cmd, serve_process, subprocess_env, tls_files
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -48,6 +50,16 @@ def test_tls_and_a_token_serve_the_right_client_and_refuse_the_others(tmp_path):
         finally:
             good.close()
             wrong.close()
+        # `facebridge run --remote` with a refused token stops at once with one line (issue 40), never a warning
+        # a frame and a run that does not end
+        run = subprocess.run(facebridge_cmd("run", "--remote", address, "--remote-token", "not-the-token",
+                                            "--remote-tls-ca", str(ca), "--source", "sample", "--max-frames", "50",
+                                            "--llf", "off", "--vmc", "off", "--monitor", "off", "--quiet"),
+                             env=subprocess_env(tmp_path / "home"), capture_output=True, text=True, timeout=240)
+        errors = [line for line in run.stderr.splitlines() if "error:" in line]
+        assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
+        assert len(errors) == 1 and "refused the token" in errors[0] and "--remote-token" in errors[0], run.stderr
+        assert len(run.stderr.splitlines()) <= 3, run.stderr  # the error, at most a warning or two before it
         with open_channel(address, str(ca)) as channel:
             assert _status(channel, TOKEN).server_version
             with pytest.raises(grpc.RpcError) as err:

@@ -38,14 +38,16 @@ def test_a_refresher_that_keeps_up_gives_the_inline_identity_bit_for_bit(clips, 
 
 
 def test_latest_wins_per_engine_and_a_reset_drops_an_older_refresh(clips, refresher):
-    gate = threading.Event()
+    gate, entered = threading.Event(), threading.Event()
 
     class Blocker:  # holds the one worker until released, so observations pile up behind it
         def refresh_identity(self, _observation):
+            entered.set()
             gate.wait(30)
 
     est = ExpressionEstimator(refresher=refresher)
     refresher.offer(Blocker(), None)
+    assert entered.wait(30)  # the worker holds the blocker: on a loaded machine it may take a while to start
     for i in range(5):
         _run(est, clips[0], i)
     assert refresher.counts["replaced"] == 4  # one waits for this engine: the newest
@@ -54,7 +56,9 @@ def test_latest_wins_per_engine_and_a_reset_drops_an_older_refresh(clips, refres
     assert est._updates == 1 and refresher.counts["done"] == 2
 
     gate.clear()
+    entered.clear()
     refresher.offer(Blocker(), None)
+    assert entered.wait(30)
     _run(est, clips[0], 5)
     est.reset()  # the subject changed while its refresh waited: that refresh must not land
     gate.set()

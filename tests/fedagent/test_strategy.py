@@ -2,6 +2,7 @@
 import numpy as np
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 
+from fedagent.events import AggregateEvent, DpEvent, EvaluateEvent
 from fedagent.strategy import AdapterFedAvg
 from fedagent.task import adapter_to_list, default_adapter
 
@@ -35,7 +36,7 @@ def test_nan_out_of_range_and_too_large_aggregates_are_rejected():
         s, events = strategy(max_update_norm=2.0)
         params, _ = s.aggregate_fit(1, results(bad, default_adapter()), [])
         assert params is None and s.accepted_round == 0
-        assert any(e.get("status") == "rejected" and reason in e["reason"] for e in events)
+        assert any(isinstance(e, AggregateEvent) and e.status == "rejected" and reason in e.reason for e in events)
     s, events = strategy()
     assert s.aggregate_fit(1, [], [RuntimeError("gone")])[0] is None
 
@@ -51,10 +52,10 @@ def test_publishing_happens_only_for_accepted_rounds_that_are_no_worse():
         s.evaluate(rnd, params)
     assert published == [(1, 0.04), (3, 0.04)]  # round 2 was worse than the last published
     s.evaluate(4, params)  # round 4 never aggregated: nothing to publish
-    assert [e["status"] for e in events if e["event"] == "evaluate"][-1] == "unchanged"
+    assert [e.status for e in events if isinstance(e, EvaluateEvent)][-1] == "unchanged"
 
 
 def test_dp_adds_noise_of_the_documented_size():
     s, events = strategy(dp_noise=1.0, dp_clip=0.2)
     s.aggregate_fit(1, results(default_adapter(), default_adapter()), [])
-    assert [e["noise_stdev"] for e in events if e["event"] == "dp"] == [0.1]  # noise * clip / devices
+    assert [e.noise_stdev for e in events if isinstance(e, DpEvent)] == [0.1]  # noise * clip / devices

@@ -102,3 +102,55 @@ def test_the_page_shows_the_live_face_renders_the_preview_and_its_buttons_reach_
     takes = list((tmp_path / "takes").iterdir())
     assert len(takes) == 1 and (takes[0] / "take.json").exists()
     assert not errors, errors
+
+
+LAYOUT = """() => {
+    const rect = (el) => el.getBoundingClientRect();
+    const rows = [...document.querySelectorAll('#bars-blendshapes .row')];
+    const card = rect(document.getElementById('bars-blendshapes').closest('.card'));
+    const at = (name) => rect(rows.find((r) => r.dataset.name === name));
+    return {
+        scroll: document.scrollingElement.scrollWidth - window.innerWidth,
+        shortestBar: Math.min(...rows.map((r) => rect(r.querySelector('.bar')).width)),
+        spill: Math.max(...rows.map((r) => rect(r.querySelector('.value')).right - card.right)),
+        left: at('eyeBlinkLeft'), right: at('eyeBlinkRight'), smileL: at('mouthSmileLeft'),
+        smileR: at('mouthSmileRight'),
+    };
+}"""
+
+
+def test_the_page_works_from_1024_px_wide_shows_the_last_state_at_once_and_pairs_left_and_right(
+        browser, tmp_path, isolated_home):
+    """At 1024, 1280 and 1920 px: no sideways scrolling, every blendshape bar at least 40 px long, every value
+    inside its card, each Left shape beside its Right one; screenshots kept as artifacts (looked at by hand). The
+    page shows the bridge's last state before its WebSocket connects (here: it never does)."""
+    config = RunConfig(source="sample", monitor="127.0.0.1:0", status_line=False, takes_dir=str(tmp_path / "takes"),
+                       outputs=OutputConfig(llf=None, vmc=None))
+    artifacts = Path(os.environ.get("FACEBRIDGE_TEST_ARTIFACTS", ROOT / "build" / "test-artifacts"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with running_session(config) as session:
+        _wait(lambda: session.stats.snapshot().sent >= 10, 60, "frames to flow")
+        for width in (1024, 1280, 1920):
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(session.monitor.url)
+            page.wait_for_function("document.getElementById('connection').textContent === 'live'", timeout=20000)
+            _wait(lambda: any(_bar_widths(page)), 20, "the bars to fill")
+            time.sleep(0.6)  # the numbers follow at the slow pace
+            shape = page.evaluate(LAYOUT)
+            page.screenshot(path=str(artifacts / f"monitor-{width}.png"))
+            assert shape["scroll"] <= 0, (width, shape)
+            assert shape["shortestBar"] >= 40 and shape["spill"] <= 0, (width, shape)
+            for left, right in ((shape["left"], shape["right"]), (shape["smileL"], shape["smileR"])):
+                assert left["y"] == right["y"] and left["x"] < right["x"], (width, left, right)
+            assert float(page.inner_text("#fps")) > 0 and not errors, (width, errors)
+            page.close()
+        # the last state at once: a page whose WebSocket never opens still shows the stream as it was
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.add_init_script("window.WebSocket = function () { return { send() {}, close() {} }; };")
+        page.goto(session.monitor.url)
+        page.wait_for_function("Number(document.getElementById('fps').textContent) > 0", timeout=5000)
+        assert any(_bar_widths(page)) and page.inner_text("#face") != "waiting for the first frame"
+        assert page.inner_text("#connection") == "connecting"
+        page.close()

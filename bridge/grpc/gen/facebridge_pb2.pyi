@@ -342,7 +342,7 @@ class GetServeStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServeStatusResponse(_message.Message):
-    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder", "streams_evicted", "streams_invalid", "model_versions", "release", "gc_collections", "gc_pause_ms_total", "gc_pause_ms_max", "gc_pauses_over_10ms", "thread_cpu_s")
+    __slots__ = ("replica", "runners", "streams", "max_streams", "frames_received", "frames_served", "stale_dropped", "late_dropped", "bad_frames", "streams_refused", "passes", "mean_batch", "latency_ms_p50", "latency_ms_p99", "server_version", "decoder", "streams_evicted", "streams_invalid", "model_versions", "release", "gc_collections", "gc_pause_ms_total", "gc_pause_ms_max", "gc_pauses_over_10ms", "thread_cpu_s", "frame_sizes", "max_frame_sizes", "frame_sizes_released", "max_streams_per_peer", "streams_refused_per_peer")
     class ModelVersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -382,6 +382,11 @@ class GetServeStatusResponse(_message.Message):
     GC_PAUSE_MS_MAX_FIELD_NUMBER: _ClassVar[int]
     GC_PAUSES_OVER_10MS_FIELD_NUMBER: _ClassVar[int]
     THREAD_CPU_S_FIELD_NUMBER: _ClassVar[int]
+    FRAME_SIZES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FRAME_SIZES_FIELD_NUMBER: _ClassVar[int]
+    FRAME_SIZES_RELEASED_FIELD_NUMBER: _ClassVar[int]
+    MAX_STREAMS_PER_PEER_FIELD_NUMBER: _ClassVar[int]
+    STREAMS_REFUSED_PER_PEER_FIELD_NUMBER: _ClassVar[int]
     replica: str
     runners: str
     streams: int
@@ -407,4 +412,9 @@ class GetServeStatusResponse(_message.Message):
     gc_pause_ms_max: float
     gc_pauses_over_10ms: int
     thread_cpu_s: _containers.ScalarMap[str, float]
-    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ..., streams_evicted: _Optional[int] = ..., streams_invalid: _Optional[int] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., release: _Optional[str] = ..., gc_collections: _Optional[_Iterable[int]] = ..., gc_pause_ms_total: _Optional[float] = ..., gc_pause_ms_max: _Optional[float] = ..., gc_pauses_over_10ms: _Optional[int] = ..., thread_cpu_s: _Optional[_Mapping[str, float]] = ...) -> None: ...
+    frame_sizes: _containers.RepeatedScalarFieldContainer[str]
+    max_frame_sizes: int
+    frame_sizes_released: int
+    max_streams_per_peer: int
+    streams_refused_per_peer: int
+    def __init__(self, replica: _Optional[str] = ..., runners: _Optional[str] = ..., streams: _Optional[int] = ..., max_streams: _Optional[int] = ..., frames_received: _Optional[int] = ..., frames_served: _Optional[int] = ..., stale_dropped: _Optional[int] = ..., late_dropped: _Optional[int] = ..., bad_frames: _Optional[int] = ..., streams_refused: _Optional[int] = ..., passes: _Optional[int] = ..., mean_batch: _Optional[float] = ..., latency_ms_p50: _Optional[float] = ..., latency_ms_p99: _Optional[float] = ..., server_version: _Optional[str] = ..., decoder: _Optional[str] = ..., streams_evicted: _Optional[int] = ..., streams_invalid: _Optional[int] = ..., model_versions: _Optional[_Mapping[str, str]] = ..., release: _Optional[str] = ..., gc_collections: _Optional[_Iterable[int]] = ..., gc_pause_ms_total: _Optional[float] = ..., gc_pause_ms_max: _Optional[float] = ..., gc_pauses_over_10ms: _Optional[int] = ..., thread_cpu_s: _Optional[_Mapping[str, float]] = ..., frame_sizes: _Optional[_Iterable[str]] = ..., max_frame_sizes: _Optional[int] = ..., frame_sizes_released: _Optional[int] = ..., max_streams_per_peer: _Optional[int] = ..., streams_refused_per_peer: _Optional[int] = ...) -> None: ...

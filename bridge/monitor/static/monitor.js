@@ -11,12 +11,24 @@ const page = { names: [], emotions: [], visemes: [], fps: [], stages: {}, previe
                pendingImage: null, renderQueued: false, awaitingImage: false };
 window.monitorCounts = page.counts;  // updates drawn, for tests and the benchmark
 
-function bars(container, names) {
+// Left and right shapes side by side (eyeBlinkLeft beside eyeBlinkRight), the unpaired ones after them; each row
+// keeps the index of its value in the stream's order.
+function paired(names) {
+  const at = new Map(names.map((n, i) => [n, i])), pairs = [], single = [];
+  for (const [i, n] of names.entries()) {
+    const right = n.endsWith("Left") ? at.get(n.slice(0, -4) + "Right") : undefined;
+    if (right !== undefined) pairs.push(i, right);
+    else if (!(n.endsWith("Right") && at.has(n.slice(0, -5) + "Left"))) single.push(i);
+  }
+  return pairs.concat(single);
+}
+
+function bars(container, names, pair) {
   const el = $(container);
   el.innerHTML = "";
-  for (const n of names) {
-    const row = document.createElement("div");
-    row.className = "row"; row.dataset.name = n;
+  for (const i of pair ? paired(names) : names.keys()) {
+    const n = names[i], row = document.createElement("div");
+    row.className = "row"; row.dataset.name = n; row.dataset.index = i;
     row.innerHTML = `<span class="name" title="${n}">${n}</span><span class="bar"><span class="fill"></span></span>` +
                     `<span class="value">0.00</span>`;
     el.appendChild(row);
@@ -28,13 +40,15 @@ function bars(container, names) {
 function setBars(container, values, numbers) {
   const rows = $(container).children;
   if (!values) return;
-  for (let i = 0; i < rows.length && i < values.length; i++) {
+  for (const row of rows) {
+    const i = Number(row.dataset.index);
+    if (!(i < values.length)) continue;
     const v = Math.max(0, Math.min(1, values[i])), text = v.toFixed(2);
-    if (rows[i].dataset.value !== text) {
-      rows[i].dataset.value = text;
-      rows[i].children[1].firstChild.style.transform = `scaleX(${text})`;
+    if (row.dataset.value !== text) {
+      row.dataset.value = text;
+      row.children[1].firstChild.style.transform = `scaleX(${text})`;
     }
-    if (numbers && rows[i].children[2].textContent !== text) rows[i].children[2].textContent = text;
+    if (numbers && row.children[2].textContent !== text) row.children[2].textContent = text;
   }
 }
 
@@ -101,7 +115,7 @@ function onSlowState(m) {
   setText("release", `release ${installed || "shipped"}` + (s.update_status !== "none" ? ` · ${s.update_status}` : "")
     + (rolled ? ` · rolled back ${rolled}` : ""));
   const found = f && f.face_found;
-  setText("face", f ? (found ? `face ${(100 * f.confidence).toFixed(0)}%` : "no face") : "waiting");
+  setText("face", f ? (found ? `face ${(100 * f.confidence).toFixed(0)}%` : "no face") : "waiting for the first frame");
   const pill = "pill " + (found ? "good" : "bad");
   if ($("face").className !== pill) $("face").className = pill;
   if (f) {
@@ -228,21 +242,35 @@ function connect() {
   };
   ws.onmessage = (ev) => {
     if (typeof ev.data !== "string") { onPreview(ev.data); return; }
-    const m = JSON.parse(ev.data);
-    if (m.type === "hello") {
-      page.names = m.blendshapes; page.emotions = m.emotions; page.visemes = m.visemes;
-      bars("bars-blendshapes", m.blendshapes); bars("bars-emotion", m.emotions); bars("bars-visemes", m.visemes);
-      $("subject").textContent = m.subject || "FaceBridge";
-    } else if (m.type === "state") {
-      page.counts.state += 1;
-      page.pendingState = m;
-      if (!page.awaitingImage) schedule();
-      else setTimeout(schedule, 150);  // the image that goes with it is late or lost: draw the state anyway
-    } else if (m.type === "preview") {
-      page.meta = m;
-      page.awaitingImage = page.preview;  // the state and the JPEG follow: one paint for the three
-    }
+    onMessage(JSON.parse(ev.data));
   };
+}
+
+function onMessage(m) {
+  if (m.type === "hello") {
+    if (page.names.join() !== m.blendshapes.join()) {  // the page drawn with the initial state keeps its rows
+      page.names = m.blendshapes; page.emotions = m.emotions; page.visemes = m.visemes;
+      bars("bars-blendshapes", m.blendshapes, true); bars("bars-emotion", m.emotions);
+      bars("bars-visemes", m.visemes, true);
+    }
+    $("subject").textContent = m.subject || "FaceBridge";
+  } else if (m.type === "state") {
+    page.counts.state += 1;
+    page.pendingState = m;
+    if (!page.awaitingImage) schedule();
+    else setTimeout(schedule, 150);  // the image that goes with it is late or lost: draw the state anyway
+  } else if (m.type === "preview") {
+    page.meta = m;
+    page.awaitingImage = page.preview;  // the state and the JPEG follow: one paint for the three
+  }
+}
+
+// The page arrives with the bridge's last state in it: drawn at once, before the WebSocket connects.
+function showInitial() {
+  const el = $("initial");
+  if (!el) return;
+  for (const m of JSON.parse(el.textContent)) onMessage(m);
+  setText("connection", "connecting");
 }
 
 $("preview-toggle").onclick = () => {
@@ -264,4 +292,5 @@ $("record").onclick = async () => {
   try { say((await api("/api/record", { on: !page.recording })).message); } catch (e) { say(String(e.message)); }
 };
 
+showInitial();
 connect();

@@ -24,9 +24,11 @@
   function build(names) {
     const bars = el("tuning-bars"), select = el("tuning-shape");
     bars.innerHTML = ""; select.innerHTML = "";
-    for (const n of names) {
-      const row = document.createElement("div");
-      row.className = "row tuning-row"; row.dataset.name = n;
+    // the blendshape card's order (monitor.js `paired`: each Left beside its Right) where the page has it
+    const order = typeof paired === "function" ? paired(names) : [...names.keys()];
+    for (const i of order) {
+      const n = names[i], row = document.createElement("div");
+      row.className = "row tuning-row"; row.dataset.name = n; row.dataset.index = i;
       row.innerHTML = `<span class="name" title="${n}">${n}</span>` +
         `<span class="bar"><span class="fill"></span><span class="peak" title="peak before the mapping"></span></span>` +
         `<span class="value">0.00</span>`;
@@ -64,12 +66,13 @@
     state.mapping = view.mapping;
     el("tuning-subject").textContent = view.subject;
     const rows = el("tuning-bars").children;
-    for (let i = 0; i < rows.length; i++) {
+    for (const row of rows) {
+      const i = Number(row.dataset.index);
       const v = Math.max(0, Math.min(1, view.mapped[i])), p = Math.max(0, Math.min(1, view.peaks[i]));
-      rows[i].children[1].children[0].style.transform = `scaleX(${v.toFixed(3)})`;
-      rows[i].children[1].children[1].style.left = `${(p * 100).toFixed(1)}%`;
-      rows[i].children[1].children[1].dataset.peak = p.toFixed(3);
-      rows[i].children[2].textContent = v.toFixed(2);
+      row.children[1].children[0].style.transform = `scaleX(${v.toFixed(3)})`;
+      row.children[1].children[1].style.left = `${(p * 100).toFixed(1)}%`;
+      row.children[1].children[1].dataset.peak = p.toFixed(3);
+      row.children[2].textContent = v.toFixed(2);
     }
     state.steps = view.steps;
     showSliders();
