@@ -79,6 +79,12 @@ def renormalised(emotion: np.ndarray) -> np.ndarray:
     return (emotion / np.maximum(emotion.sum(-1, keepdims=True), 1e-6)).astype(np.float32)
 
 
+def emotion_due(tracked_count, every: int):
+    """Whether the emotion model runs on the `tracked_count`th consecutive tracked frame (an int, or an array of
+    counts, one per stream): every `every`th, starting with the first."""
+    return (every == 1) | (tracked_count % every == 1)
+
+
 def relaxed(blendshapes: np.ndarray) -> np.ndarray:
     """A lost face's expression, one frame further toward neutral."""
     return (blendshapes * 0.8).astype(np.float32)
@@ -177,7 +183,7 @@ class FaceDescriber:
 
     def wants_emotion(self, tracked_count: int) -> bool:
         """Whether the emotion model should run on the `tracked_count`th consecutive tracked frame."""
-        return self.emotion_every == 1 or tracked_count % self.emotion_every == 1
+        return bool(emotion_due(tracked_count, self.emotion_every))
 
     def run_deferred(self) -> None:
         """The work the last frame left: its emotion classified and the identity refresh's step, run after that

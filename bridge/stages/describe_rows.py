@@ -27,6 +27,7 @@ from bridge.stages.describe import (
     FILTER_SLICES,
     FILTER_WIDTHS,
     FILTERS,
+    emotion_due,
     filter_settings,
     relaxed,
     renormalised,
@@ -187,7 +188,7 @@ class DescribeRows:
                 np.maximum(blinks[w], blendshapes[w][:, BLINKS]), t[w])
             self._has_pending[rows[w]] = False
         if faces.emotion is not None:
-            wants = (self._tracked[rows] % self.emotion_every == 1) | (self.emotion_every == 1)
+            wants = emotion_due(self._tracked[rows], self.emotion_every)
             if wants.any():
                 w = np.flatnonzero(wants)
                 self._pending_emotion[rows[w]] = faces.emotion[at[w]]
