@@ -32,6 +32,7 @@ LOG_ONLY = {"console": False}  # logging `extra=`: to the log file, not to stder
 LOG_BYTES = 1 << 20  # the log is started again past this size (it is for the last failure, not an archive)
 
 
+_handlers: list[logging.Handler] = []  # what setup() added to the root logger
 _ctrl_c_at: list[float] = []  # when Ctrl-C came (monotonic seconds), once it has
 
 
@@ -80,6 +81,10 @@ def setup(prog: str, verbose: bool) -> Path | None:
     os.environ.setdefault("GRPC_VERBOSITY", "INFO" if verbose else "NONE")  # before grpc loads
     root = logging.getLogger()
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    for old in _handlers:  # a second command in one process (tests call main() in turn) replaces the first's
+        root.removeHandler(old)
+        old.close()
+    _handlers.clear()
     console = logging.StreamHandler(sys.stderr)
     if verbose:
         console.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
@@ -88,11 +93,13 @@ def setup(prog: str, verbose: bool) -> Path | None:
         console.setFormatter(_UserFormatter(prog))
     console.addFilter(lambda record: getattr(record, "console", True))  # LOG_ONLY records skip stderr
     root.addHandler(console)
+    _handlers.append(console)
     path = _open_log(prog)
     if path is not None:
         handler = logging.FileHandler(path, encoding="utf-8", delay=True)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root.addHandler(handler)
+        _handlers.append(handler)
     _route_thread_failures(prog, path)
     return path
 

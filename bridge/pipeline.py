@@ -351,7 +351,9 @@ class FacePipeline:
         if found.eyes is None:
             timer.lap("iris")
         emotion = None
-        if self.describer.wants_emotion(tracked.tracked_count):  # classified every Nth frame, held between
+        # classified every Nth frame, held between; counted by the describer (the frames it describes), never by the
+        # tracker: a frame dropped between the two stages would put the two counts out of step for good
+        if self.describer.wants_emotion(self.describer.tracked_count + 1):
             emotion = functools.partial(self.emotion.run, image, points)  # run by the describer
         out = self.describer.describe(frame, MeasuredFace(points=points, presence=float(found.presence),
                                                           iris=iris.iris, emotion=emotion), timer)

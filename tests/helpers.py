@@ -149,7 +149,7 @@ def learn_window(frames: int = 120, seed: int = 0, source: str = "simulated"):
 def speaker_stores(folder: Path, devices: int, held_out: int = 1, utterances: int = 8):
     """(device stores, one server held-out store) of simulated espeak-ng speakers; skips without espeak-ng."""
     espeak_or_skip()
-    from fedagent.simulation import device_stores, server_eval_store
+    from fedagent.local.simulation import device_stores, server_eval_store
 
     return device_stores(devices, utterances, folder), server_eval_store(held_out, utterances, folder)
 

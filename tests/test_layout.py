@@ -111,6 +111,19 @@ def test_bridge_never_imports_fedagent():
     assert _violations(("bridge",), ("fedagent",)) == []
 
 
+def test_the_flower_app_starts_no_process_and_publishes_only_through_its_publish_step():
+    """fedagent.app (what runs inside Flower's processes) imports nothing of fedagent.local (starting and stopping
+    Flower processes, simulations), and of fedagent.publisher only fedagent.publisher.release, and only from
+    fedagent.app.server_app (the Flower server app's publish step). Every fedagent module lives in a room or is
+    the command line."""
+    assert _violations(("fedagent.app",), ("fedagent.local",)) == []
+    assert _violations(("fedagent.app",), ("fedagent.publisher",)) == [
+        "fedagent.app.server_app -> fedagent.publisher.release"]
+    rooms = ("fedagent.app", "fedagent.local", "fedagent.publisher", "fedagent.commands")
+    loose = {m for m in GRAPH if _within(m, "fedagent") and not any(_within(m, r) for r in rooms)}
+    assert loose == {"fedagent", "fedagent.__main__", "fedagent.cli"}
+
+
 def test_there_is_no_import_circle():
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     path: list[str] = []

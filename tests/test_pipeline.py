@@ -263,3 +263,23 @@ def test_a_frames_periodic_work_runs_after_it_is_handed_on_and_the_stream_is_the
     fresh = FacePipeline()
     first, second = fresh.process(frames[0]), fresh.process(frames[1])
     assert not first.emotion.any() and second.emotion.sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_emotion_keeps_its_cadence_after_a_frame_dropped_between_the_two_stages(pipeline, sample_frames):
+    """With track and describe in two threads, a busy describe stage drops a tracked frame now and then (latest
+    wins): the emotion model still runs on every 4th described frame, instead of never again (the tracker's count
+    and the describer's would be out of step for good)."""
+    calls = []
+    run = pipeline.emotion.run
+    pipeline.emotion.run = lambda *a: calls.append(1) or run(*a)
+    try:
+        pipeline.reset()
+        for i, f in enumerate(sample_frames[:60]):
+            tracked = pipeline.track(f)
+            if i in (20, 41):
+                continue  # dropped between the stages
+            pipeline.describe(tracked)
+            pipeline.run_deferred()
+    finally:
+        pipeline.emotion.run = run
+    assert len(calls) == 15  # described frames 1, 5, 9, ... of 58

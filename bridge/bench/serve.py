@@ -432,10 +432,13 @@ def _start_server(args, max_streams: int, tag: str = ""):
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "bridge.cli", "serve", "--quiet", "--grpc", "127.0.0.1:0" if not args.ray_replicas
-           else "127.0.0.1:50461", "--runners", args.runners, "--max-streams", str(max_streams),
-           "--deadline-ms", str(args.deadline_ms), "--prewarm", "480x360"]  # the sample's size
-    cmd += shlex.split(args.serve_args)
+    extra = shlex.split(args.serve_args)
+    defaults = [("--quiet",), ("--grpc", "127.0.0.1:0" if not args.ray_replicas else "127.0.0.1:50461"),
+                ("--runners", args.runners), ("--max-streams", str(max_streams)),
+                ("--deadline-ms", str(args.deadline_ms)), ("--prewarm", "480x360")]  # the sample's size
+    # --serve-args replaces a default (the command line refuses an option given twice)
+    cmd = [sys.executable, "-m", "bridge.cli", "serve"]
+    cmd += [x for option in defaults if option[0] not in extra for x in option] + extra
     if args.ray_replicas:
         cmd += ["--ray-replicas", str(args.ray_replicas)]
         if args.ray_gpus_per_replica is not None:

@@ -25,12 +25,12 @@ import time
 
 import numpy as np
 
-from bridge.bench.common import exit_text, reporter, table
+from bridge.bench.common import exit_text, positive_float, reporter, table
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--minutes", type=float, default=5.0, help="how long the bridge runs (default 5)")
-    p.add_argument("--interval", type=float, default=60.0, help="seconds between samples (default 60)")
+    p.add_argument("--minutes", type=positive_float, default=5.0, help="how long the bridge runs (default 5)")
+    p.add_argument("--interval", type=positive_float, default=60.0, help="seconds between samples (default 60)")
     p.add_argument("--source", default="sample", help="the bridge's --source (default: the bundled sample, looped)")
     p.add_argument("--reconnect-every", type=float, default=10.0, metavar="S",
                    help="the gRPC subscriber disconnects and reconnects every S seconds (default 10)")
@@ -278,7 +278,11 @@ def run(args) -> dict:
         try:
             rc = proc.wait(60)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            for pid in {bridge_pid, proc.pid}:  # the bridge too: killing strace alone would leave it running
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             rc = proc.wait()
         llf.close()
         vmc.close()

@@ -60,10 +60,11 @@ def run(args) -> int:
     if args.source == "sample":
         print(f"note: calibrating '{args.subject}' from the bundled sample clip, as asked: that is not your "
               "face, so recalibrate from your camera before you perform", file=sys.stderr)
-    pipeline = FacePipeline(pipeline_options(args), profile=None)
     frames = []
+    # the source first: a wrong path or a busy camera is said before the models load
     with open_source(args.source, realtime=False, size=args.camera_size, fps=args.camera_fps,
                      mirror=args.mirror) as source:
+        pipeline = FacePipeline(pipeline_options(args), profile=None)
         print(f"calibrating '{args.subject}' from {source.name}: hold a relaxed, neutral face...", file=sys.stderr)
         while len(frames) < args.frames:
             frame = source.read()

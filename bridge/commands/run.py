@@ -179,7 +179,8 @@ def add_parser(sub) -> None:
     p.add_argument("--updates", nargs="?", const="auto", default="auto", metavar="STATE",
                    help="follow the signed-updates store live: when `fedagent update install` (or rollback) changes a "
                         "model's active release, the new model is built and checked in the background and swapped in "
-                        "between two frames (default: the per-user store, when one exists); 'off' turns it off")
+                        "between two frames (default: the per-user store, followed even before anything is installed "
+                        "there); a release that fails in service is rolled back by itself; 'off' turns it off")
     p.add_argument("--adapter", metavar="FILE.npz", help="try a lip-sync adapter locally (with --audio) instead of the "
                    "installed one; needs --adapter-sha256")
     p.add_argument("--adapter-sha256", metavar="HEX", help="the adapter file's sha256 (at least 12 hex digits), "

@@ -4,7 +4,7 @@ per-region confidence, for one face per call.
 method="regressor" (default): the shipped ONNX regressor (or a user model following the contract in
 contract.py), about 0.1 ms per face. method="fit": the analysis-by-synthesis reference fit (fit.py), tens of ms.
 Both keep a per-subject identity that converges over the first ~3 s, held within fit.IDENTITY_LIMIT standard
-deviations of the prior (said once in the log when a face's fit lies beyond it), and can be restored from a
+deviations of the prior (said once in the info log when a face's fit lies beyond it), and can be restored from a
 calibration profile with set_identity(). The regressor's identity refresh runs inline (FacePipeline: every frame's
 result is the same on every run), or, given a shared IdentityRefresher (`facebridge serve`, many streams), on that
 bounded worker while the stream goes on with the identity it has. tongueOut has no visual basis: it stays 0 here and
@@ -343,12 +343,13 @@ class ExpressionEstimator:
         self._tell_far(worst)
 
     def _tell_far(self, worst: float) -> None:
-        """Say once in the log that this face's identity fit lies beyond IDENTITY_LIMIT (never a fault)."""
+        """Say once in the log (`facebridge -v`, the run's log file) that this face's identity fit lies beyond
+        IDENTITY_LIMIT: who the person is, never a fault, so nothing for the console."""
         if worst > IDENTITY_LIMIT and not self._told_far:
             self._told_far = True
-            log.warning("expression: this face's identity fit lies %.1f standard deviations from the morphable "
-                        "model's prior in one of its modes; the identity streamed is held within %g there",
-                        worst, IDENTITY_LIMIT)
+            log.info("expression: this face's identity fit lies %.1f standard deviations from the morphable "
+                     "model's prior in one of its modes; the identity streamed is held within %g there",
+                     worst, IDENTITY_LIMIT)
 
     def _face_points(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """model.face_points, the identity's part kept per estimator (the model is shared by every stream)."""

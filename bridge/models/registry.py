@@ -124,7 +124,15 @@ class ModelRegistry:
 
     def active(self, name: str) -> ActiveModel:
         """The verified files a session of `name` should load: the installed release, else the shipped model."""
-        release = self.installed(name)
+        return self._files_of(name, self.installed(name))
+
+    def previous(self, name: str) -> ActiveModel:
+        """The verified files a rollback of `name` would serve: the previous release, else the shipped model."""
+        if not (self.state_dir / "state.json").exists():
+            return self._files_of(name, None)
+        return self._files_of(name, read_state(self.state_dir).model(name).previous)
+
+    def _files_of(self, name: str, release: InstalledRelease | None) -> ActiveModel:
         if release is None:
             return ActiveModel(name, 0, "shipped", self.shipped_path(name), None, None)
         reference = self.verified_file(release, "reference.npz")

@@ -5,14 +5,15 @@ the output guard replaces every frame, recreating its session changes nothing, a
 (runtime/recreate.py in `facebridge run`, runtime/serve_releases.py in `facebridge serve`) decides that a release
 failed; this module undoes it through the machinery every release already takes:
 - the failed version is retired in the run's ModelSwapper, so this process never builds it again;
-- the update store rolls it back (bridge/updates/rollback.py): the previous release, or the shipped model, becomes
-  active again and the failed release is marked rolled back, so the watch never activates it and a later install
-  of it is refused (`rollback`); `fedagent update status` shows it;
-- the release watch is polled at once, so the model now active is built and swapped in between two frames as any
-  release is (well within a second for the face models on a CPU).
-The store work runs on its own short thread (it may wait for an installer's lock), never on a frame thread. If the
-store cannot be written (another installer holds it for long, a read-only store), the shipped model is swapped in
-all the same and the failed release stays retired in this process; one line says so.
+- the model the store is about to make active again (the previous release, or the shipped model; its files
+  verified as ever) is asked of the swapper at once, so it is built and swapped in between two frames as any
+  release is, without waiting for the store's lock or disk (well within a second for the face models on a CPU);
+- the update store rolls it back (bridge/updates/rollback.py): that model becomes active again and the failed
+  release is marked rolled back, so the watch never activates it and a later install of it is refused
+  (`rollback`); `fedagent update status` shows it.
+The work runs on its own short thread (it may wait for an installer's lock), never on a frame thread. If the store
+cannot be written (another installer holds it for long, a read-only store), the model before stays swapped in and
+the failed release stays retired in this process; one line says so.
 """
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ class ReleaseFallback:
         from bridge.updates.reasons import Busy, UpdateRefused
         from bridge.updates.rollback import rollback
 
+        swapped = self._swap_previous(model, release)
         deadline = time.monotonic() + STORE_WAIT_S
         while True:
             try:
@@ -77,23 +79,48 @@ class ReleaseFallback:
                 problem = "another installer holds the update store"
             except (UpdateRefused, OSError) as e:
                 problem = str(e).splitlines()[0]
-            self._report(f"{model} {version} failed in service ({why}); the update store could not record the "
-                         f"rollback ({problem}), so the shipped model serves now and {version} is not run again "
-                         "by this process; run `fedagent update rollback` once the store can be written")
-            self._shipped(model)
+            if not swapped:
+                swapped = self._swap(model, self._shipped(model))
+            back_to = "the model before it" if swapped else "nothing (the model in use serves on)"
+            self._report(f"{model} {version} failed in service ({why}); swapped back to {back_to}, but the update "
+                         f"store could not record the rollback ({problem}); {version} is not run again by this "
+                         "process: run `fedagent update rollback` once the store can be written")
             return
         back_to = f"release {result.release}" if result.release else "the shipped model"
         self._report(f"{model} {version} failed in service ({why}); rolled back to {back_to}, and release {release} "
                      "will not be installed again")
-        self.watch.poll_now()  # the model now active is requested at once, not at the next poll
+        self.watch.poll_now()  # the store's new active release: asked for already, unless another install came first
 
-    def _shipped(self, model: str) -> None:
+    def _swap_previous(self, model: str, release: int) -> bool:
+        """Ask for what the store will make active (the previous release, or the shipped model) at once, before the
+        store's lock and writes: the stream waits for a build, never for the disk. False when the store's active
+        release is no longer the failed one (another install came first: the watch swaps that in)."""
+        from bridge.models.registry import ModelRegistry
+
+        registry = ModelRegistry(self.state_dir)
+        try:
+            installed = registry.installed(model)
+            if installed is None or installed.release != release:
+                return False
+            target = registry.previous(model)
+        except Exception as e:  # noqa: BLE001 - damaged files of the previous release: the shipped model instead
+            log.warning("the release before %s r%d cannot serve (%s); the shipped model is swapped in", model,
+                        release, e)
+            target = self._shipped(model)
+        return self._swap(model, target)
+
+    def _shipped(self, model: str):
         from bridge.models.registry import ActiveModel, ModelRegistry
 
         try:
-            path = ModelRegistry(self.state_dir).shipped_path(model)
+            return ActiveModel(model, 0, "shipped", ModelRegistry(self.state_dir).shipped_path(model), None, None)
         except Exception as e:  # noqa: BLE001 - the model in use serves on; the line says why
             self._report(f"the shipped {model} model cannot be loaded ({e}); the model in use serves on")
-            return
-        self.watch.on_release(model, 0)
-        self.watch.request(ActiveModel(model, 0, "shipped", path, None, None))
+            return None
+
+    def _swap(self, model: str, target) -> bool:
+        if target is None:
+            return False
+        self.watch.on_release(model, target.release)
+        self.watch.request(target)
+        return True

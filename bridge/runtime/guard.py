@@ -33,15 +33,15 @@ from bridge.frame import FaceFrame, MorphParams
 log = logging.getLogger(__name__)
 
 # Every limit holds what no face can give, with the real corpus's extremes (tools/fetch_real_data.py: every photo
-# and clip through `facebridge run`, tests/runtime/test_guard_real.py) far inside it.
+# and clip through `facebridge run`, tests/e2e/test_real_people.py) far inside it.
 PERSIST_FRAMES = 5  # faults of one stage in a row before its session is recreated
 WEIGHT_SLACK = 1e-3  # weights may stray this far outside [0, 1] (float rounding) before they count as wrong
 # The fastest voluntary head turns peak near 500-800 deg/s; the floors keep pose noise at high frame rates from
 # counting as a jump. The distance is measured from the face's apparent size and the head size the model learns
 # over the face's first second: real heads differ by up to 10% in size (1st to 99th percentile of the model's
 # prior; 16% at the identity hold), so while it learns, the distance may step by that share between two frames of
-# a still face (on the corpus: 7.5 cm at 1.5 m in a group photo, 5%; 14 cm at 1.7 m where one person follows
-# another). The corpus's largest steps between two frames of its clips: 5 deg and 1.3 cm.
+# a still face (on the corpus: up to 7.5 cm at 1.5 m in a group photo, 5%). The corpus's largest steps between two
+# frames of its clips: 5 deg and 1.3 cm.
 HEAD_MAX_DEG_S, HEAD_MIN_STEP_DEG = 1000.0, 20.0
 HEAD_MAX_CM_S, HEAD_MIN_STEP_CM, HEAD_MIN_STEP_SHARE = 300.0, 10.0, 0.2
 JUMP_WINDOW_S = 0.5  # frames further apart than this (a lost face, dropped frames) are not compared
@@ -170,7 +170,8 @@ def _into_range(out: FaceFrame) -> FaceFrame | None:
     not finite (nothing near it is known) or the copy would still be faulty."""
     m = out.morph
     values = (out.blendshapes, out.emotion, out.visemes, out.eye_left, out.eye_right, out.head_rotation,
-              out.head_translation, out.landmarks if out.face_found else None, *dataclasses.astuple(m)[1:])
+              out.head_translation, out.landmarks if out.face_found else None, m.identity, m.expression,
+              m.jaw_rotation, m.head_rotation, m.head_translation, m.eye_rotation_left, m.eye_rotation_right)
     if not (all(_finite(v) for v in values) and math.isfinite(out.confidence)):
         return None
     unit = (-WEIGHT_SLACK, 1 + WEIGHT_SLACK) if m.model_id == SHIPPED_MODEL_ID else (-MORPH_LIMIT_OTHER,

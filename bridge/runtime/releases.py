@@ -108,6 +108,8 @@ class ReleaseWatch:
         self.on_release = on_release or (lambda model, release: None)
         self._watchers = {m: ReleaseWatcher(m, self.state_dir) for m in models}
         self._polling = threading.Lock()  # one poll at a time: a change is reported to one caller only
+        self._asked_lock = threading.Lock()
+        self._requested: dict[str, str] = {}  # model -> the version last asked for through this watch
         for watcher in self._watchers.values():  # an installed release is built at once; the shipped model is
             self._poll_one(watcher, first=True)  # what the pipeline loaded
         self._stop = threading.Event()
@@ -148,11 +150,15 @@ class ReleaseWatch:
 
     def request(self, active) -> bool:
         """Ask the swapper to build `active` (a registry ActiveModel) and swap it in; False when that version was
-        refused before."""
+        refused before, or was the last one asked for (a fallback asks before the store says so)."""
         model = active.name
         from bridge.models import sha256_file
 
         version = release_version(active) if active.release else sha256_file(active.model_path)[:12]
+        with self._asked_lock:
+            if self._requested.get(model) == version:
+                return False
+            self._requested[model] = version
         tolerance = _tolerance(self.state_dir, model) if active.release else DEFAULT_TOLERANCE
         if self.make_request is not None:
             request = self.make_request(active, version, tolerance)

@@ -51,4 +51,6 @@ def _open(spec, realtime, loop, size, fps) -> FrameSource:
         return ImageFolderSource(path, realtime=realtime, loop=bool(loop))
     if path.is_file():
         return VideoFileSource(path, realtime=realtime, loop=bool(loop))
+    if not path.exists() and ("/" in spec or path.suffix):  # a path, named as such: its cause is that it is missing
+        raise SourceError(f"source {spec} does not exist", f"check the path, or use {SOURCE_HELP}")
     raise SourceError(f"source '{spec}' is not a camera, a file or a folder", f"use {SOURCE_HELP}")

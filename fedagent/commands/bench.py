@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from bridge.errors import FaceBridgeError
     from bridge.fsutil import atomic_write_json
-    from fedagent.bench import run_bench
+    from fedagent.local.bench import run_bench
 
     try:
         clients = [int(c) for c in args.clients.split(",") if c.strip()]

@@ -37,8 +37,8 @@ def _loopback(host: str) -> bool:
 
 def run(args) -> int:
     from bridge.errors import FaceBridgeError
-    from fedagent.data_store import load_device_data, open_store
-    from fedagent.processes import (
+    from fedagent.app.data_store import load_device_data, open_store
+    from fedagent.local.processes import (
         check_superlink,
         explain,
         free_port,

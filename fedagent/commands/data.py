@@ -24,13 +24,13 @@ def add_parser(sub) -> None:
 
 
 def _store(args):
-    from fedagent.data_store import open_store
+    from fedagent.app.data_store import open_store
 
     return open_store(args.store)
 
 
 def _stats(args) -> int:
-    from fedagent.data_store import stats
+    from fedagent.app.data_store import stats
 
     info = stats(_store(args))
     if args.json:
@@ -43,7 +43,7 @@ def _stats(args) -> int:
 
 
 def _clear(args) -> int:
-    from fedagent.data_store import clear
+    from fedagent.app.data_store import clear
 
     store = _store(args)
     if not args.yes:

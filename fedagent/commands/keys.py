@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 
 def _init(args) -> int:
-    from fedagent.keys import KeyRing
+    from fedagent.publisher.keys import KeyRing
 
     expires = {}
     for item in args.expires:
@@ -70,14 +70,14 @@ def _init(args) -> int:
 
 
 def _show(args) -> int:
-    from fedagent.keys import KeyRing
+    from fedagent.publisher.keys import KeyRing
 
     print(json.dumps(KeyRing(args.dir).describe(), indent=2))
     return 0
 
 
 def _change(args, change, rotated: str | None = None) -> int:
-    from fedagent.keys import KeyRing
+    from fedagent.publisher.keys import KeyRing
 
     version = change(KeyRing(args.dir))
     print(f"root version {version} written to {args.dir}/trust.json; run `fedagent publish --keys {args.dir} "

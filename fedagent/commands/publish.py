@@ -48,7 +48,7 @@ def add_parser(sub) -> None:
 
 
 def _specs(args):
-    from fedagent.publish import ReleaseSpec
+    from fedagent.publisher.publish import ReleaseSpec
 
     specs = []
     for item in args.files:
@@ -64,7 +64,7 @@ def _specs(args):
 
 
 def _publish(args) -> int:
-    from fedagent.publish import publish
+    from fedagent.publisher.publish import publish
 
     released = publish(args.keys, args.repo, _specs(args))
     if args.json:
@@ -91,7 +91,7 @@ def _export(args) -> int:
 
 
 def _serve(args) -> int:
-    from fedagent.repo_server import RepoServer
+    from fedagent.publisher.repo_server import RepoServer
 
     if not (Path(args.repo) / "metadata").is_dir():
         raise FaceBridgeError(f"{args.repo} is not a repository (no metadata/)", "publish into it first")

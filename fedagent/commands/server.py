@@ -5,7 +5,7 @@ import ipaddress
 from pathlib import Path
 
 from bridge import ports
-from fedagent.project import RUN_CONFIG
+from fedagent.app.project import RUN_CONFIG
 
 
 def add_parser(sub) -> None:
@@ -46,9 +46,9 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from bridge.errors import FaceBridgeError
     from fedagent.commands.simulate import parse_settings
-    from fedagent.federation import LocalFederation
-    from fedagent.processes import Tls, interrupt_on_sigterm
-    from fedagent.simulation import print_event
+    from fedagent.local.federation import LocalFederation
+    from fedagent.local.processes import Tls, interrupt_on_sigterm
+    from fedagent.local.simulation import print_event
 
     interrupt_on_sigterm()
     tls = None

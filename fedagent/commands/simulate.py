@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge.argparsing import output_file
-from fedagent.project import RUN_CONFIG
+from fedagent.app.project import RUN_CONFIG
 
 
 def add_parser(sub) -> None:
@@ -53,9 +53,9 @@ def run(args) -> int:
     import tempfile
 
     from bridge.fsutil import atomic_write_json
-    from fedagent.processes import interrupt_on_sigterm
-    from fedagent.signing_setup import simulation_publishing
-    from fedagent.simulation import simulate, summary_lines
+    from fedagent.local.processes import interrupt_on_sigterm
+    from fedagent.local.simulation import simulate, summary_lines
+    from fedagent.publisher.signing_setup import simulation_publishing
 
     interrupt_on_sigterm()
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="fedagent-simulate-"))

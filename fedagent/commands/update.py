@@ -129,7 +129,7 @@ def _rollback(args) -> int:
 
 
 def _bench(args) -> int:
-    from fedagent.bench_update import run
+    from fedagent.publisher.bench_update import run
 
     result = run(repeats=args.repeats)
     text = json.dumps(result, indent=1)

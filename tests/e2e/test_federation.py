@@ -1,7 +1,7 @@
 """Federated rounds with a real SuperLink and real SuperNodes on 127.0.0.1 (marker `flower`: a few minutes in all).
 
 Devices dump the update that enters SecAgg+ only under the test-only FEDAGENT_TEST_DUMP_DIR; faults are injected
-with FEDAGENT_TEST_FAULTS (fedagent/faults.py) in the devices' own environment.
+with FEDAGENT_TEST_FAULTS (fedagent/app/faults.py) in the devices' own environment.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from bridge.audio.lipsync import load_adapter
-from fedagent.events import OtherEvent, RoundEvent, StageEvent, parse
-from fedagent.federation import LocalFederation
-from fedagent.task import adapter_to_list
+from fedagent.app.events import OtherEvent, RoundEvent, StageEvent, parse
+from fedagent.app.task import adapter_to_list
+from fedagent.local.federation import LocalFederation
 
 pytestmark = [pytest.mark.flower, pytest.mark.timeout(600)]
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from bridge.audio.learn_store import LearnStore
-from fedagent.federation import LocalFederation
-from fedagent.processes import Tls
+from fedagent.local.federation import LocalFederation
+from fedagent.local.processes import Tls
 from tests.helpers import device_key, fedagent_cmd, learn_window, subprocess_env, tls_files
 
 pytestmark = [pytest.mark.flower, pytest.mark.timeout(300)]

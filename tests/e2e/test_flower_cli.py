@@ -6,9 +6,9 @@ import threading
 import pytest
 
 from bridge.errors import FaceBridgeError
-from fedagent.flower_cli import FlowerCli
-from fedagent.processes import free_port, stop_all, superlink
-from fedagent.project import run_config_file, write_project
+from fedagent.app.project import run_config_file, write_project
+from fedagent.local.flower_cli import FlowerCli
+from fedagent.local.processes import free_port, stop_all, superlink
 
 pytestmark = [pytest.mark.flower, pytest.mark.timeout(180)]
 

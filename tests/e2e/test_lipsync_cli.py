@@ -97,7 +97,7 @@ def test_audio_only_run_sends_llf_jaw_that_follows_the_words(speech_wav, tmp_pat
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--audio-only"], "--audio-only needs an audio input"),
+    (["--audio-only"], "--audio-only does nothing without --audio"),
     (["--audio-only", "--audio", "missing.wav"], "does not exist"),
     (["--audio-only", "--audio", "mic:twelve"], "is not a number"),
 ])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -20,8 +21,6 @@ from bridge.bench.faces import _crop, load_labels
 from bridge.formats.take import TakeReader
 from bridge.runtime.guard import frame_faults, head_jump
 from tests.helpers import facebridge_cmd, real_corpus, subprocess_env
-
-cv2 = pytest.importorskip("cv2")
 
 PHOTO_FRAMES = 3  # each photo is a short still sequence: the filters settle, the identity adapts
 SINGLE_FACE = ("skimage/astronaut.png", "pyfeat/single_face.jpg", "pyfeat/0-f1-su-ph.jpg", "pyfeat/0-f15-hao-ph.jpg",

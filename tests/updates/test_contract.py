@@ -13,7 +13,7 @@ from bridge.models.registry import ModelRegistry, default_registry
 from bridge.updates import install as installer
 from bridge.updates.contract import check_contract, shipped_contract
 from bridge.updates.reasons import Incompatible
-from fedagent.publish import PublishError
+from fedagent.publisher.publish import PublishError
 from tests.updates.kit import cli_install, emotion_model, fedagent
 from tests.updates.test_hostile_metadata import recovers
 

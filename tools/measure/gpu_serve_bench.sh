@@ -55,7 +55,7 @@ preflight() {  # fail at once, in env.txt, on a missing package, not minutes in
 print('python', __import__('sys').version.split()[0], 'grpc', grpc.__version__, 'protobuf', p.__version__, \
 'numpy', numpy.__version__, 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" &&
     { [ "$RUNNERS" = cpu ] || "$PY" -c "import torchvision; print('torchvision', torchvision.__version__)"; } &&
-    "$PY" -c "import bridge.runtime.serve, bridge.bench.serve, bridge.serving.grpc_service; print('bridge imports')"
+    "$PY" -c "import bridge.runtime.serve, bridge.bench.serve, bridge.serving.grpc_service, bridge.timecode; print('bridge imports')"
   } 2>&1 | tee "$OUT/env.txt"
   local rc=${PIPESTATUS[0]}
   { nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv 2>&1 || true; \

@@ -19,10 +19,12 @@ PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --p
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp "${PLATFORMS[@]}")
 GRPC_STACK=("grpcio==1.85.1" "grpcio-health-checking==1.81.1" "grpcio-reflection==1.81.1" "protobuf==6.33.5")
+PURE=("timecode==1.5.1")  # pure Python, published as an sdist only: built into a wheel here
 if [ "$KIND" = wheels ]; then
   OUT=$(realpath -m "${1:-.gpuwheels}")
   mkdir -p "$OUT" && rm -f "$OUT"/*.whl
   "$PY" -m pip download -q --no-deps -d "$OUT" "${TARGET[@]}" "${GRPC_STACK[@]}"
+  "$PY" -m pip wheel -q --no-deps -w "$OUT" "${PURE[@]}"
   du -sh "$OUT"; ls -1 "$OUT"
   echo "carry $(basename "$OUT") in the device call: bash tools/measure/gpu_serve_bench.sh"
   exit 0
