@@ -59,6 +59,13 @@ def _floats(data: dict, key: str, size: int | None) -> list[float]:
     return [float(v) for v in value]
 
 
+def without_neutral(blendshapes, head_rotation, eyes, neutral_blendshapes, neutral_head_rotation, neutral_eyes):
+    """(blendshapes, head rotation, eye angles) with a neutral face's taken off: the blendshapes rescaled so that
+    the neutral reads 0 and 1 stays 1, the angles less the neutral's; one frame's, or rows of many (float32)."""
+    blendshapes = np.clip((blendshapes - neutral_blendshapes) / np.maximum(1.0 - neutral_blendshapes, 0.2), 0.0, 1.0)
+    return blendshapes.astype(np.float32), head_rotation - neutral_head_rotation, eyes - neutral_eyes
+
+
 @dataclass
 class CalibrationProfile:
     subject: str
@@ -155,12 +162,11 @@ class CalibrationProfile:
 
     def apply(self, frame: FaceFrame) -> None:
         """Remove the neutral offset from a frame, in place."""
-        n = np.asarray(self.neutral_blendshapes, np.float32)
-        frame.blendshapes = np.clip((frame.blendshapes - n) / np.maximum(1.0 - n, 0.2), 0.0, 1.0).astype(np.float32)
-        frame.head_rotation = (frame.head_rotation - np.asarray(self.neutral_head_rotation, np.float32))
-        eyes = np.asarray(self.neutral_eyes, np.float32)
-        frame.eye_left = frame.eye_left - eyes[0]
-        frame.eye_right = frame.eye_right - eyes[1]
+        frame.blendshapes, frame.head_rotation, eyes = without_neutral(
+            frame.blendshapes, frame.head_rotation, np.stack([frame.eye_left, frame.eye_right]),
+            np.asarray(self.neutral_blendshapes, np.float32), np.asarray(self.neutral_head_rotation, np.float32),
+            np.asarray(self.neutral_eyes, np.float32))
+        frame.eye_left, frame.eye_right = eyes[0], eyes[1]
 
 
 def _exists(path: Path) -> bool:

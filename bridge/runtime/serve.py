@@ -6,7 +6,7 @@ Signed releases are followed as `facebridge run` follows them (runtime/serve_rel
 of a batched model is built into a runner in the background and swapped in between two passes.
 
 Each batched service describes its passes whole (bridge/stages/describe_rows.py: the single-face pipeline's
-describe step, one row per stream, held to it by the tests), so a remote stream gets the FaceFrame that
+describe step, one row per stream, through the same formulas), so a remote stream gets the FaceFrame that
 `facebridge run` gives for the same frames. It is injected into serving/, which never imports the stages.
 """
 from __future__ import annotations

@@ -3,7 +3,8 @@
 The expression regressor reads blinks from the whole landmark shape and under-reads them on real faces (a
 person's open eye is not ICT's). The lids the iris model finds give a direct measure: the opening between the
 upper and lower lid over the eye's width. Each person's open eye differs, so the reference is learned from the
-last few seconds (a high percentile of the opening); a closed eye is a quarter of it.
+last few seconds (a high percentile of the opening); a closed eye is a quarter of it. Each formula is written once,
+over plain floats for one face (BlinkEstimator) or arrays for many (BlinkRows; bridge/stages/values.py).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import math
 import numpy as np
 
 from bridge.mesh import EYE_CORNERS, EYE_LID_PAIRS
+from bridge.stages.values import clip, hypot, maximum
 
 HISTORY = 150  # frames (5 s at 30 fps) the open reference is taken from
 DEFAULT_OPEN = 0.33  # opening / width of a typical open eye, used until the history fills
@@ -37,18 +39,27 @@ def open_reference(history: np.ndarray, axis: int = 0) -> np.ndarray:
     return lo + step * gamma if gamma < 0.5 else hi - step * (1 - gamma)
 
 
-def eye_openings(points: np.ndarray) -> np.ndarray:
-    """(2,) lid opening / eye width for the subject's left and right eye."""
-    p = points[_ENDS].tolist()  # per eye: the corners, then the three lid pairs; both ends of each, one gather
-    n = len(_FROM)
-    length = [math.hypot(p[i][0] - p[n + i][0], p[i][1] - p[n + i][1]) for i in range(n)]
-    return np.array([(length[k + 1] + length[k + 2] + length[k + 3]) / 3 / max(length[k], 1e-6) for k in (0, 4)],
-                    np.float32)
-
-
 _FROM = np.array([[EYE_CORNERS[eye][0], *(u for u, _ in EYE_LID_PAIRS[eye])] for eye in range(2)]).reshape(-1)
 _TO = np.array([[EYE_CORNERS[eye][1], *(d for _, d in EYE_LID_PAIRS[eye])] for eye in range(2)]).reshape(-1)
 _ENDS = np.concatenate([_FROM, _TO])
+
+
+def eye_openings(points: np.ndarray) -> np.ndarray:
+    """Lid opening / eye width for the subject's left and right eye, float32: of one face, points (468, >=2) -> (2,);
+    of n faces, (n, 468, >=2) -> (n, 2)."""
+    ends = np.asarray(points)[..., _ENDS, :2].astype(np.float64)  # per eye the corners, then the three lid pairs
+    n = len(_FROM)
+    # one face: plain floats; many: each point's x and y as arrays over the faces
+    p = ends.tolist() if ends.ndim == 2 else [(ends[:, i, 0], ends[:, i, 1]) for i in range(2 * n)]
+    length = [hypot(p[i][0] - p[n + i][0], p[i][1] - p[n + i][1]) for i in range(n)]
+    openings = [(length[k + 1] + length[k + 2] + length[k + 3]) / 3 / maximum(length[k], 1e-6) for k in (0, 4)]
+    return np.array(openings, np.float32) if ends.ndim == 2 else np.stack(openings, -1).astype(np.float32)
+
+
+def blink_weight(open_reference, opening):
+    """The blink weight in [0, 1] of an eye's opening against its open reference (floats, or arrays)."""
+    closure = (open_reference - opening) / maximum(open_reference * (1 - CLOSED_FRACTION), 1e-6)
+    return clip((closure - DEAD_ZONE) / (1 - DEAD_ZONE), 0.0, 1.0)
 
 
 class BlinkEstimator:
@@ -78,24 +89,13 @@ class BlinkEstimator:
         self._history[self._count % HISTORY] = opening
         self._count += 1
         self._refresh()
-        weights = []  # two values: plain floats (numpy's per-call cost is most of the arithmetic on arrays of 2)
-        for ref, o in zip(self._open.tolist(), opening.tolist()):
-            closure = (ref - o) / max(ref * (1 - CLOSED_FRACTION), 1e-6)
-            weights.append(min(max((closure - DEAD_ZONE) / (1 - DEAD_ZONE), 0.0), 1.0))
-        return np.array(weights, np.float32)
-
-
-def eye_openings_rows(points: np.ndarray) -> np.ndarray:
-    """eye_openings over many faces: (n, 468, >=2) -> (n, 2) float32."""
-    p = np.asarray(points, np.float64)[..., :2]
-    corners, pairs = np.asarray(EYE_CORNERS), np.asarray(EYE_LID_PAIRS)  # (2, 2), (2, pairs, 2)
-    width = np.linalg.norm(p[:, corners[:, 0]] - p[:, corners[:, 1]], axis=-1)
-    gaps = np.linalg.norm(p[:, pairs[..., 0]] - p[:, pairs[..., 1]], axis=-1).mean(-1)
-    return (gaps / np.maximum(width, 1e-6)).astype(np.float32)
+        # two values: plain floats (numpy's per-call cost is most of the arithmetic on arrays of 2)
+        return np.array([blink_weight(ref, o) for ref, o in zip(self._open.tolist(), opening.tolist())], np.float32)
 
 
 class BlinkRows:
-    """BlinkEstimator for many streams at once, one row per stream (its history a ring of HISTORY openings)."""
+    """BlinkEstimator's state for many streams at once, one row per stream (its history a ring of HISTORY openings),
+    through the same formulas (eye_openings, blink_weight, open_reference)."""
 
     def __init__(self, rows: int) -> None:
         self._history = np.zeros((rows, HISTORY, 2), np.float32)
@@ -110,7 +110,7 @@ class BlinkRows:
 
     def __call__(self, rows: np.ndarray, points: np.ndarray) -> np.ndarray:
         """rows (n,) distinct, points (n, 468, >=2) -> (n, 2) blink weights in [0, 1]."""
-        opening = eye_openings_rows(points)
+        opening = eye_openings(points)
         self._history[rows, self._count[rows] % HISTORY] = opening
         self._count[rows] += 1
         self._since[rows] += 1
@@ -121,6 +121,4 @@ class BlinkRows:
         for row in due[self._count[due] < HISTORY]:
             self._open[row] = open_reference(self._history[row, :self._count[row]])
         self._since[due] = 0
-        open_ref = self._open[rows]
-        closure = (open_ref - opening) / np.maximum(open_ref * (1 - CLOSED_FRACTION), 1e-6)
-        return np.clip((closure - DEAD_ZONE) / (1 - DEAD_ZONE), 0.0, 1.0).astype(np.float32)
+        return blink_weight(self._open[rows].astype(np.float64), opening.astype(np.float64)).astype(np.float32)

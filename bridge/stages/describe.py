@@ -61,6 +61,35 @@ def channel_strengths(smoothing: float, regions: dict[str, float]) -> np.ndarray
     return out
 
 
+def filter_settings(smoothing: float, regions: dict[str, float] | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(min cutoff, beta, whether any channel is smoothed) per filter channel (FILTER_SLICES order) at strength
+    `smoothing`, or a region's own: a strength S divides the channel's min cutoff and beta by S; 0 passes the
+    channel through."""
+    strengths = channel_strengths(float(smoothing), regions or {})
+    on = strengths > 0
+    safe = np.where(on, strengths, 1.0)
+    lows = np.concatenate([np.full(FILTER_WIDTHS[k], lo) for k, (lo, _) in FILTERS.items()])
+    betas = np.concatenate([np.full(FILTER_WIDTHS[k], beta) for k, (_, beta) in FILTERS.items()])
+    return np.where(on, lows / safe, PASS_THROUGH_HZ), np.where(on, betas / safe, 0.0), bool(on.any())
+
+
+def renormalised(emotion: np.ndarray) -> np.ndarray:
+    """Filtered emotion probabilities (..., 7) made a distribution again: negatives to 0, summing to one."""
+    emotion = np.maximum(emotion, 0.0)
+    return (emotion / np.maximum(emotion.sum(-1, keepdims=True), 1e-6)).astype(np.float32)
+
+
+def emotion_due(tracked_count, every: int):
+    """Whether the emotion model runs on the `tracked_count`th consecutive tracked frame (an int, or an array of
+    counts, one per stream): every `every`th, starting with the first."""
+    return (every == 1) | (tracked_count % every == 1)
+
+
+def relaxed(blendshapes: np.ndarray) -> np.ndarray:
+    """A lost face's expression, one frame further toward neutral."""
+    return (blendshapes * 0.8).astype(np.float32)
+
+
 @dataclass
 class MeasuredFace:
     """What the models found in one frame, as it crosses from inference (one frame or a batch) to describe."""
@@ -131,14 +160,8 @@ class FaceDescriber:
         eyes, brows, mouth: their blendshapes, eyes also the gaze angles; emotion keeps `smoothing`). A strength S
         divides the channel's min cutoff and beta by S; 0 passes the channel through. Taken on the next frame
         (the monitor page changes it while the stream runs)."""
-        strengths = channel_strengths(float(smoothing), regions or {})
-        on = strengths > 0
-        safe = np.where(on, strengths, 1.0)
-        lows = np.concatenate([np.full(FILTER_WIDTHS[k], lo) for k, (lo, _) in FILTERS.items()])
-        betas = np.concatenate([np.full(FILTER_WIDTHS[k], beta) for k, (_, beta) in FILTERS.items()])
-        self._filter.min_cutoff = np.where(on, lows / safe, PASS_THROUGH_HZ)
-        self._filter.beta = np.where(on, betas / safe, 0.0)
-        self.smoothing = float(smoothing) if not regions else float(on.any())
+        self._filter.min_cutoff, self._filter.beta, on = filter_settings(smoothing, regions)
+        self.smoothing = float(smoothing) if not regions else float(on)
 
     def reset(self) -> None:
         """Forget the tracking history (a new subject on this stream): pose guess, lid reference, filters."""
@@ -160,7 +183,7 @@ class FaceDescriber:
 
     def wants_emotion(self, tracked_count: int) -> bool:
         """Whether the emotion model should run on the `tracked_count`th consecutive tracked frame."""
-        return self.emotion_every == 1 or tracked_count % self.emotion_every == 1
+        return bool(emotion_due(tracked_count, self.emotion_every))
 
     def run_deferred(self) -> None:
         """The work the last frame left: its emotion classified and the identity refresh's step, run after that
@@ -224,9 +247,7 @@ class FaceDescriber:
             smoothed = self._filter(np.concatenate([blendshapes, ypr, translation, np.ravel(eyes), emotion]), t)
             blendshapes, ypr, translation, eyes, emotion = (smoothed[FILTER_SLICES[k]].copy() for k in FILTERS)
             eyes = eyes.reshape(2, 2)
-            # renormalised to sum to one after the filter (below)
-            emotion = np.maximum(emotion, 0.0)
-            emotion = (emotion / max(float(emotion.sum()), 1e-6)).astype(np.float32)
+            emotion = renormalised(emotion)
         else:
             emotion = self._emotion
         # Emotion is classified every Nth frame and held between; the filter smooths both the steps and the
@@ -262,7 +283,7 @@ class FaceDescriber:
         if last is not None:
             out.head_rotation = last.head_rotation.copy()
             out.head_translation = last.head_translation.copy()
-            out.blendshapes = (last.blendshapes * 0.8).astype(np.float32)
+            out.blendshapes = relaxed(last.blendshapes)
             self._last = out  # the next lost frame relaxes further (never touch a frame already handed on)
         else:
             out.blendshapes = np.zeros(NUM_BLENDSHAPES, np.float32)

@@ -1,13 +1,14 @@
 """DescribeRows: the describe step of many streams at once, one row per stream: a whole batched pass described in
-one call, as arrays over its rows, each row keeping what that stream's own FaceDescriber keeps, so a stream gets
-the FaceFrames its FaceDescriber would give (tests/stages/test_describe_rows.py holds the two together).
+one call, as arrays over its rows, each row keeping what that stream's own FaceDescriber keeps, through the same
+formulas (each written once over floats or rows: docs/ARCHITECTURE.md), so a stream gets the FaceFrames its
+FaceDescriber would give (tests/stages/test_describe_rows.py holds the two together).
 
-Per pass, over all its rows together: head pose (SQPNP on a stream's first frame, then Gauss-Newton refined from
-its last pose), gaze, the expression regressor's outputs finished (ExpressionRows; each stream's own identity and
-its refreshes), blink against each stream's open eye, the emotion cadence and context, One-Euro filters,
-calibration, eye-look shapes, and what a lost face reads as (the last pose held, the expression relaxing). No
-calibration tap (RunControl's is FacePipeline's, one stream); `facebridge serve` runs this, `facebridge run` its
-single-stream FaceDescriber.
+Per pass, over all its rows together: head pose (SQPNP on a stream's first frame, then refined from its last pose),
+gaze, the expression regressor's outputs finished (ExpressionRows; each stream's own identity and its refreshes),
+blink against each stream's open eye, the emotion cadence and context, One-Euro filters, calibration, eye-look
+shapes, and what a lost face reads as (the last pose held, the expression relaxing). No calibration tap (RunControl's
+is FacePipeline's, one stream); `facebridge serve` runs this, `facebridge run` its single-stream FaceDescriber: one
+stream's formulas run on plain floats there, where numpy's per-call cost would be most of the arithmetic.
 """
 from __future__ import annotations
 
@@ -16,13 +17,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bridge.calibration import without_neutral
 from bridge.expression.rows import ExpressionRows
 from bridge.frame import EMOTION_NAMES, NUM_BLENDSHAPES, FaceFrames, Frame
 from bridge.stages.blink import BlinkRows
-from bridge.stages.describe import BLINKS, EMOTION_EVERY, FILTER_SLICES, FILTER_WIDTHS, FILTERS
+from bridge.stages.describe import (
+    BLINKS,
+    EMOTION_EVERY,
+    FILTER_SLICES,
+    FILTER_WIDTHS,
+    FILTERS,
+    emotion_due,
+    filter_settings,
+    relaxed,
+    renormalised,
+)
 from bridge.stages.emotion_context import EmotionContextRows
 from bridge.stages.filters import OneEuroRows
-from bridge.stages.gaze import eye_angles_rows, eye_look_shapes_rows
+from bridge.stages.gaze import eye_angles, eye_look_shapes
 from bridge.stages.head_pose import HeadPoseRows
 
 CHUNK = 64  # rows described together: a pass of many streams goes in blocks of this many (its arrays stay in cache)
@@ -55,13 +67,10 @@ class DescribeRows:
         self.blink = BlinkRows(rows)
         self.emotion_context = EmotionContextRows(rows)
         self.expression = ExpressionRows(rows)
-        strength = float(smoothing) or 1.0
         # the five filters side by side as one, each channel with its own filter's min cutoff and beta (as
         # FaceDescriber's: the same arithmetic per channel, one call a pass instead of five)
-        self._filter = OneEuroRows(
-            rows, sum(FILTER_WIDTHS.values()),
-            np.concatenate([np.full(FILTER_WIDTHS[k], lo / strength) for k, (lo, _) in FILTERS.items()]),
-            np.concatenate([np.full(FILTER_WIDTHS[k], beta / strength) for k, (_, beta) in FILTERS.items()]))
+        min_cutoff, beta, _ = filter_settings(smoothing)
+        self._filter = OneEuroRows(rows, sum(FILTER_WIDTHS.values()), min_cutoff, beta)
         self._emotion = np.zeros((rows, len(EMOTION_NAMES)), np.float32)
         # each row's last wanted frame's probabilities, applied on its next tracked frame (FaceDescriber's cadence)
         self._pending_emotion = np.zeros((rows, len(EMOTION_NAMES)), np.float32)
@@ -167,7 +176,7 @@ class DescribeRows:
         found_again = rows[self._tracked[rows] == 1]
         if len(found_again):  # FaceDescriber.describe: a new measurement after a lost frame, nothing to glide from
             self._filter.reset(found_again)
-        eyes = eye_angles_rows(points, iris[:, :, 0])
+        eyes = eye_angles(points, iris[:, :, 0])
         laps["head_pose"] = time.perf_counter() - t0 - laps["expression"]
         blendshapes = expr.blendshapes.copy()
         blinks = self.blink(rows, points)
@@ -179,7 +188,7 @@ class DescribeRows:
                 np.maximum(blinks[w], blendshapes[w][:, BLINKS]), t[w])
             self._has_pending[rows[w]] = False
         if faces.emotion is not None:
-            wants = (self._tracked[rows] % self.emotion_every == 1) | (self.emotion_every == 1)
+            wants = emotion_due(self._tracked[rows], self.emotion_every)
             if wants.any():
                 w = np.flatnonzero(wants)
                 self._pending_emotion[rows[w]] = faces.emotion[at[w]]
@@ -191,15 +200,14 @@ class DescribeRows:
                                                           emotion], 1), t)
             blendshapes, ypr, translation, eyes, emotion = (smoothed[:, FILTER_SLICES[k]] for k in FILTERS)
             eyes = eyes.reshape(-1, 2, 2)
-            emotion = np.clip(emotion, 0.0, None)
-            emotion = (emotion / np.maximum(emotion.sum(1, keepdims=True), 1e-6)).astype(np.float32)
+            emotion = renormalised(emotion)
         calibrated = self._has_profile[rows]
         if calibrated.any():  # CalibrationProfile.apply, row by row
-            c, neutral = np.flatnonzero(calibrated), self._neutral_bs[rows[calibrated]]
-            blendshapes[c] = np.clip((blendshapes[c] - neutral) / np.maximum(1.0 - neutral, 0.2), 0.0, 1.0)
-            ypr[c] -= self._neutral_pose[rows[c], :3]
-            eyes[c] -= self._neutral_pose[rows[c], 3:].reshape(-1, 2, 2)
-        eye_look_shapes_rows(blendshapes, eyes)
+            c = np.flatnonzero(calibrated)
+            blendshapes[c], ypr[c], eyes[c] = without_neutral(
+                blendshapes[c], ypr[c], eyes[c], self._neutral_bs[rows[c]], self._neutral_pose[rows[c], :3],
+                self._neutral_pose[rows[c], 3:].reshape(-1, 2, 2))
+        eye_look_shapes(blendshapes, eyes)
         blendshapes = np.clip(blendshapes, 0.0, 1.0)
         out.blendshapes[at], out.head_rotation[at], out.head_translation[at] = blendshapes, ypr, translation
         out.eyes[at], out.emotion[at] = eyes, emotion
@@ -224,11 +232,11 @@ class DescribeRows:
         self.head_pose.reset(rows)
         held = self._has_last[rows]
         h = at[held]
-        relaxed = (self._last_bs[rows[held]] * 0.8).astype(np.float32)
-        out.blendshapes[h] = relaxed
+        relaxing = relaxed(self._last_bs[rows[held]])
+        out.blendshapes[h] = relaxing
         out.head_rotation[h] = self._last_pose[rows[held], :3]
         out.head_translation[h] = self._last_pose[rows[held], 3:]
-        self._last_bs[rows[held]] = relaxed
+        self._last_bs[rows[held]] = relaxing
         out.confidence[at] = 0.0
 
 

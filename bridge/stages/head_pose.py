@@ -8,10 +8,11 @@ import cv2
 import numpy as np
 
 from bridge import compiled, mesh
+from bridge.stages.values import atan2, cos, degrees, hypot, sin
 
 CANONICAL_PATH = Path(__file__).resolve().parents[1] / "data" / "canonical_face_468.npy"
 RIGID_POINTS = np.array(mesh.RIGID_POINTS)
-# The per-frame refine from the last pose, every implementation of it (compiled, numpy rows):
+# The per-frame refine from the last pose (the compiled loop, and cv2's solver without numba):
 REFINE_ITERATIONS = 20  # cv2's own count; a frame's refine from the last pose takes 3-8
 REFINE_STOP = 1e-5  # rad, cm: a step this small ends it (0.0006 degrees; the error left is a tenth of it)
 
@@ -23,21 +24,24 @@ def camera_matrix(width: int, height: int, focal: float | None = None) -> np.nda
 
 
 def rotation_to_ypr(rot: np.ndarray) -> np.ndarray:
-    """(yaw, pitch, roll) degrees, FaceFrame convention, from a model-to-camera rotation (OpenCV axes).
+    """(yaw, pitch, roll) degrees, FaceFrame convention, float32, from a model-to-camera rotation (OpenCV axes):
+    (3, 3) -> (3,), or (n, 3, 3) -> (n, 3) (plain floats for one, arrays for many: bridge/stages/values.py).
 
     The model's forward (out of the face) is -z; its left (subject's left) is +x. Yaw is the turn of forward
     toward the subject's left, pitch its rise, roll the tilt of the left axis toward the subject's left shoulder,
     measured about forward.
     """
-    fx, fy, fz = -float(rot[0, 2]), -float(rot[1, 2]), -float(rot[2, 2])  # forward = rot @ (0, 0, -1)
-    lx, ly, lz = float(rot[0, 0]), float(rot[1, 0]), float(rot[2, 0])  # left = rot @ (1, 0, 0)
-    yaw = math.atan2(fx, -fz)
-    pitch = math.atan2(-fy, math.hypot(fx, fz))
+    r = rot.tolist() if rot.ndim == 2 else [[rot[:, i, j] for j in range(3)] for i in range(3)]
+    fx, fy, fz = -r[0][2], -r[1][2], -r[2][2]  # forward = rot @ (0, 0, -1)
+    lx, ly, lz = r[0][0], r[1][0], r[2][0]  # left = rot @ (1, 0, 0)
+    yaw = atan2(fx, -fz)
+    pitch = atan2(-fy, hypot(fx, fz))
     # left axis of the same head turned by yaw and pitch only, then the signed angle about forward
-    cy, sy = math.cos(yaw), math.sin(yaw)  # left_no_roll = (cy, 0, sy); up_no_roll = forward x left_no_roll
+    cy, sy = cos(yaw), sin(yaw)  # left_no_roll = (cy, 0, sy); up_no_roll = forward x left_no_roll
     ux, uy, uz = fy * sy, fz * cy - fx * sy, -fy * cy
-    roll = math.atan2(lx * ux + ly * uy + lz * uz, lx * cy + lz * sy)
-    return np.array([math.degrees(yaw), math.degrees(pitch), math.degrees(-roll)], np.float32)
+    roll = atan2(lx * ux + ly * uy + lz * uz, lx * cy + lz * sy)
+    angles = [degrees(yaw), degrees(pitch), degrees(-roll)]
+    return np.array(angles, np.float32) if rot.ndim == 2 else np.stack(angles, 1).astype(np.float32)
 
 
 def _refine_kernels(wanted: bool | None):
@@ -101,32 +105,6 @@ class HeadPoseEstimator:
         return cv2.Rodrigues(rvec)[0], tvec.reshape(3)
 
 
-def rotations_to_ypr(rot: np.ndarray) -> np.ndarray:
-    """rotation_to_ypr over (n, 3, 3) rotations -> (n, 3) degrees."""
-    fx, fy, fz = -rot[:, 0, 2], -rot[:, 1, 2], -rot[:, 2, 2]
-    lx, ly, lz = rot[:, 0, 0], rot[:, 1, 0], rot[:, 2, 0]
-    yaw = np.arctan2(fx, -fz)
-    pitch = np.arctan2(-fy, np.hypot(fx, fz))
-    cy, sy = np.cos(yaw), np.sin(yaw)
-    ux, uy, uz = fy * sy, fz * cy - fx * sy, -fy * cy
-    roll = np.arctan2(lx * ux + ly * uy + lz * uz, lx * cy + lz * sy)
-    return np.degrees(np.stack([yaw, pitch, -roll], 1)).astype(np.float32)
-
-
-def rotvec_matrices(omega: np.ndarray) -> np.ndarray:
-    """Rodrigues' formula over (n, 3) rotation vectors -> (n, 3, 3)."""
-    theta = np.linalg.norm(omega, axis=1)
-    k = omega / np.maximum(theta, 1e-300)[:, None]
-    skew = np.zeros((len(omega), 3, 3))
-    skew[:, 0, 1], skew[:, 0, 2], skew[:, 1, 2] = -k[:, 2], k[:, 1], -k[:, 0]
-    skew = skew - skew.transpose(0, 2, 1)
-    s, c = np.sin(theta)[:, None, None], (1.0 - np.cos(theta))[:, None, None]
-    return np.eye(3) + s * skew + c * (skew @ skew)
-
-
-CV2_ROWS = 4  # passes refining at most this many rows use cv2's refine row by row (HeadPoseEstimator's own)
-
-
 def solve_afresh(obj: np.ndarray, img: np.ndarray, k: np.ndarray):
     """(rotation, translation, rvec) by SQPNP without a guess, or None where no pose fits the points: cv2 refuses
     points that are not finite or all in one place (an assertion), and one such face must not fail the others."""
@@ -141,12 +119,10 @@ def solve_afresh(obj: np.ndarray, img: np.ndarray, k: np.ndarray):
 
 
 class HeadPoseRows:
-    """HeadPoseEstimator for many streams at once, one row per stream: a stream's first frame (or one after a
-    reset) is solved by SQPNP as there, and every other frame refined from its last pose. Where numba is installed
-    every row refines in one compiled call (head_pose_refine.refine_rows: each row exactly as HeadPoseEstimator
-    refines, the interpreter lock released); without it by Gauss-Newton on the reprojection error over all rows
-    together, the least squares cv2's iterative solver minimises (the same minimum, to REFINE_STOP; a pass of at most
-    CV2_ROWS rows refines with cv2 itself, as HeadPoseEstimator then does)."""
+    """HeadPoseEstimator's state for many streams at once, one row per stream: a stream's first frame (or one after
+    a reset) is solved by SQPNP as there, and every other frame refined from its last pose by the same refine: where
+    numba is installed every row in one compiled call (head_pose_refine.refine_rows: each row exactly as
+    HeadPoseEstimator refines, the interpreter lock released), without it by cv2's iterative solver row by row."""
 
     def __init__(self, rows: int, compiled_refine: bool | None = None) -> None:
         """compiled_refine: None picks the compiled refine where numba is installed; False the numpy and cv2 one."""
@@ -154,7 +130,6 @@ class HeadPoseRows:
         self._rigid = np.ascontiguousarray(self.model[RIGID_POINTS])
         kernels = _refine_kernels(compiled_refine)
         self._refine_rows = kernels.refine_rows if kernels else None
-        self._rigid_t = np.ascontiguousarray(self._rigid.T)
         self._rot = np.zeros((rows, 3, 3))
         self._t = np.zeros((rows, 3))
         self._has = np.zeros(rows, bool)
@@ -178,11 +153,7 @@ class HeadPoseRows:
                                   t[live], new_rot, new_t, ok, REFINE_ITERATIONS, REFINE_STOP)
                 new_rot[~ok], new_t[~ok] = np.nan, np.nan  # solved afresh below
                 rot[live], t[live] = new_rot, new_t
-        elif has.sum() > CV2_ROWS:
-            img_t = np.ascontiguousarray(img[has].transpose(0, 2, 1))  # (n, 2, P), as _evaluate lays points out
-            r, tt = self._refine(img_t, focal[has], centre[has], rot[has], t[has])
-            rot[has], t[has] = r, tt
-        else:  # a few rows: cv2's own refine, row by row, is cheaper than numpy's per-call overhead
+        else:  # cv2's own refine, row by row, as HeadPoseEstimator's without numba
             for i in np.flatnonzero(has):
                 k = camera_matrix(int(sizes[i, 0]), int(sizes[i, 1]))
                 ok, rvec, tvec = cv2.solvePnP(self._rigid, img[i], k, None, cv2.Rodrigues(rot[i])[0],
@@ -198,49 +169,4 @@ class HeadPoseRows:
             else:
                 rot[i], t[i] = solved[:2]
         self._rot[rows], self._t[rows], self._has[rows] = rot, t, posed
-        return rotations_to_ypr(rot), t.astype(np.float32)
-
-    def _refine(self, img, focal, centre, rot, t):
-        """Gauss-Newton from (rot, t), the rotation updated as exp([w]x) rot, over the rows still moving: a row
-        stops when its step is below REFINE_STOP (rad, cm) or would raise its error."""
-        rot, t = rot.copy(), t.copy()
-        live = np.arange(len(rot))
-        at = self._evaluate(img, focal, centre, rot, t)
-        for _ in range(REFINE_ITERATIONS):
-            step = self._step(focal[live], *at)
-            new_rot = rotvec_matrices(step[:, :3]) @ rot[live]
-            new_t = t[live] + step[:, 3:]
-            new = self._evaluate(img[live], focal[live], centre[live], new_rot, new_t)
-            take = np.isfinite(new[0]) & (new[0] <= at[0])
-            rot[live[take]], t[live[take]] = new_rot[take], new_t[take]
-            going = take & (np.abs(step).max(1) > REFINE_STOP)
-            live = live[going]
-            if not len(live):
-                break
-            at = [v[going] for v in new]
-        return rot, t
-
-    def _evaluate(self, img, focal, centre, rot, t):
-        """(cost, rotated points, camera points, 1/z, residuals) of each row, points laid out (n, 3, P)."""
-        a = rot @ self._rigid_t  # (n, 3, P)
-        y = a + t[:, :, None]
-        inv_z = 1.0 / y[:, 2]
-        res = focal[:, None, None] * y[:, :2] * inv_z[:, None] + centre[:, :, None] - img
-        return (res * res).sum((1, 2)), a, y, inv_z, res
-
-    @staticmethod
-    def _step(focal, cost, a, y, inv_z, res):
-        """The Gauss-Newton step (rotation vector, translation) of each row: (n, 6). With x = X/Z, y = Y/Z of a
-        camera point and fz = focal/Z: d(u)/d(point) = fz (1, 0, -x), d(v)/d(point) = fz (0, 1, -y), and a
-        rotation w moves the rotated point a by w x a, so the rows of the Jacobian are (a x g, g)."""
-        n, points = inv_z.shape
-        fz = focal[:, None] * inv_z
-        xs, ys = y[:, 0] * inv_z, y[:, 1] * inv_z
-        a0, a1, a2 = a[:, 0], a[:, 1], a[:, 2]
-        jt = np.zeros((n, 6, 2 * points))  # columns: u of every point, then v
-        ju, jv = jt[:, :, :points], jt[:, :, points:]
-        ju[:, 0], ju[:, 1], ju[:, 2], ju[:, 3], ju[:, 5] = -a1 * xs, a2 + a0 * xs, -a1, 1.0, -xs
-        jv[:, 0], jv[:, 1], jv[:, 2], jv[:, 4], jv[:, 5] = -a1 * ys - a2, a0 * ys, a0, 1.0, -ys
-        jt *= np.concatenate([fz, fz], 1)[:, None, :]
-        r = np.concatenate([res[:, 0], res[:, 1]], 1)[..., None]
-        return -np.linalg.solve(jt @ jt.transpose(0, 2, 1), jt @ r)[..., 0]
+        return rotation_to_ypr(rot), t.astype(np.float32)

@@ -1,6 +1,6 @@
 """The head pose's per-frame refine as one compiled loop (numba): Gauss-Newton on the reprojection error from the
-last frame's pose, the least squares cv2.solvePnP's iterative solver minimises, as HeadPoseRows does for many
-streams (the same Jacobian, step, acceptance and stop), here for one.
+last frame's pose, the least squares cv2.solvePnP's iterative solver minimises: `refine` for one stream
+(HeadPoseEstimator), `refine_rows` running the same `refine` over the rows of many streams (HeadPoseRows).
 
 cv2's solver cost 0.12-0.15 ms a frame here, and about twice that on a frame after the core idled (its code and
 buffers cold); this loop costs about 9 microseconds a frame and lands on the same minimum (within 0.001 degrees on the
@@ -33,7 +33,9 @@ def _cost(model, img, focal, cx, cy, rot, t):
 
 @compiled
 def _step(model, img, focal, cx, cy, rot, t):
-    """The Gauss-Newton step (rotation vector, translation): HeadPoseRows._step's Jacobian rows (a x g, g)."""
+    """The Gauss-Newton step (rotation vector, translation). With x = X/Z, y = Y/Z of a camera point and
+    fz = focal/Z: d(u)/d(point) = fz (1, 0, -x), d(v)/d(point) = fz (0, 1, -y), and a rotation w moves the rotated
+    point a by w x a, so the rows of the Jacobian are (a x g, g)."""
     jtj = np.zeros((6, 6))
     jtr = np.zeros(6)
     ju = np.zeros(6)
@@ -105,7 +107,7 @@ def _matmul3(a, b):
 
 @compiled
 def _rotvec_matrix(w):
-    """Rodrigues' formula (head_pose.rotvec_matrices for one vector: its first three values)."""
+    """Rodrigues' formula: the rotation matrix of the rotation vector w's first three values."""
     theta = math.sqrt(w[0] * w[0] + w[1] * w[1] + w[2] * w[2])
     d = max(theta, 1e-300)
     k0, k1, k2 = w[0] / d, w[1] / d, w[2] / d
@@ -123,8 +125,8 @@ def _rotvec_matrix(w):
 @compiled
 def refine(model, img, focal, cx, cy, rot, t, rot_out, t_out, iterations, stop):
     """Refine (rot, t) on the model points (P, 3) against their image points (P, 2) into rot_out, t_out, at most
-    `iterations` steps, ending at a step below `stop` (head_pose.REFINE_ITERATIONS, REFINE_STOP: HeadPoseRows'
-    numpy refine takes the same); False when the pose at hand is not finite (the caller solves from scratch then)."""
+    `iterations` steps, ending at a step below `stop` (head_pose.REFINE_ITERATIONS, REFINE_STOP); False when the
+    pose at hand is not finite (the caller solves from scratch then)."""
     # scalar loops, no array expressions: each of those would compile numba's ufunc machinery (seconds, once)
     cost = _cost(model, img, focal, cx, cy, rot, t)
     if not math.isfinite(cost):

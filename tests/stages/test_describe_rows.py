@@ -2,9 +2,12 @@
 FaceFrames its own FaceDescriber (`facebridge run`) gives, on the sample as the batched tracker measures it, with
 passes of changing membership, lost faces, a calibrated subject and a row handed to a new stream.
 
-Measured: head pose bit-equal where numba is installed (both refine with head_pose_refine's loop), else at most
-0.0004 degrees (the batched Gauss-Newton refine against cv2's iterative one) and 5e-5 cm; 7e-5 degrees of gaze,
-3e-6 of a blendshape; emotion, region confidence and morph blocks within 1e-5.
+Head pose, gaze, blink and emotion context run the same formulas on both paths (over floats for one stream, arrays
+for many); what differs is the expression rows' finish (expression/rows.py against the estimator's) and the
+order of a few float32 sums. Measured: head pose bit-equal where numba is installed (both refine with
+head_pose_refine's loop), else within cv2's stop (the rows' guess from the rotation matrix, the estimator's from
+cv2's own rotation vector); 7e-5 degrees of gaze, 3e-6 of a blendshape; emotion, region confidence and morph
+blocks within 1e-5.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from bridge.frame import Frame
 from bridge.stages.describe import FaceDescriber, MeasuredFace
 from bridge.stages.describe_rows import DescribeRows, MeasuredFaces
 
-STREAMS = 7  # passes of 1-7 rows: up to CV2_ROWS the head pose refines with cv2, above by Gauss-Newton
+STREAMS = 7  # passes of 1-7 rows
 FRAMES = 24
 
 
