@@ -12,17 +12,19 @@ from bridge.stages.describe import EMOTION_EVERY
 DEFAULT_LLF, DEFAULT_VMC, DEFAULT_MONITOR = ports.LIVE_LINK_FACE, ports.VMC, ports.MONITOR
 
 
-def add_pipeline_arguments(p: argparse.ArgumentParser) -> None:
-    """Options shared by run, calibrate and bench pipeline."""
-    p.add_argument("--source", default=None, help=f"where frames come from: {SOURCE_HELP}")
-    p.add_argument("--camera-size", type=camera_size, metavar="WxH",
+def add_pipeline_arguments(p, inputs=None) -> None:
+    """Options shared by run, calibrate and bench pipeline: where frames come from go to `inputs` (an argument
+    group; default `p`), how they are tracked to `p`."""
+    inputs = inputs if inputs is not None else p
+    inputs.add_argument("--source", default=None, help=f"where frames come from: {SOURCE_HELP}")
+    inputs.add_argument("--camera-size", type=camera_size, metavar="WxH",
                    help="ask the camera for this resolution, e.g. 1280x720 (default: the camera's own; what it "
                         "really gives is said at start when it differs)")
-    p.add_argument("--camera-fps", type=float, metavar="FPS", help="ask the camera for this frame rate, e.g. 60")
-    p.add_argument("--mirror", action="store_true",
+    inputs.add_argument("--camera-fps", type=float, metavar="FPS", help="ask the camera for this frame rate, e.g. 60")
+    inputs.add_argument("--mirror", action="store_true",
                    help="process a mirror image: the avatar moves like your reflection (your right eye closes its "
                         "left eye; turning right turns it to its left)")
-    p.add_argument("--subject", default="FaceBridge",
+    inputs.add_argument("--subject", default="FaceBridge",
                    help="subject name shown in Unreal's Live Link panel and used for the calibration profile")
     p.add_argument("--backend", default="auto",
                    choices=["auto", "onnxruntime", "onnxruntime-cuda", "openvino", "litert", "tensorrt",
@@ -99,104 +101,113 @@ def add_parser(sub) -> None:
         description="Track a face and stream ARKit blendshapes, head pose and gaze. By default streams to Unreal's "
                     f"stock Live Link Face source on {DEFAULT_LLF} and to a VMC receiver on {DEFAULT_VMC}; "
                     "nothing leaves this machine unless you point an output elsewhere.")
-    add_pipeline_arguments(p)
-    p.add_argument("--faces", type=int, default=1, metavar="N",
+    inputs = p.add_argument_group("where frames come from")
+    tracking = p.add_argument_group("tracking")
+    outputs = p.add_argument_group("outputs (Unreal, VMC, iFacialMocap, gRPC, takes)")
+    tuning = p.add_argument_group("tuning the avatar (docs/MAPPING.md)")
+    timecode = p.add_argument_group("timecode")
+    audio = p.add_argument_group("audio and lip-sync")
+    control = p.add_argument_group("console, monitor page and remote control")
+    updates = p.add_argument_group("signed updates and remote tracking")
+    add_pipeline_arguments(tracking, inputs)
+    tracking.add_argument("--faces", type=int, default=1, metavar="N",
                    help="track up to N faces (default 1), each its own subject: name them with --subject A,B,... "
                         "(faces without a name get the first name and their number: FaceBridge2, ...); each face is "
                         "its own Live Link Face and gRPC subject and its own VMC target (see --vmc)")
-    p.add_argument("--max-frames", type=int, default=None, metavar="N",
+    inputs.add_argument("--max-frames", type=int, default=None, metavar="N",
                    help="stop after N frames sent (dropped frames do not count)")
-    p.add_argument("--fast", action="store_true",
+    inputs.add_argument("--fast", action="store_true",
                    help="process file sources as fast as possible instead of at their frame rate, keeping every frame "
                         "(an --audio file follows the frames in step; with --record a file keeps every frame anyway, "
                         "at its own rate)")
-    p.add_argument("--llf", action="append", metavar="HOST:PORT",
+    outputs.add_argument("--llf", action="append", metavar="HOST:PORT",
                    help="Live Link Face (Unreal stock source) UDP target, or 'off'; repeat it for several editors "
                         f"(default {DEFAULT_LLF})")
-    p.add_argument("--vmc", default=DEFAULT_VMC, metavar="HOST:PORT",
+    outputs.add_argument("--vmc", default=DEFAULT_VMC, metavar="HOST:PORT",
                    help=f"VMC/OSC receiver (VSeeFace, VNyan, Warudo, ...), or 'off' (default {DEFAULT_VMC}). With "
                         "--faces N: one HOST:PORT per face, comma-separated, or one address for N consecutive ports")
-    p.add_argument("--vmc-no-bundle", action="store_true",
+    outputs.add_argument("--vmc-no-bundle", action="store_true",
                    help="send VMC as plain OSC messages (for receivers that cannot read bundles)")
-    p.add_argument("--vmc-expressions", default="arkit", metavar="SETS",
+    outputs.add_argument("--vmc-expressions", default="arkit", metavar="SETS",
                    help="VMC blendshape names, comma-separated: arkit (52 PerfectSync names, default), vrm0 "
                         "(A I U E O Blink Joy ... for VRM 0.x avatars without ARKit shapes), vrm1 (aa ih ou ...)")
-    p.add_argument("--vmc-eye-bones", action="store_true",
+    outputs.add_argument("--vmc-eye-bones", action="store_true",
                    help="also send LeftEye/RightEye bones from the gaze (for avatars without eyeLook shapes)")
-    p.add_argument("--ifm", metavar="HOST[:PORT]",
+    outputs.add_argument("--ifm", metavar="HOST[:PORT]",
                    help="also send the iFacialMocap UDP protocol (VMagicMirror, VRCFaceTracking, VNyan, Warudo, "
                         "VSeeFace) to HOST (default port 49983)")
-    p.add_argument("--mapping", metavar="FILE.json",
+    tuning.add_argument("--mapping", metavar="FILE.json",
                    help="blendshape mapping (gain, offset, curve, dead zone, output range per blendshape; smoothing "
                         "per region; head dead zone: docs/MAPPING.md) instead of the one stored in the subject's "
                         "profile; applied after calibration, before every output")
-    p.add_argument("--head-dead-zone", type=float, metavar="DEGREES",
+    tuning.add_argument("--head-dead-zone", type=float, metavar="DEGREES",
                    help="the head holds still until it moves more than this (default: the mapping's, else 0)")
-    p.add_argument("--osc-remote", metavar="[HOST:]PORT",
+    control.add_argument("--osc-remote", metavar="[HOST:]PORT",
                    help="listen for OSC remote control as the Live Link Face app does (8000 in the app): /RecordStart "
                         "SLATE TAKE starts a take in --takes-dir named SLATE_TAKE, /RecordStop ends it, "
                         "/OSCSetSendTarget, /Slate, /Take, /BatteryQuery, /ThermalsQuery (docs/PROTOCOLS.md); "
                         "binds 127.0.0.1 unless HOST is given, which needs --osc-allow")
-    p.add_argument("--osc-allow", metavar="IP,IP",
+    control.add_argument("--osc-allow", metavar="IP,IP",
                    help="controller addresses the OSC remote control accepts beyond this machine")
-    p.add_argument("--timecode-source", choices=["system", "ntp", "ltc"], default="system",
+    timecode.add_argument("--timecode-source", choices=["system", "ntp", "ltc"], default="system",
                    help="where timecode comes from: this machine's clock (default), an NTP server (--ntp-server), or "
                         "LTC audio on an input (--ltc-input, e.g. a Tentacle Sync into a microphone input); carried "
                         "into Live Link Face packets, takes, their CSV and USD")
-    p.add_argument("--timecode-rate", metavar="FPS",
+    timecode.add_argument("--timecode-rate", metavar="FPS",
                    help="timecode rate: 23.976, 24, 25, 29.97, 30, 48, 50, 59.94 or 60 (29.97 and 59.94 drop-frame; "
                         "default: the source's frame rate); outputs state it as their frame rate")
-    p.add_argument("--ltc-input", metavar="mic|mic:N|FILE",
+    timecode.add_argument("--ltc-input", metavar="mic|mic:N|FILE",
                    help="the audio input LTC comes in on (default mic); a file plays at real time")
-    p.add_argument("--ntp-server", metavar="HOST[:PORT]", help="NTP server for --timecode-source ntp "
+    timecode.add_argument("--ntp-server", metavar="HOST[:PORT]", help="NTP server for --timecode-source ntp "
                    "(default pool.ntp.org)")
-    p.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
-    p.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
+    outputs.add_argument("--record", metavar="DIR", help="record the take (JSON lines + Live Link Face CSV) to DIR")
+    outputs.add_argument("--grpc", metavar="HOST:PORT", help="serve the FaceBridge gRPC stream (Unreal plugin, "
                    "Omniverse) on HOST:PORT; binding beyond 127.0.0.1 needs --grpc-token")
-    p.add_argument("--grpc-token", metavar="TOKEN|auto",
+    outputs.add_argument("--grpc-token", metavar="TOKEN|auto",
                    help="bearer token gRPC clients must send; beyond 127.0.0.1 at least 128 bits (e.g. 22 random "
                         "letters and digits); 'auto' makes a random one and prints it")
-    p.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate for the gRPC server")
-    p.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key for the gRPC server")
-    p.add_argument("--monitor", default=DEFAULT_MONITOR, metavar="HOST:PORT|off",
+    outputs.add_argument("--grpc-tls-cert", metavar="PEM", help="TLS certificate for the gRPC server")
+    outputs.add_argument("--grpc-tls-key", metavar="PEM", help="TLS private key for the gRPC server")
+    control.add_argument("--monitor", default=DEFAULT_MONITOR, metavar="HOST:PORT|off",
                    help=f"serve the live monitor page, /metrics (Prometheus), /healthz and /readyz on HOST:PORT, or "
                         f"'off' (default {DEFAULT_MONITOR}; port 0 picks a free one; the URL is printed). Binding "
                         "beyond 127.0.0.1 needs --monitor-token")
-    p.add_argument("--monitor-token", metavar="TOKEN|auto",
+    control.add_argument("--monitor-token", metavar="TOKEN|auto",
                    help="token the monitor asks for (open the page as /?token=TOKEN; scrapers send "
                         "'Authorization: Bearer TOKEN'); /healthz and /readyz stay open. Beyond 127.0.0.1 at least "
                         "128 bits; 'auto' makes a random one and prints it")
-    p.add_argument("--monitor-tls-cert", metavar="PEM", help="TLS certificate for the monitor (serves https)")
-    p.add_argument("--monitor-tls-key", metavar="PEM", help="TLS private key for the monitor")
-    p.add_argument("--takes-dir", default="takes", metavar="DIR",
+    control.add_argument("--monitor-tls-cert", metavar="PEM", help="TLS certificate for the monitor (serves https)")
+    control.add_argument("--monitor-tls-key", metavar="PEM", help="TLS private key for the monitor")
+    outputs.add_argument("--takes-dir", default="takes", metavar="DIR",
                    help="where takes started from the monitor page's Record button go (default ./takes)")
-    p.add_argument("--no-calibration", action="store_true", help="ignore the subject's stored calibration")
-    p.add_argument("--audio", metavar="mic|mic:N|sample|FILE", help="also drive the mouth from speech: a "
+    tuning.add_argument("--no-calibration", action="store_true", help="ignore the subject's stored calibration")
+    audio.add_argument("--audio", metavar="mic|mic:N|sample|FILE", help="also drive the mouth from speech: a "
                    "microphone (`facebridge devices` lists them), the bundled sample voice, or an audio file, "
                    "played at real time")
-    p.add_argument("--audio-only", action="store_true",
+    audio.add_argument("--audio-only", action="store_true",
                    help="no camera: the audio (--audio) drives the mouth, everything else stays neutral")
-    p.add_argument("--updates", nargs="?", const="auto", default="auto", metavar="STATE",
+    updates.add_argument("--updates", nargs="?", const="auto", default="auto", metavar="STATE",
                    help="follow the signed-updates store live: when `fedagent update install` (or rollback) changes a "
                         "model's active release, the new model is built and checked in the background and swapped in "
                         "between two frames (default: the per-user store, followed even before anything is installed "
                         "there); a release that fails in service is rolled back by itself; 'off' turns it off")
-    p.add_argument("--adapter", metavar="FILE.npz", help="try a lip-sync adapter locally (with --audio) instead of the "
-                   "installed one; needs --adapter-sha256")
-    p.add_argument("--adapter-sha256", metavar="HEX", help="the adapter file's sha256 (at least 12 hex digits), "
+    audio.add_argument("--adapter", metavar="FILE.npz",
+                       help="try a lip-sync adapter locally (with --audio) instead of the installed one; needs "
+                            "--adapter-sha256")
+    audio.add_argument("--adapter-sha256", metavar="HEX", help="the adapter file's sha256 (at least 12 hex digits), "
                    "checked before it is used")
-    p.add_argument("--learn", nargs="?", const="", default=None, metavar="DIR",
+    audio.add_argument("--learn", nargs="?", const="", default=None, metavar="DIR",
                    help="with --audio and a camera: keep short windows of speech features with the camera's mouth "
                         "weights (only while the face and mouth are clearly seen) in a bounded, owner-only store on "
                         "this device, for `fedagent client` (default store $FACEBRIDGE_HOME/learn)")
-    p.add_argument("--learn-keep-audio", action="store_true",
+    audio.add_argument("--learn-keep-audio", action="store_true",
                    help="with --learn: also keep the raw audio of each window (off by default)")
-    p.add_argument("--remote", metavar="HOST:PORT",
+    updates.add_argument("--remote", metavar="HOST:PORT",
                    help="track on a `facebridge serve` box instead of this machine: send the frames there (JPEG) "
                         "and stream what comes back to the outputs here")
-    p.add_argument("--remote-token", metavar="TOKEN", help="bearer token of the remote server")
-    p.add_argument("--remote-tls-ca", metavar="PEM", help="CA certificate of a remote server that uses TLS")
-    p.add_argument("--quiet", action="store_true", help="no live status line")
+    updates.add_argument("--remote-token", metavar="TOKEN", help="bearer token of the remote server")
+    updates.add_argument("--remote-tls-ca", metavar="PEM", help="CA certificate of a remote server that uses TLS")
+    control.add_argument("--quiet", action="store_true", help="no live status line")
     p.set_defaults(func=run)
 
 

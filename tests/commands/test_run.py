@@ -62,3 +62,18 @@ def test_the_emotion_cadence_run_offers_is_the_describers():
 
     assert EMOTION_EVERY == describe.EMOTION_EVERY == PipelineOptions().emotion_every
     assert describe_rows.DescribeRows(1).emotion_every == describe.EMOTION_EVERY
+
+
+def test_run_help_reads_in_groups_and_every_option_sits_in_one():
+    """`facebridge run --help`: the 60-odd options in groups by what they are for, none left in the flat list."""
+    import argparse
+
+    from bridge.commands import run
+
+    parser = argparse.ArgumentParser()
+    run.add_parser(parser.add_subparsers())
+    (sub,) = parser._subparsers._group_actions[0].choices.values()  # the run parser
+    titles = [g.title for g in sub._action_groups if g._group_actions]
+    assert {"where frames come from", "tracking", "audio and lip-sync"} <= set(titles)
+    flat = [a.option_strings for g in sub._action_groups if g.title == "options" for a in g._group_actions]
+    assert flat == [["-h", "--help"]]
