@@ -7,7 +7,7 @@ const COLORS = ["#4fb3ff", "#3ecf8e", "#f5c451", "#ff6b6b", "#c792ea", "#ff9f43"
 const HISTORY = 300;  // graph points kept (30 s at 10 Hz)
 const SLOW_MS = 500;  // tables and graphs redraw at most twice a second; bars and faces at every update
 const page = { names: [], emotions: [], visemes: [], fps: [], stages: {}, preview: false, recording: null,
-               meta: null, ws: null, slowAt: 0, counts: { state: 0, preview: 0 }, pendingState: null,
+               meta: null, ws: null, slowAt: -Infinity, counts: { state: 0, preview: 0 }, pendingState: null,
                pendingImage: null, renderQueued: false, awaitingImage: false };
 window.monitorCounts = page.counts;  // updates drawn, for tests and the benchmark
 
