@@ -339,9 +339,13 @@ import json, os, sys
 sys.path.insert(0, {REPO!r})
 from bridge.sinks.recorder import TakeRecorder
 from tests.sinks.test_recorder import make_frames
-rec = TakeRecorder({str(mnt / "t")!r})
+rec = TakeRecorder({str(mnt / "t")!r}, sync_interval_s=3600)  # no periodic sync during the test: only the first
 for f in make_frames(5):
     rec.send(f)
+import time
+deadline = time.monotonic() + 60
+while rec.syncs < 1 and time.monotonic() < deadline:  # the first frame's sync (take.json rewritten) is done
+    time.sleep(0.01)
 filler = os.open({str(mnt / "filler")!r}, os.O_WRONLY | os.O_CREAT)
 for size in (4096, 512, 1):  # take every byte that is left
     try:
