@@ -23,6 +23,7 @@ import numpy as np
 
 from bridge.bench.common import positive_int, reporter, table
 from bridge.bench.faces import LABELS
+from bridge.engines.shipped import sample_frames
 from bridge.paths import real_data_dir
 
 WAYS = ("short", "full", "short tiles", "full tiles", "auto wide")
@@ -78,18 +79,6 @@ def _hit(box, detections) -> bool:
 
     box = np.asarray(box, np.float64)
     return any(_iou(box, d.box[None])[0] >= IOU for d in detections)
-
-
-def _sample(count: int) -> list[np.ndarray]:
-    cap = cv2.VideoCapture(str(Path(__file__).resolve().parents[1] / "data" / "sample.mp4"))
-    frames = []
-    while len(frames) < count:
-        ok, image = cap.read()
-        if not ok:
-            break
-        frames.append(image)
-    cap.release()
-    return frames
 
 
 def side_by_side(image: np.ndarray, box: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -164,7 +153,7 @@ def _cpu_ms(find, image: np.ndarray, repeats: int) -> float:
 
 def run(args) -> dict:
     found, near = ways(args.backend)
-    frames = _sample(args.frames)
+    frames = [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in sample_frames(args.frames, step=1)]  # OpenCV's BGR
     refs = [near.detect(f)[0].box for f in frames]  # the sample's face on its own frame
     photos, clip_frames = _real_sets(Path(args.data))
     if not photos:

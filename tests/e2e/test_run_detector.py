@@ -10,24 +10,17 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from bridge.engines.shipped import sample_frames as shipped_frames
 from bridge.formats.livelinkface import decode_llf_packet
 from bridge.stages.search import FAR_AFTER
-from tests.helpers import ROOT, facebridge_cmd, real_corpus, subprocess_env, udp_collector
+from tests.helpers import facebridge_cmd, real_corpus, subprocess_env, udp_collector
 
-SAMPLE = ROOT / "bridge" / "data" / "sample.mp4"
 FRAMES = 40
 
 
 def sample_frames(count: int) -> list[np.ndarray]:
-    cap = cv2.VideoCapture(str(SAMPLE))
-    frames = []
-    while len(frames) < count:
-        ok, image = cap.read()
-        if not ok:
-            break
-        frames.append(image)
-    cap.release()
-    return frames
+    """The bundled sample's first frames in OpenCV's BGR, as a clip file holds them."""
+    return [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in shipped_frames(count, step=1)]
 
 
 def write_clip(path: Path, images: list[np.ndarray]) -> Path:
