@@ -2,25 +2,13 @@
 peak-hold markers show what was measured, the range walk-through sets gains, and Save stores the mapping."""
 from __future__ import annotations
 
-import time
-
 from bridge.calibration import CalibrationProfile
 from bridge.frame import ARKIT_INDEX
 from bridge.runtime.session import OutputConfig, RunConfig
 from tests.helpers import running_session
-from tests.monitor.test_page import browser  # noqa: F401 - the fixture
+from tests.monitor.test_page import _wait, browser  # noqa: F401 - browser: the fixture
 
 BLINK = ARKIT_INDEX["eyeBlinkLeft"]
-
-
-def _wait(predicate, seconds: float, what: str):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_the_tuning_panel_changes_the_stream_at_once_and_saves_to_the_profile(
