@@ -88,6 +88,18 @@ def test_sinks_never_import_each_other_and_formats_open_no_socket():
         assert "socket.socket(" not in source and "import grpc" not in source, fmt
 
 
+def test_osc_bytes_are_built_only_in_formats_osc():
+    """A new OSC sink fills a plan with formats/osc.py's template instead of encoding of its own: python-osc's
+    builders appear nowhere else (its server, dispatcher and client, which the OSC remote control uses, may)."""
+    builders = ("pythonosc.osc_message_builder", "pythonosc.osc_bundle_builder")
+    users = []
+    for module in GRAPH:
+        path = ROOT / (module.replace(".", "/") + ".py")
+        if path.exists() and any(b in path.read_text(encoding="utf-8") for b in builders):
+            users.append(module)
+    assert users == ["bridge.formats.osc"]
+
+
 def test_replay_and_usd_export_import_no_sink_module():
     for module in ("bridge.commands.replay", "bridge.usd_export"):
         sinks = {d for d in GRAPH[module] if d.startswith("bridge.sinks") and d != "bridge.sinks.base"}
