@@ -20,6 +20,7 @@ import asyncio
 import logging
 import threading
 import time
+from functools import partial
 
 import grpc
 
@@ -109,11 +110,19 @@ class ManyCall:
 
     def failed(self, served: list, error: Exception) -> None:
         """This call's frames of a pass that failed: each answered with an ImageRefused naming the failure, as
-        Track answers its own (a failed pass fails its own frames only)."""
+        Track answers its own (a failed pass fails its own frames only; an image refused where it was decoded is
+        answered as one refused on arrival)."""
         reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
         for s in served:
             s.extra["state"].stream.count_bad()
-        self._on_loop(self._failed, served, reason)
+        self._on_loop(self._failed, served, reason, isinstance(error, BadImage))
+
+    def check_future(self, served, future) -> None:
+        """A frame handed to a service of futures: its replies come through pass_done all the same; a failure
+        (its pass, or its image refused where it was decoded) is answered here."""
+        error = future.exception()
+        if error is not None:
+            self.failed([served], error)
 
     def _on_loop(self, fn, *args) -> None:
         try:
@@ -135,15 +144,19 @@ class ManyCall:
         self.outbox += [reply for stream_id, stream, reply in out if self._current(stream_id, stream)]
         self.wake.set()
 
-    def _failed(self, served: list, reason: str) -> None:
+    def _failed(self, served: list, reason: str, refused: bool = False) -> None:
+        track = self.owner.track
         for s in served:
             state, stream_id = s.extra["state"], s.extra["sid"]
-            stream = state.stream
-            if stream.counters.bad == 1 or stream.counters.bad % 100 == 0:
-                log.warning("face stream %d: the batched pass failed (%s); %d bad so far", stream.number, reason,
-                            stream.counters.bad)
-            state.refusals.append((int(s.request.seq), f"image {s.request.seq}: the server could not describe "
-                                   f"its pass ({reason}); the frame is lost, the stream goes on"))
+            stream, seq = state.stream, int(s.request.seq)
+            if refused:
+                track._refused(stream, state, seq, f"image {seq}: {reason}")
+            else:
+                if stream.counters.bad == 1 or stream.counters.bad % 100 == 0:
+                    log.warning("face stream %d: the batched pass failed (%s); %d bad so far", stream.number,
+                                reason, stream.counters.bad)
+                state.refusals.append((seq, f"image {seq}: the server could not describe its pass ({reason}); the "
+                                       "frame is lost, the stream goes on"))
             if stream.returned(s) and self._current(stream_id, stream):
                 self.ready.add(stream_id)
         self.wake.set()
@@ -162,6 +175,10 @@ class Group:
 
     def start(self) -> None:
         owner, decoder = self.owner, self.owner.server.decoder
+        if getattr(owner.track, "forward", False):  # a front-end process: the engine process decodes them
+            self.decoded = [(p.request, state.stream_hw, 0.0, None) for _, _, state, p in self.todo]
+            self._post()
+            return
         jpegs = [i for i, (_, _, _, p) in enumerate(self.todo) if p.request.encoding == JPEG]
         others = [i for i, (_, _, _, p) in enumerate(self.todo) if p.request.encoding != JPEG]
         if owner.track.jpeg_batches is not None:  # the JPEGs with the others waiting (nvJPEG), raw here (a copy)
@@ -250,12 +267,17 @@ class Group:
                 stream.count_bad()
                 stream.abandon()
         for service, (slots, frames, posted) in groups.items():
+            submitted = 0
             try:
-                service.post_many(slots, frames, posted, call.failed)
+                if hasattr(service, "post_many"):
+                    service.post_many(slots, frames, posted, call.failed)
+                    continue
+                for slot, frame, served in zip(slots, frames, posted):  # a service of futures (another process's)
+                    # the future names its frame, the frame never its future (no reference cycle a frame)
+                    service.submit(slot, frame, tag=served).add_done_callback(partial(call.check_future, served))
+                    submitted += 1
             except Exception as e:  # noqa: BLE001 - the service refused the frames: each answered, never lost
-                for s in posted:
-                    s.extra["state"].stream.count_bad()
-                call._on_loop(call._failed, posted, str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+                call.failed(posted[submitted:], e)
 
 
 class TrackManyStreams:
