@@ -7,9 +7,9 @@ drives one avatar and VMC has no subject, so every face gets its own VMC target:
 """
 from __future__ import annotations
 
+from bridge import ports
 from bridge.errors import FaceBridgeError
 from bridge.sinks.udp import parse_host_port
-from bridge.sinks.vmc import DEFAULT_PORT as VMC_PORT
 
 
 def vmc_targets(vmc: str, subjects: list[str]) -> list[tuple[str | None, str]]:
@@ -18,7 +18,7 @@ def vmc_targets(vmc: str, subjects: list[str]) -> list[tuple[str | None, str]]:
         return [(None, vmc)]
     addresses = [a.strip() for a in vmc.split(",")]
     if len(addresses) == 1:
-        host, port = parse_host_port(addresses[0], VMC_PORT, "VMC address")
+        host, port = parse_host_port(addresses[0], ports.port_of(ports.VMC), "VMC address")
         host = f"[{host}]" if ":" in host else host
         addresses = [f"{host}:{port + k}" for k in range(len(subjects))]
     if len(addresses) != len(subjects):
