@@ -341,6 +341,26 @@ def test_run_remote_drives_live_link_face_and_vmc_receivers_here(server, isolate
     assert len({name for name, _ in blends}) == 52
 
 
+def test_a_remote_pipeline_is_a_pipeline_whose_models_guard_and_calibration_are_the_servers(server):
+    """`run --remote`'s pipeline answers the session and control like every kind (runtime/pipeline_protocol.py):
+    nothing to swap, guard, overlap or calibrate here, and the versions the server announced with its last frame."""
+    from bridge.runtime.pipeline_protocol import Pipeline
+    from bridge.runtime.remote import RemotePipeline
+    from bridge.sources.files import SampleSource
+
+    pipeline, source = RemotePipeline(server, subject="Protocol"), SampleSource(realtime=False)
+    try:
+        assert isinstance(pipeline, Pipeline) and pipeline.model_versions == {}
+        assert pipeline.swappable_models() == [] and pipeline.face_models() is None
+        assert pipeline.face("Protocol") is None and pipeline.detector_summary() == ""
+        assert not pipeline.guarded() and not pipeline.overlaps() and not pipeline.wrap_faces(lambda *a: None)
+        face = pipeline.process(source.read())
+        assert face.face_found and face.model_versions and pipeline.model_versions == face.model_versions
+    finally:
+        pipeline.close()
+        source.close()
+
+
 def test_serve_refuses_the_network_without_a_token():
     from bridge.errors import FaceBridgeError
     from bridge.runtime.serve import ServeConfig, build_server
