@@ -13,8 +13,14 @@ import threading
 
 import pytest
 
-from tests.e2e.test_serve import FRAMES, LOCKSTEP_DEADLINE_MS, _lockstep, _served_are_the_run_frames, _status
-from tests.e2e.test_serve import clip  # noqa: F401 - the sample as JPEG, a fixture
+from tests.e2e.test_serve import (
+    FRAMES,
+    LOCKSTEP_DEADLINE_MS,
+    _lockstep,
+    _served_are_the_run_frames,
+    _status,
+    clip,  # noqa: F401 - the sample as JPEG, a fixture
+)
 from tests.helpers import LockstepStream, serve_process, wait_until
 
 pytest.importorskip("torch")
