@@ -68,20 +68,6 @@ def rotvec_from_matrix(m: np.ndarray) -> np.ndarray:
     return cv2.Rodrigues(np.asarray(m, dtype=np.float64))[0].reshape(3)
 
 
-def rotvecs_from_matrices(m: np.ndarray) -> np.ndarray:
-    """rotvec_from_matrix over (n, 3, 3) rotations -> (n, 3), as cv2.Rodrigues computes it (a rotation of
-    about pi, where its formula turns, is handed to cv2 row by row)."""
-    m = np.asarray(m, dtype=np.float64)
-    r = np.stack([m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]], 1)
-    s = np.sqrt((r * r).sum(1) * 0.25)
-    c = np.clip((m[:, 0, 0] + m[:, 1, 1] + m[:, 2, 2] - 1.0) * 0.5, -1.0, 1.0)
-    out = r * (np.arccos(c) / np.maximum(2.0 * s, 1e-300))[:, None]
-    out[(s < 1e-5) & (c > 0)] = 0.0
-    for i in np.flatnonzero((s < 1e-5) & (c <= 0)):
-        out[i] = rotvec_from_matrix(m[i])
-    return out
-
-
 def project(points_cam: np.ndarray, focal, centre) -> np.ndarray:
     """Pinhole projection to MediaPipe-style landmarks: (..., P, 3) camera cm -> (..., P, 3) with x, y in
     image pixels and z the depth relative to the face's mean depth, in the same pixel scale as x.
@@ -157,8 +143,9 @@ class MorphableModel:
         return self._neutral468 + identity @ self._id468
 
     def points_from(self, base: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """face_points from an identity_points result: (468, 3)."""
-        return (base + weights @ self._exp468).reshape(468, 3)
+        """face_points from an identity_points result: (468, 3); of n faces' bases (n, 1404) and weights (n, 52),
+        (n, 468, 3)."""
+        return (base + weights @ self._exp468).reshape(*weights.shape[:-1], 468, 3)
 
     def eye_angles(self, weights: np.ndarray) -> np.ndarray:
         """(..., 52) weights -> (..., 2, 2) per-eye (yaw, pitch) degrees in head space, [left, right]."""
