@@ -27,17 +27,24 @@ IRIS_LEFT, IRIS_RIGHT = 468, 469
 FLIP = np.diag([1.0, -1.0, -1.0])
 # Shapes seen in the landmarks (all but tongueOut, which comes from lip-sync).
 VISUAL = np.array([i for i, n in enumerate(ARKIT_NAMES) if n != "tongueOut"])
+DEGREE = math.pi / 180.0  # math.radians(x) is x * DEGREE
 GAZE_SHAPES = [ARKIT_INDEX[f"eyeLook{d}{s}"] for s in ("Left", "Right") for d in ("Down", "In", "Out", "Up")]
 
 
-def head_matrix(yaw: float, pitch: float, roll: float) -> np.ndarray:
-    """Rotation (model space) for FaceFrame angles in degrees: R = Ry(yaw) Rx(-pitch) Rz(-roll)."""
-    y, p, r = math.radians(float(yaw)), math.radians(float(pitch)), math.radians(float(roll))
-    cy, sy, cp, sp, cr, sr = math.cos(y), math.sin(y), math.cos(p), math.sin(p), math.cos(r), math.sin(r)
+def head_matrix(yaw, pitch, roll) -> np.ndarray:
+    """Rotation (model space) for FaceFrame angles in degrees: R = Ry(yaw) Rx(-pitch) Rz(-roll). Of floats, (3, 3);
+    of n faces' angles (arrays (n,): ExpressionRows), (n, 3, 3) by the same arithmetic."""
+    rows = isinstance(yaw, np.ndarray)
+    cos, sin = (np.cos, np.sin) if rows else (math.cos, math.sin)
+    if not rows:
+        yaw, pitch, roll = float(yaw), float(pitch), float(roll)
+    y, p, r = yaw * DEGREE, pitch * DEGREE, roll * DEGREE
+    cy, sy, cp, sp, cr, sr = cos(y), sin(y), cos(p), sin(p), cos(r), sin(r)
     # Ry(y) @ Rx(-p) @ Rz(-r), multiplied out (one small array instead of three and two products)
-    return np.array([[cy * cr + sy * sp * sr, cy * sr - sy * sp * cr, sy * cp],
-                     [-cp * sr, cp * cr, sp],
-                     [cy * sp * sr - sy * cr, -sy * sr - cy * sp * cr, cy * cp]])
+    m = np.array([[cy * cr + sy * sp * sr, cy * sr - sy * sp * cr, sy * cp],
+                  [-cp * sr, cp * cr, sp],
+                  [cy * sp * sr - sy * cr, -sy * sr - cy * sp * cr, cy * cp]])
+    return np.ascontiguousarray(m.transpose(2, 0, 1)) if rows else m
 
 
 def head_angles(matrix: np.ndarray) -> np.ndarray:

@@ -67,7 +67,7 @@ class ExpressionRows:
         xy = np.array(landmarks[..., :2], dtype=np.float64)
         usable = self._fill_lost(rows, xy)
         weights = unit_interval(_pick(contract, "blendshapes", outputs, n))
-        rot = np.stack([head_matrix(*ypr) for ypr in _pick(contract, "head_rotation", outputs, n)[:, :3].tolist()])
+        rot = head_matrix(*_pick(contract, "head_rotation", outputs, n)[:, :3].T.astype(np.float64))
         focal = sizes[:, 0].astype(np.float64)
         centre = sizes.astype(np.float64) / 2.0
         for k in range(n):  # the frame's identity refresh (inline) comes before its identity is read, as there

@@ -92,7 +92,7 @@ class ExpressionEstimator:
         self.identity_work = 0  # inline refreshes and spread steps run so far (benchmarks: which frames had one)
         self._identity_lock = threading.Lock()  # the refresher's fold against reset / set_identity
         self._generation = 0  # bumped by reset / set_identity: a refresh measured before them is dropped
-        self._points_base: tuple[bytes, np.ndarray] | None = None  # (identity key, model.identity_points of it)
+        self._points_base: tuple | None = None  # (identity, its bytes, model.identity_points of it)
         self._math = result_math(self.model)
         self._prior = identity_prior(self.model)
         self._told_far = False  # said in the log that a face's identity fit lay far from the prior
@@ -347,11 +347,14 @@ class ExpressionEstimator:
     def identity_points(self, identity: np.ndarray) -> np.ndarray:
         """model.identity_points of this subject's identity, kept until it changes (the model is shared by every
         stream; ExpressionRows reads each row's here)."""
-        key = np.asarray(identity).tobytes()
         base = self._points_base
-        if base is None or base[0] != key:
-            base = self._points_base = (key, self.model.identity_points(identity))
-        return base[1]
+        if base is not None and base[0] is identity:
+            return base[2]
+        key = np.asarray(identity).tobytes()
+        if base is None or base[1] != key:
+            base = (identity, key, self.model.identity_points(identity))
+        self._points_base = (identity, base[1], base[2])
+        return base[2]
 
     def _rotation(self, c: ModelContract, out, xy, focal, centre, weights) -> np.ndarray:
         ypr = c.pick("head_rotation", out)
