@@ -38,22 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse, run, and end in one line with a stable exit code (bridge/console.py); Ctrl-C anywhere, even while
-    the commands load, ends with 130 and no traceback."""
-    console.catch_ctrl_c()
-    try:
-        for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints as \xNN, never a traceback
-            if hasattr(stream, "reconfigure"):
-                stream.reconfigure(errors="backslashreplace")
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        log = console.setup("facebridge", args.verbose)
-        if not getattr(args, "func", None):
-            parser.print_help()
-            return console.EXIT_USAGE
-        return console.run_command("facebridge", args.func, args, log)
-    except KeyboardInterrupt:
-        return console.interrupted("facebridge")
+    """Parse, run, and end in one line with a stable exit code (bridge/console.py)."""
+    return console.main("facebridge", build_parser, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

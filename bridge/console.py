@@ -169,6 +169,25 @@ def os_error(e: OSError) -> FaceBridgeError:
                            "check the path or address")
 
 
+def main(prog: str, build_parser, argv: list[str] | None = None) -> int:
+    """A command line's whole run: parse with `build_parser()`, run the command, end in one line with a stable
+    exit code; Ctrl-C anywhere, even while the commands load, ends with 130 and no traceback."""
+    catch_ctrl_c()
+    try:
+        for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints as \xNN, never a traceback
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="backslashreplace")
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        log = setup(prog, args.verbose)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return EXIT_USAGE
+        return run_command(prog, args.func, args, log)
+    except KeyboardInterrupt:
+        return interrupted(prog)
+
+
 def run_command(prog: str, func, args, log: Path | None) -> int:
     """Run one parsed command and turn its ending into one line and an exit code (see the module docstring)."""
     try:

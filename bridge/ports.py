@@ -3,6 +3,8 @@
 
 LIVE_LINK_FACE = "127.0.0.1:11111"  # Unreal's Live Link Face source (UDP)
 VMC = "127.0.0.1:39539"  # a VMC/OSC Marionette (VSeeFace, Warudo, ...)
+IFACIALMOCAP = "127.0.0.1:49983"  # an iFacialMocap receiver (VSeeFace, Warudo, ...)
+OSC_REMOTE = "127.0.0.1:8000"  # our OSC remote control listener (the Live Link Face app's OSC port)
 GRPC = "127.0.0.1:50051"  # our gRPC stream (Unreal plugin, Omniverse)
 MONITOR = "127.0.0.1:8910"  # the monitor page, /metrics, /healthz, /readyz
 SUPERLINK = "127.0.0.1:9092"  # fedagent's Flower SuperLink (Fleet API)

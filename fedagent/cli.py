@@ -9,7 +9,7 @@ import sys
 from bridge import console
 from bridge.argparsing import Parser
 
-# module path -> registers one or more subcommands. A module that is not there yet is skipped.
+# module path -> registers one or more subcommands
 COMMAND_MODULES = (
     "fedagent.commands.keys",      # keys init / add / revoke / rotate
     "fedagent.commands.publish",   # publish, export-adapter, serve-repo
@@ -30,29 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug detail to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name != name:
-                raise
-            continue
-        module.add_parser(sub)
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, run, and end in one line with a stable exit code (bridge/console.py), as `facebridge` does."""
-    console.catch_ctrl_c()
-    try:
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        log = console.setup("fedagent", args.verbose)
-        if not getattr(args, "func", None):
-            parser.print_help()
-            return console.EXIT_USAGE
-        return console.run_command("fedagent", args.func, args, log)
-    except KeyboardInterrupt:
-        return console.interrupted("fedagent")
+    return console.main("fedagent", build_parser, argv)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -88,6 +88,18 @@ def test_sinks_never_import_each_other_and_formats_open_no_socket():
         assert "socket.socket(" not in source and "import grpc" not in source, fmt
 
 
+def test_osc_bytes_are_built_only_in_formats_osc():
+    """A new OSC sink fills a plan with formats/osc.py's template instead of encoding of its own: python-osc's
+    builders appear nowhere else (its server, dispatcher and client, which the OSC remote control uses, may)."""
+    builders = ("pythonosc.osc_message_builder", "pythonosc.osc_bundle_builder")
+    users = []
+    for module in GRAPH:
+        path = ROOT / (module.replace(".", "/") + ".py")
+        if path.exists() and any(b in path.read_text(encoding="utf-8") for b in builders):
+            users.append(module)
+    assert users == ["bridge.formats.osc"]
+
+
 def test_replay_and_usd_export_import_no_sink_module():
     for module in ("bridge.commands.replay", "bridge.usd_export"):
         sinks = {d for d in GRAPH[module] if d.startswith("bridge.sinks") and d != "bridge.sinks.base"}
@@ -105,6 +117,17 @@ def test_commands_do_not_assemble_the_running_bridge():
     run = GRAPH["bridge.commands.run"]
     assert "bridge.runtime.session" in run
     assert not {d for d in run if d.startswith(("bridge.sinks", "bridge.grpc", "bridge.audio", "bridge.runtime.r"))}
+
+
+def test_no_lower_floor_imports_the_running_bridge():
+    """runtime/ assembles the bridge (sources, pipeline, sinks, monitor, gRPC, serve) and only the floors above it
+    (the command line, its commands, the benchmarks) import it. Below it, only the run's counters are shared:
+    `runtime/stats.py` and `runtime/thread_cpu.py`, which import nothing of the house."""
+    upper = ("bridge.runtime", "bridge.commands", "bridge.bench", "bridge.cli", "bridge.__main__")
+    shared = {"bridge.runtime.stats", "bridge.runtime.thread_cpu"}
+    below = [m for m in GRAPH if _within(m, "bridge") and not any(_within(m, u) for u in upper)]
+    assert sorted(f"{m} -> {d}" for m in below for d in GRAPH[m] - shared if _within(d, "bridge.runtime")) == []
+    assert all(GRAPH[m] == set() for m in shared)
 
 
 def test_bridge_never_imports_fedagent():
@@ -166,3 +189,18 @@ def test_only_the_model_registry_reads_a_manifest():
             if parsed or scanned:
                 readers.append(f"{module}:{node.lineno}")
     assert readers == [], f"manifests read outside bridge/models/registry.py: {readers}"
+
+
+def test_the_runtime_never_asks_a_pipeline_what_it_is():
+    """The session, control, the guard's recreation and the runner talk to a pipeline through the members of
+    runtime/pipeline_protocol.py's `Pipeline` only, which every kind implements: no module under bridge/runtime/
+    probes a pipeline with hasattr, getattr or isinstance."""
+    probes = []
+    for path in sorted((ROOT / "bridge" / "runtime").glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
+                    and node.func.id in ("hasattr", "getattr", "isinstance")
+                    and "pipeline" in (ast.get_source_segment(source, node.args[0]) or "").lower()):
+                probes.append(f"{path.name}:{node.lineno}: {ast.get_source_segment(source, node)}")
+    assert probes == [], probes

@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from bridge.engines.base import EngineBuildError
 from bridge.fsutil import atomic_write_bytes, atomic_write_json
+from bridge.paths import cache_dir
 
 KEY_VERSION = 1
 INDUCTOR_DIR = "torch-inductor"  # torch.compile's kernels (see torch_runner)
@@ -31,11 +31,8 @@ CPU_CHOICES = "cpu-backends.json"  # the CPU backend measured fastest per model 
 
 
 def default_cache_dir() -> Path:
-    env = os.environ.get("FACEBRIDGE_ENGINE_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "facebridge" / "engines"
+    """$FACEBRIDGE_ENGINE_CACHE, else ~/.cache/facebridge/engines (bridge/paths.py)."""
+    return cache_dir("engines", "FACEBRIDGE_ENGINE_CACHE")
 
 
 def sha256_bytes(data: bytes) -> str:

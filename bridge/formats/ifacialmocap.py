@@ -21,9 +21,10 @@ import math
 
 import numpy as np
 
+from bridge import ports
 from bridge.frame import ARKIT_NAMES, FaceFrame
 
-DEFAULT_PORT = 49983
+DEFAULT_PORT = ports.port_of(ports.IFACIALMOCAP)
 DIRECTIONS = ("jawLeft", "jawRight", "mouthLeft", "mouthRight")  # not sides: these keep their names
 
 

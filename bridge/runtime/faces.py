@@ -1,4 +1,5 @@
-"""Several faces in one run (`--faces N`): where each face's VMC stream goes, and each face's describe step.
+"""Several faces in one run (`--faces N`): where each face's VMC stream goes (each face's describe step is wrapped
+through the pipeline's `wrap_faces`, bridge/multiface.py).
 
 Live Link Face and gRPC carry a subject name in every packet, so one sink serves every face. A VMC receiver
 drives one avatar and VMC has no subject, so every face gets its own VMC target: the addresses given to --vmc
@@ -6,9 +7,9 @@ drives one avatar and VMC has no subject, so every face gets its own VMC target:
 """
 from __future__ import annotations
 
+from bridge import ports
 from bridge.errors import FaceBridgeError
 from bridge.sinks.udp import parse_host_port
-from bridge.sinks.vmc import DEFAULT_PORT as VMC_PORT
 
 
 def vmc_targets(vmc: str, subjects: list[str]) -> list[tuple[str | None, str]]:
@@ -17,7 +18,7 @@ def vmc_targets(vmc: str, subjects: list[str]) -> list[tuple[str | None, str]]:
         return [(None, vmc)]
     addresses = [a.strip() for a in vmc.split(",")]
     if len(addresses) == 1:
-        host, port = parse_host_port(addresses[0], VMC_PORT, "VMC address")
+        host, port = parse_host_port(addresses[0], ports.port_of(ports.VMC), "VMC address")
         host = f"[{host}]" if ":" in host else host
         addresses = [f"{host}:{port + k}" for k in range(len(subjects))]
     if len(addresses) != len(subjects):
@@ -25,7 +26,3 @@ def vmc_targets(vmc: str, subjects: list[str]) -> list[tuple[str | None, str]]:
                               "give one HOST:PORT per face, comma-separated, or one address for consecutive ports")
     return list(zip(subjects, addresses))
 
-
-def face_steps(pipeline, wrap) -> None:
-    """Each face's describe step wrapped by the session: `wrap(k, step, reset) -> step` for slot k."""
-    pipeline.steps = [wrap(k, slot.describe, slot.reset_description) for k, slot in enumerate(pipeline.slots)]

@@ -34,13 +34,14 @@ from pythonosc.dispatcher import Dispatcher
 from pythonosc.osc_server import BlockingOSCUDPServer
 from pythonosc.udp_client import SimpleUDPClient
 
+from bridge import ports
 from bridge.errors import FaceBridgeError
 from bridge.formats.livelinkface import csv_timecode
 from bridge.frame import FaceFrame
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 8000  # the Live Link Face app's OSC port
+DEFAULT_PORT = ports.port_of(ports.OSC_REMOTE)
 MAX_SLATE = 64
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge.audio.lipsync import load_adapter, save_adapter
-from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_json
 from fedagent.app.task import Adapter
+from fedagent.publisher.publish import publish_release
 
 
 def global_path(state_dir: str | Path) -> Path:
@@ -35,13 +35,6 @@ def publish_adapter(adapter: Adapter, *, server_round: int, error: float, state_
     path = save_adapter(state / "published" / f"round-{server_round:04d}.npz", adapter)
     release = None
     if keys_dir and repo_dir:
-        try:
-            from fedagent.publisher.publish import publish_release
-        except ImportError:
-            raise FaceBridgeError("signed publishing is not available in this fedagent "
-                                  "(fedagent/publisher/publish.py is missing)",
-                                  "install a fedagent with the signed-updates work, or run without "
-                                  "--keys/--repo") from None
         release = publish_release(keys_dir, repo_dir, [path], model="lipsync",
                                   notes=f"federated round {server_round}, server held-out mouth error {error:.4f}")
     atomic_write_json(path.with_suffix(".json"), {"round": server_round, "held_out_mouth_mae": error, "run_id": run_id,

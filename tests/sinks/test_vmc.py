@@ -13,7 +13,7 @@ from scipy.spatial.transform import Rotation
 
 from bridge.errors import SinkError
 from bridge.frame import ARKIT_NAMES, FaceFrame
-from bridge.sinks.vmc import HEAD_POSITION, NUM_FLOATS, NUM_INTS, VmcFrameEncoder, VmcSink, euler_to_unity_quaternion
+from bridge.sinks.vmc import HEAD_POSITION, NUM_FLOATS, NUM_INTS, VmcSink, euler_to_unity_quaternion, vmc_encoder
 
 
 class OscReceiver:
@@ -137,7 +137,7 @@ def test_unbundled_mode_sends_plain_messages():
 @pytest.mark.parametrize("eye_bones", [True, False])
 def test_template_encoder_is_byte_identical_to_python_osc(bundle, eye_bones):
     rng = np.random.default_rng(11)
-    encoder = VmcFrameEncoder(bundle=bundle, eye_bones=eye_bones)
+    encoder = vmc_encoder(bundle=bundle, eye_bones=eye_bones)
     for _ in range(20):
         floats = rng.normal(0, 10, NUM_FLOATS)
         ints = rng.integers(-5, 5, NUM_INTS)
@@ -257,7 +257,7 @@ def test_vrm_vowels_follow_lip_sync_visemes():
 @pytest.mark.parametrize("expressions", [("arkit", "vrm0"), ("vrm1",)])
 def test_template_encoder_matches_python_osc_with_vrm_names(expressions):
     rng = np.random.default_rng(5)
-    enc = VmcFrameEncoder(bundle=True, expressions=expressions)
+    enc = vmc_encoder(bundle=True, expressions=expressions)
     floats, ints = rng.uniform(-1, 1, NUM_FLOATS), np.array([1])
     assert enc.encode(floats, ints) == enc.encode_with_python_osc(floats, ints)
     assert all(len(d) < 1400 for d in enc.encode(floats, ints))
