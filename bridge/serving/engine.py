@@ -25,7 +25,6 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 
 import numpy as np
 
@@ -194,11 +193,9 @@ class Engine:
             self._generations[row] = generation
         self.rings[index].info[slot, rings.DECODE_MS] = decode_ms
         try:
-            future = service.submit(row, frame, tag=tag)
+            service.post_many([row], [frame], [tag], self._failed)  # no future: the pass's finish is the result
         except ValueError as e:
             self._refuse(tag, str(e))
-            return
-        future.add_done_callback(partial(self._check_failed, tag))
 
     def _service(self, hw: tuple[int, int]):
         with self._services_lock:
@@ -256,10 +253,10 @@ class Engine:
         self.rings[index].set_error(slot, status, reason)
         self._send(index, slots_message(RESULTS, [slot], 0))
 
-    def _check_failed(self, tag: tuple, future) -> None:
-        error = future.exception()
-        if error is not None:  # the pass (or its finishing) failed: its frames only
-            text = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    def _failed(self, tags: list, error: Exception) -> None:
+        """Frames whose pass (or its finishing) failed: theirs only, each answered with the error."""
+        text = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        for tag in tags:
             self._refuse(tag, text, rings.FAILED)
 
     # ---- reports ---------------------------------------------------------------------------------------------
