@@ -60,6 +60,7 @@ class StreamFaces:
     # batch taken to its results on the host) and the pass's GPU time (ms between CUDA events on its stream: with
     # other processes' work under MPS, the time the GPU took for it; NaN without a GPU); None when not measured
     timing: np.ndarray | None = None
+    rows: np.ndarray | None = None  # (n, RESULT_WIDTH): the packed rows these fields view (what the engine ships)
 
     @classmethod
     def of(cls, streams, rows: np.ndarray, timing: np.ndarray | None = None) -> StreamFaces:
@@ -70,7 +71,7 @@ class StreamFaces:
             values[name] = rows[:, start:start + size].reshape(n, *shape)
             start += size
         values["tracked"] = values["tracked"] > 0.5
-        return cls(streams=np.asarray(streams), timing=timing, **values)
+        return cls(streams=np.asarray(streams), timing=timing, rows=rows, **values)
 
 
 class MultiStreamFaceService:
