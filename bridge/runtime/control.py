@@ -113,7 +113,7 @@ class RunControl:
             profile = CalibrationProfile.from_frames(subject, frames, pipeline.expression.identity)
         except FaceBridgeError as e:
             return False, f"{e} The calibration in use is kept."
-        if getattr(self.source, "name", "") == "sample":
+        if self.source is not None and self.source.name == "sample":
             pipeline.profile = profile
             return True, (f"calibrated from {profile.frames} frames of the bundled sample, for this run only "
                           "(the sample is not your face: the stored profile is kept)")

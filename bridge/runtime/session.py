@@ -328,8 +328,7 @@ class BridgeSession:
         the calibration in use. Two short lines; `verbose` (-v) adds each model's backend and why."""
         outs = ", ".join(s.label() for s in self.sinks if s is not self.recording or self.recording.recording)
         lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
-        fallback = getattr(self.source, "fallback", None)  # plain `facebridge run` without a camera says so
-        source = fallback or self.source.name
+        source = self.source.fallback or self.source.name  # plain `facebridge run` without a camera says so
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
@@ -362,7 +361,7 @@ class BridgeSession:
             lines.append(f"monitor token (made for this run): {self.monitor.token}; open "
                          f"{self.monitor.url}?token={self.monitor.token}")
         lines += [f"gRPC token (made for this run): {s.token}; clients send 'authorization: Bearer {s.token}'"
-                  for s in self.sinks if getattr(s, "generated_token", False)]
+                  for s in self.sinks if s.generated_token]
         return lines
 
     def grpc_address(self) -> str:
