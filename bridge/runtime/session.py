@@ -46,6 +46,7 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     llf_targets,
     update_state_dir,
 )
+from bridge.runtime.pipeline_protocol import Pipeline
 from bridge.runtime.recording import RecordSwitch
 from bridge.runtime.recreate import SessionRecreator
 from bridge.runtime.releases import ReleaseWatch
@@ -127,7 +128,8 @@ class BridgeSession:
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
         self.control.stats = self.stats
-        self.audio = self.source = self.pipeline = self.profile = self.monitor = self.feed = None
+        self.audio = self.source = self.profile = self.monitor = self.feed = None
+        self.pipeline: Pipeline | None = None  # asked only what the protocol names
         self.audio_duration: float | None = None
         self.recording: RecordSwitch | None = None
         self.recreator: SessionRecreator | None = None
@@ -236,7 +238,7 @@ class BridgeSession:
         return open_source(config.source, realtime=not config.fast, size=config.camera_size, fps=config.camera_fps,
                            mirror=config.mirror)
 
-    def _build_pipeline(self):
+    def _build_pipeline(self) -> Pipeline:
         config = self.config
         if config.audio_only:
             from bridge.audio.run_audio import AudioOnlyPipeline
