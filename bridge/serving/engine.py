@@ -75,8 +75,9 @@ class Engine:
         self.on_listening = lambda index, hello: None
         self.refused = self.failed = 0
         self._jpeg = JpegBatches(decoder, max(1, self.total), name="engine-jpeg") if jpeg_batches else None
-        self._pool = None if jpeg_batches else ThreadPoolExecutor(max(1, decode_workers),
-                                                                  thread_name_prefix="engine-decode")
+        # OpenCV's workers; with the JPEG batches, one for raw images (a copy each: they come from loopback only)
+        self._pool = ThreadPoolExecutor(1 if jpeg_batches else max(1, decode_workers),
+                                        thread_name_prefix="engine-decode")
         self.decoder_name = f"{decoder.name}, batched" if jpeg_batches else decoder.name
 
     # ---- front ends ------------------------------------------------------------------------------------------
@@ -286,8 +287,7 @@ class Engine:
                 sock.close()
         if self._jpeg is not None:
             self._jpeg.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True)
         for service in self.services():
             service.close()
         for ring in self.rings:
