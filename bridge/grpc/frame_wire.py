@@ -3,7 +3,7 @@ per row layout: its tags, lengths and map keys laid out once, every float and do
 it by one scatter, then each row's few varints (subject, layout, seq, timecode) joined in front. A pass of n frames
 costs a few numpy calls and n short joins instead of n message objects (bytes that parse to the messages
 build_frame makes; tests/grpc/test_convert.py). `frame_response` wraps one as a TrackResponse with the stream's
-counters, on the serve loop, without a message object either.
+counters, on the serve loop, without a message object either; `many_frame_reply` as TrackMany's reply of it.
 """
 from __future__ import annotations
 
@@ -189,6 +189,24 @@ def frame_response(frame: bytes, received: int, stale: int, late: int, bad: int,
     tail = b"".join((_DROPPED, varint(stale + late), _SEND_TIME, _DOUBLE.pack(send_time)))
     return b"".join((b"\x12", varint(len(frame) + len(tail)), frame, tail, b"\x18", varint(received), b"\x20",
                      varint(stale), b"\x28", varint(late), b"\x30", varint(bad), replica, b"\x40", varint(slot)))
+
+
+def send_time(t: float) -> bytes:
+    """Frame.send_time's field (tag and double), for replies that leave together (many_frame_reply)."""
+    return _SEND_TIME + _DOUBLE.pack(t)
+
+
+def many_frame_reply(stream_id: int, frame: bytes, received: int, stale: int, late: int, bad: int, replica: bytes,
+                     slot: int, sent: bytes) -> bytes:
+    """A serialised TrackManyReply (stream_id, response) of one encoded Frame: frame_response's TrackResponse, in
+    one join; sent: send_time(t)."""
+    tail = b"".join((_DROPPED, varint(stale + late), sent))
+    counters = b"".join((b"\x18", varint(received), b"\x20", varint(stale), b"\x28", varint(late), b"\x30",
+                         varint(bad), replica, b"\x40", varint(slot)))
+    frame_len = len(frame) + len(tail)
+    size = varint(frame_len)
+    return b"".join((b"\x08", varint(stream_id), b"\x12", varint(1 + len(size) + frame_len + len(counters)), b"\x12",
+                     size, frame, tail, counters))
 
 
 @lru_cache(maxsize=16)

@@ -25,7 +25,7 @@ from functools import partial
 import grpc
 
 from bridge.grpc import access
-from bridge.grpc.frame_wire import frame_response, replica_field, varint
+from bridge.grpc.frame_wire import many_frame_reply, replica_field, send_time, varint
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.serving.decode import JPEG, BadImage
 from bridge.serving.requests import StreamRefused, first_subject, image_size
@@ -92,17 +92,19 @@ class ManyCall:
         changed, and its Frame's bytes), made into TrackManyReplies with each stream's counters."""
         server = self.owner.server
         replica, now, t = replica_field(server.replica), time.time(), time.perf_counter()
+        sent = send_time(now)  # the pass's replies leave together
         out, streams, latencies = [], [], []
         for s, frame_responses in zip(served, responses):
             extra = s.extra
             stream, stream_id = extra["state"].stream, extra["sid"]
-            c, slot = stream.counters, stream.slot or 0
             for r in frame_responses:
                 if isinstance(r, bytes):
-                    r = frame_response(r, c.received, c.stale, c.late, c.bad, replica, slot, now)
+                    c = stream.counters
+                    r = many_frame_reply(stream_id, r, c.received, c.stale, c.late, c.bad, replica,
+                                         stream.slot or 0, sent)
                 else:
-                    r = self.owner.track._counters(stream, r).SerializeToString()
-                out.append((stream_id, stream, encode_reply(stream_id, r)))
+                    r = encode_reply(stream_id, self.owner.track._counters(stream, r).SerializeToString())
+                out.append((stream_id, stream, r))
             streams.append(stream)
             latencies.append((t - s.received) * 1000.0)
         server.table.served_many(streams, latencies)

@@ -79,3 +79,19 @@ def test_an_encoded_frame_with_its_counters_is_the_track_response_serve_sends():
     assert got == want
     assert [varint(v) for v in (0, 127, 128, 300, 2**32)] == [b"\x00", b"\x7f", b"\x80\x01", b"\xac\x02",
                                                                b"\x80\x80\x80\x80\x10"]
+
+
+def test_an_encoded_frame_with_its_counters_is_the_track_many_reply_serve_sends():
+    from bridge.grpc.frame_wire import many_frame_reply, replica_field, send_time
+
+    frame = pb.Frame(subject="S", layout_id=3, seq=9, curves=[0.5] * 52, confidence=0.75)
+    frame.latencies_ms["describe"] = 1.5
+    for stream_id, received in ((0, 1), (70_000, 2**40)):  # varints of one byte and of several
+        got = pb.TrackManyReply.FromString(many_frame_reply(stream_id, frame.SerializeToString(), received, 200, 5, 1,
+                                                            replica_field("replica-α"), 17,
+                                                            send_time(1700000000.25)))
+        want = pb.TrackManyReply(stream_id=stream_id, response=pb.TrackResponse(
+            frame=frame, received=received, stale_dropped=200, late_dropped=5, bad_frames=1, replica="replica-α",
+            stream_slot=17))
+        want.response.frame.dropped_frames, want.response.frame.send_time = 205, 1700000000.25
+        assert got == want

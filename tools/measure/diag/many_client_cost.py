@@ -9,7 +9,9 @@ client times and parses exactly what it would. No inference runs, so the client 
 runners serve here; its CPU (user + system, from getrusage, imports excluded) over the frames it sent is its cost a
 frame, and `cores_at_1000_streams_30fps` that cost times 30,000 frames a second: what the load generator of the
 issue's GPU run would need (per-frame work only grows with items, per-message work shrinks a frame as messages
-grow, so a measurement at fewer frames a second does not flatter it).
+grow, so a measurement at fewer frames a second does not flatter it). The answering server's own CPU a frame is
+reported too: gRPC's receive of the images and send of the replies, with a parse and a reply an item, the floor
+under what `facebridge serve` spends a frame on the batched wire.
 
     python3 tools/measure/diag/many_client_cost.py --streams 1000 --fps 2 --seconds 20 --json OUT.json
 """
@@ -28,6 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
 from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
+from bridge.runtime.thread_cpu import stat_cpu_seconds  # noqa: E402
 
 METHOD = "/facebridge.v1.FaceServeService/TrackMany"
 
@@ -123,9 +126,11 @@ def measure(args) -> dict:
             client = ctx.Process(target=_client_process, args=([address], list(range(streams)), jpegs, args.fps,
                                                                args.seconds, args.warmup, 60_000, t0, results, 1,
                                                                "many"))
+            cpu0 = stat_cpu_seconds(f"/proc/{server.pid}/stat")
             client.start()
             got = results.get(timeout=args.seconds + 120)
             client.join(30)
+            server_s = stat_cpu_seconds(f"/proc/{server.pid}/stat") - cpu0
             sent = sum(s["sent"] for s in got["streams"])
             served = sum(s["served"] for s in got["streams"])
             latency = sorted(v for s in got["streams"] for v in s["latency_ms"])
@@ -134,6 +139,9 @@ def measure(args) -> dict:
                         "frames_answered": served, "held_back": sum(s["held"] for s in got["streams"]),
                         "client_cpu_s": round(got["cpu_s"], 3), "client_cpu_ms_per_frame": round(ms, 4),
                         "cores_at_1000_streams_30fps": round(ms * 30.0, 2),
+                        # the answering server's own CPU (gRPC's receive and send, each request parsed, a reply an
+                        # item joined): the floor under what `facebridge serve` spends a frame on the batched wire
+                        "echo_server_cpu_ms_per_frame": round(server_s * 1000.0 / max(sent, 1), 4),
                         "round_trip_ms_p50": round(latency[len(latency) // 2], 2) if latency else None,
                         "errors": sorted({s["error"] for s in got["streams"] if s["error"]})})
             print(json.dumps(out[-1]), flush=True)
