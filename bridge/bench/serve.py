@@ -336,12 +336,13 @@ def _status_snapshot(addresses) -> dict:
             continue
         out[address] = {"collections": list(r.gc_collections), "pause_ms_total": r.gc_pause_ms_total,
                         "pause_ms_max": r.gc_pause_ms_max, "over_10ms": r.gc_pauses_over_10ms,
-                        "thread_cpu_s": dict(r.thread_cpu_s)}
+                        "thread_cpu_s": dict(r.thread_cpu_s), "frames_served": r.frames_served}
     return out
 
 
 def _threads_during(before: dict, after: dict, frames: int) -> dict:
-    """The servers' CPU in the measured window by thread group, in ms a frame served (summed over the servers)."""
+    """The servers' CPU in the measured window by thread group, in ms a frame served in it (summed over the
+    servers)."""
     from bridge.runtime.thread_cpu import cpu_between
 
     total: dict[str, float] = {}
@@ -415,13 +416,18 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     sent, served = sum(s["sent"] for s in streams), sum(s["served"] for s in streams)
     stale, late, bad = (sum(s[k] for s in streams) for k in ("stale", "late", "bad"))
     measured_s = args.seconds - args.warmup
-    threads = _threads_during(status_start, status_end, served_measured)
+    # the server's CPU by thread over the frames it served in the same window (its own counter: under overload the
+    # frames served in a window are not those sent in it, and the clients count only the latter)
+    in_window = sum(status_end[a]["frames_served"] - status_start[a]["frames_served"]
+                    for a in status_end if a in status_start)
+    threads = _threads_during(status_start, status_end, in_window or served_measured)
     client_cpu_s = sum(c["cpu_s"] for c in collected)
     return {
         "streams": n, "wire": wire, "fps_per_stream": args.fps, "seconds": args.seconds,
         "in_flight": args.in_flight,
         "measured_unix": measured_unix,
         "server_gc": _gc_during(status_start, status_end),
+        "server_frames_served_in_window": in_window,
         "server_thread_cpu_ms_per_frame": threads,
         # the same by what it did: host_path = front end + describe and replies + other (inference, JPEG decode and
         # identity refreshes apart: on CPU runners inference is most of a frame; all three the same for either wire)

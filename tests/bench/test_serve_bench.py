@@ -78,6 +78,7 @@ def test_bench_serve_drives_both_wires_in_turn_on_one_server(tmp_path):
         assert trial["frames_sent"] == (trial["frames_served"] + trial["dropped_stale"] + trial["dropped_late"]
                                         + trial["bad_frames"] + trial["unanswered"])
         assert trial["frames_served"] > 0 and trial["dropped_stale"] == 0
+        assert trial["server_frames_served_in_window"] > 0  # the server's own count: the CPU a frame's divisor
         threads, part = trial["server_thread_cpu_ms_per_frame"], trial["server_cpu_ms_per_frame_by_part"]
         assert "serve-loop" in threads and part["inference"] == threads["face-service"]
         assert abs(sum(threads.values()) - part["host_path"] - part["inference"] - part["jpeg_decode"]
