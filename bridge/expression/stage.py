@@ -346,7 +346,7 @@ class ExpressionEstimator:
 
     def identity_points(self, identity: np.ndarray) -> np.ndarray:
         """model.identity_points of this subject's identity, kept until it changes (the model is shared by every
-        stream; ExpressionRows reads each row's here)."""
+        stream)."""
         base = self._points_base  # one read: (identity, its bytes, its points)
         if base is None or (base[0] is not identity and base[1] != np.asarray(identity).tobytes()):
             base = self._points_base = (identity, np.asarray(identity).tobytes(), self.model.identity_points(identity))
