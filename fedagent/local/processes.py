@@ -134,10 +134,9 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise FaceBridgeError(f"address {address!r} is not HOST:PORT", "write it like 127.0.0.1:9092")
-    return host.strip("[]"), int(port)
+    from bridge.listeners import split_address as split
+
+    return split(address, "--superlink", ports.SUPERLINK)
 
 
 def check_superlink(address: str, root_ca: Path | None) -> None:
