@@ -87,7 +87,8 @@ def _install(args) -> int:
         if r.status == "refused":
             print(f"{r.model}: refused ({r.refusal.reason}): {r.refusal}; release {r.release} stays active")
         elif r.status != "no-release":
-            print(f"{r.model}: {r.status}, release {r.release} active (previous {r.previous_release})")
+            previous = f"release {r.previous_release}" if r.previous_release else "the shipped model"
+            print(f"{r.model}: {r.status}, release {r.release} active (previous: {previous})")
     if all(r.status == "no-release" for r in results):
         print("the repository has no release for this device's models")
     if refused:
