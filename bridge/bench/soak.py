@@ -12,6 +12,7 @@ neither may cost Live Link Face a frame (its gaps over 200 ms are counted).
 """
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import time
 import numpy as np
 
 from bridge.bench.common import exit_text, positive_float, reporter, table
+from bridge.errors import FaceBridgeError
 
 
 def add_arguments(p) -> None:
@@ -104,6 +106,7 @@ class _Reconnecting:
         self.thread.start()
 
     def _run(self) -> None:
+        # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
         import grpc
 
         from bridge.grpc.gen import facebridge_pb2 as pb
@@ -136,6 +139,7 @@ class _Reconnecting:
 
 def _stuck_subscribers(address: str, count: int, deadline_s: float) -> list:
     """`count` gRPC clients that subscribe and never read (each its own channel: a connection of its own)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
 
     from bridge.grpc.gen import facebridge_pb2 as pb
@@ -157,8 +161,6 @@ def _stuck_subscribers(address: str, count: int, deadline_s: float) -> list:
 
 def _idle_websockets(port: int, count: int) -> list[socket.socket]:
     """`count` WebSocket connections to the monitor's /ws that never read what it sends."""
-    import base64
-
     sockets = []
     for _ in range(count):
         try:
@@ -224,8 +226,6 @@ def run(args) -> dict:
            "--monitor", f"127.0.0.1:{monitor_port}"]
     if args.slow_fsync_ms > 0:
         if shutil.which("strace") is None:
-            from bridge.errors import FaceBridgeError
-
             raise FaceBridgeError("--slow-fsync-ms needs strace", "apt-get install strace, or leave the option out")
         delay_us = int(args.slow_fsync_ms * 1000)
         cmd = ["strace", "--seccomp-bpf", "-f", "-qq", "-o", os.devnull, "-e", "trace=fsync,fdatasync",

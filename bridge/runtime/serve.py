@@ -18,7 +18,24 @@ import threading
 import time
 from dataclasses import dataclass
 
+from bridge.calibration import CalibrationProfile
+from bridge.engines.cuda_wait import set_cuda_wait
 from bridge.errors import FaceBridgeError
+from bridge.expression.refresh import IdentityRefresher
+from bridge.expression.rows import takes
+from bridge.expression.stage import ExpressionEstimator
+from bridge.models import manifest
+from bridge.runtime.gc_pauses import GcPauses
+from bridge.runtime.gc_pauses import settle as settle_heap
+from bridge.runtime.native_pools import pin_native_pools
+from bridge.runtime.options import update_state_dir
+from bridge.runtime.serve_releases import PassGate, ServeReleases
+from bridge.serving.grpc_service import FaceServeServer, check_listen
+from bridge.serving.replies import PassReplies
+from bridge.serving.runners import make_runner, make_runners, role_models
+from bridge.serving.service import MultiStreamFaceService
+from bridge.serving.streams import StreamTable
+from bridge.stages.describe_rows import DescribeRows, MeasuredFaces
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +85,6 @@ class PassDescriber:
 
     def __init__(self, rows: int, smoothing: bool, calibration: bool, model_versions: dict[str, str],
                  refresher=None, on_pass=None) -> None:
-        from bridge.expression.rows import takes
-        from bridge.expression.stage import ExpressionEstimator
-        from bridge.stages.describe_rows import DescribeRows
-
         self._calibration, self._refresher = calibration, refresher
         self._on_pass = on_pass  # on_pass(faces): each pass's results, read by the releases' fallback
         outputs = ExpressionEstimator(session=False).contract
@@ -83,16 +96,11 @@ class PassDescriber:
 
     def open(self, subject: str) -> _Row:
         """A new stream's row; its identity refreshes go to the server's shared refresher."""
-        from bridge.calibration import CalibrationProfile
-        from bridge.expression.stage import ExpressionEstimator
-
         expression = ExpressionEstimator(session=False, refresher=self._refresher)  # the regressor ran batched
         profile = CalibrationProfile.load(subject) if self._calibration else None
         return _Row(self, self.rows.open(subject, expression, profile), expression)
 
     def describe(self, handles: list[_Row], frames, faces, sizes):
-        from bridge.stages.describe_rows import MeasuredFaces
-
         if self._on_pass is not None:
             self._on_pass(faces)
         measured = MeasuredFaces(found=faces.tracked, points=faces.landmarks, presence=faces.presence,
@@ -115,9 +123,6 @@ class _Row:
 
 def model_versions() -> dict[str, str]:
     """What the FaceFrames announce (the same as FacePipeline.model_versions for the shipped models)."""
-    from bridge.expression.stage import ExpressionEstimator
-    from bridge.models import manifest
-
     versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
     versions.update(ExpressionEstimator(session=False).model_versions)
     return versions
@@ -129,10 +134,8 @@ def build_server(config: ServeConfig):
         raise FaceBridgeError(f"unknown runners {config.runners!r}", f"use one of {', '.join(RUNNER_KINDS)}")
     if config.max_streams < 1:
         raise FaceBridgeError("--max-streams must be at least 1", "pass the number of face streams to serve")
-    from bridge.serving.grpc_service import check_listen
 
     check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
-    from bridge.runtime.options import update_state_dir
 
     state_dir = update_state_dir(config.updates)  # "auto": this user's store, even before anything is installed
     try:
@@ -140,21 +143,11 @@ def build_server(config: ServeConfig):
     except ImportError:
         raise FaceBridgeError("facebridge serve needs torch (the batched tracker runs on torch tensors)",
                               "pip install torch (a CUDA build on a GPU server)") from None
-    from bridge.expression.refresh import IdentityRefresher
-    from bridge.runtime.gc_pauses import GcPauses
-    from bridge.runtime.gc_pauses import settle as settle_heap
-    from bridge.runtime.native_pools import pin_native_pools
-    from bridge.serving.grpc_service import FaceServeServer
-    from bridge.serving.replies import PassReplies
-    from bridge.serving.runners import make_runner, make_runners, role_models
-    from bridge.serving.service import MultiStreamFaceService
-    from bridge.serving.streams import StreamTable
 
     kind = RUNNER_KINDS[config.runners]
     on_gpu = kind.endswith("-cuda")
     device = "cuda" if on_gpu else "cpu"
     if on_gpu:  # before any CUDA call of this process creates the context
-        from bridge.engines.cuda_wait import set_cuda_wait
 
         log.info("%s", set_cuda_wait(config.cuda_wait))
     if config.switch_interval_ms is not None:
@@ -183,12 +176,8 @@ def build_server(config: ServeConfig):
 
     releases = None
     if state_dir is None:
-        from bridge.runtime.serve_releases import PassGate
-
         gate = PassGate(runners, model_versions())  # the services of several frame sizes share these runners
     else:
-        from bridge.runtime.serve_releases import ServeReleases
-
         models = {name: role for role, name in role_models().items() if role in runners}
         releases = ServeReleases(state_dir, runners, model_versions(), models,
                                  lambda role, path: make_runner(kind, role, path, config.max_streams, **options),
