@@ -2,14 +2,21 @@
 the permissions any new file of the user's gets (the umask decides), and a temporary file left by a killed writer
 is removed by the next write to the same path.
 
+Files that belong together (a keys folder, a release's signed metadata, a promoted release and the state naming
+it) are written inside `uninterrupted()`: a Ctrl-C typed meanwhile takes effect right after the block (they take
+milliseconds), so Ctrl-C never leaves half of such a set.
+
 Also here, because every layer needs it and it needs nothing: `printable`, a file name as text that can always
 be printed (Linux names are bytes; one that is not UTF-8 would otherwise break a print or crash a C library).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -130,3 +137,22 @@ def atomic_write_json(path: str | Path, obj, strict: bool = False) -> Path:
     """`obj` as indented JSON. With `strict`, NaN and infinity are refused (ValueError): they are not JSON, and
     files other programs read (takes, profiles) must not hold them."""
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=not strict) + "\n")
+
+
+@contextlib.contextmanager
+def uninterrupted():
+    """Run a short block that writes files belonging together to its end: a Ctrl-C (SIGINT) that comes meanwhile
+    is delivered again right after the block, to the handler that was there before (so the command stops as it
+    would have, with the set whole). Outside the main thread, or where SIGINT is ignored, it changes nothing."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
+        yield
+        return
+    pending = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            signal.raise_signal(signal.SIGINT)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bridge.frame import FaceFrame, Frame
-from bridge.pipeline import PRESENCE_THRESHOLD, FacePipeline, PipelineOptions, Tracked
+from bridge.pipeline import PRESENCE_THRESHOLD, FaceModels, FacePipeline, PipelineOptions, Tracked
 from bridge.stages.describe import StageTimer
 from bridge.stages.landmarks import LandmarkResult, roi_from_detection, roi_from_landmarks
 
@@ -65,7 +65,8 @@ class MultiFacePipeline:
     """Up to len(subjects) faces, one FacePipeline (slot) each; `describe` returns one FaceFrame per sent slot.
 
     `steps[k](tracked) -> FaceFrame` describes slot k (its FacePipeline.describe by default; the session wraps
-    each in its own output guard, and slot 0 in the audio fusion)."""
+    each in its own output guard, and slot 0 in the audio fusion, through `wrap_faces`). One of the kinds of
+    bridge/runtime/pipeline_protocol.py's `Pipeline`."""
 
     def __init__(self, options: PipelineOptions, subjects: list[str], profiles: list | None = None) -> None:
         profiles = profiles or [None] * len(subjects)
@@ -80,35 +81,56 @@ class MultiFacePipeline:
         self._since_scan = SCAN_EVERY
         self.detector_runs = 0
 
-    # what the session, control and swapper read of a pipeline: slot 0's, the models are shared
-    detector = property(lambda self: self.slots[0].detector)
-    far_detector = property(lambda self: self.slots[0].far_detector)
+    # the members of runtime/pipeline_protocol.py's Pipeline: the models are slot 0's, which the others share
     landmarker = property(lambda self: self.slots[0].landmarker)
-    landmark_path = property(lambda self: self.slots[0].landmark_path)
-    landmark_reason = property(lambda self: self.slots[0].landmark_reason)
-    expression = property(lambda self: self.slots[0].expression)
-    model_versions = property(lambda self: self.slots[0].model_versions)
 
     @property
-    def swapper(self):
-        return self.slots[0].swapper
+    def model_versions(self) -> dict[str, str]:
+        """Slot 0's: the faces share its models."""
+        return self.slots[0].model_versions
 
-    @swapper.setter
-    def swapper(self, value) -> None:
-        self.slots[0].swapper = value  # slot 0 takes swapped sessions; the others share them (_share_sessions)
+    def face_models(self) -> FaceModels:
+        return self.slots[0].face_models()
 
     def detector_summary(self, verbose: bool = True) -> str:
+        """Which face detector runs, and when (`verbose`: why), for len(slots) faces."""
         search = self.slots[0].search
         return search.summary(faces=len(self.slots)) if verbose else search.label(faces=len(self.slots))
 
-    def slot(self, subject: str) -> FacePipeline:
+    def face(self, subject: str) -> FacePipeline:
+        """The slot that describes `subject` (its calibration tap, identity and profile)."""
         return self.slots[self.subjects.index(subject)]
 
     def swappable_models(self) -> list[str]:
         return self.slots[0].swappable_models()
 
+    def use_swapper(self, swapper) -> None:
+        """Slot 0 takes swapped sessions; the others share them (`_share_sessions`)."""
+        self.slots[0].use_swapper(swapper)
+
     def build_session(self, component: str):
         return self.slots[0].build_session(component)
+
+    def overlaps(self) -> bool:
+        """Only `track` carries state from one frame to the next."""
+        return True
+
+    def wrap_faces(self, wrap) -> bool:
+        """Each face's describe step becomes `wrap(k, step, reset)` for slot k (its own output guard)."""
+        self.steps = [wrap(k, slot.describe, slot.reset_description) for k, slot in enumerate(self.slots)]
+        return True
+
+    def guarded(self) -> bool:
+        """Each face's step is guarded on its own (`wrap_faces`)."""
+        return True
+
+    def reset_description(self) -> None:
+        """Every face's describe state (each face's own guard resets only its own, through `wrap_faces`)."""
+        for slot in self.slots:
+            slot.reset_description()
+
+    def close(self) -> None:
+        """Nothing to close: the model sessions go with the pipeline."""
 
     def reset(self) -> None:
         for slot in self.slots:

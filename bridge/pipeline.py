@@ -9,7 +9,9 @@ describe: iris (both eyes, one batch; not with the attention mesh), then the sha
           in the context of blinks and shapes -> One-Euro filters -> calibration
 
 `process(frame)` runs both. Only `track` depends on the previous frame, so on two cores the runner overlaps
-`describe` of frame N with `track` of frame N+1 (each stage a thread of bridge/runtime/runner.py).
+`describe` of frame N with `track` of frame N+1 (each stage a thread of bridge/runtime/runner.py). FacePipeline is
+one of the kinds of bridge/runtime/pipeline_protocol.py's `Pipeline`, the members the session, control and the
+guard's recreation use.
 """
 from __future__ import annotations
 
@@ -102,6 +104,17 @@ class PipelineOptions:
         return self
 
 
+@dataclass(frozen=True)
+class FaceModels:
+    """What runs a pipeline's face models on this machine (the start line, gRPC GetStatus): the landmark model's
+    backend and precision (None where its backend states none), the landmark path and why it was chosen."""
+
+    backend: str
+    precision: str | None
+    landmark_path: str
+    landmark_reason: str
+
+
 @dataclass
 class Tracked:
     """What stage 1 (tracking) hands to stage 2 (description) for one frame."""
@@ -182,7 +195,37 @@ class FacePipeline:
     far_detector = property(lambda self: self.search.far)
 
     def detector_summary(self, verbose: bool = True) -> str:
+        """Which face detector runs, and when (`verbose`: why)."""
         return self.search.summary(faces=1) if verbose else self.search.label(faces=1)
+
+    def face_models(self) -> FaceModels:
+        """The landmark model's backend and precision, the landmark path and why."""
+        session = self.landmarker.session
+        return FaceModels(session.backend_name, getattr(session, "precision", None), self.landmark_path,
+                          self.landmark_reason)
+
+    def face(self, subject: str) -> FacePipeline:
+        """The pipeline describing `subject`: this one (the run's one face)."""
+        return self
+
+    def overlaps(self) -> bool:
+        """Only `track` carries state from one frame to the next: `describe` of frame N may run beside it."""
+        return True
+
+    def wrap_faces(self, wrap) -> bool:
+        """One face: nothing to wrap apart (the session wraps the last step whole)."""
+        return False
+
+    def guarded(self) -> bool:
+        """The output guard checks every frame (its models run here)."""
+        return True
+
+    def use_swapper(self, swapper) -> None:
+        """New sessions are taken from `swapper` at the start of the stage that runs them (`_take_swaps`)."""
+        self.swapper = swapper
+
+    def close(self) -> None:
+        """Nothing to close: the model sessions go with the pipeline."""
 
     def _landmarker(self, engine: dict):
         if self.landmark_path == "attention":
@@ -219,7 +262,7 @@ class FacePipeline:
             from bridge.models import manifest
 
             versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
-            versions.update(getattr(self.expression, "model_versions", {}) or {})
+            versions.update(self.expression.model_versions)
             self._model_versions = versions
         return self._model_versions
 
@@ -241,7 +284,7 @@ class FacePipeline:
         unused = ("face_landmark", "iris_landmark") if self.landmark_path == "attention" else (
             "face_landmark_with_attention",)
         names = [n for n in names if n not in unused]
-        if getattr(self.expression, "session", None) is None:  # the reference fit has no model to swap
+        if self.expression.session is None:  # the reference fit has no model to swap
             names.remove("regressor")
         return names
 

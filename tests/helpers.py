@@ -357,50 +357,94 @@ class LockstepStream(threading.Thread):
         self.client.close()
 
 
+class Terminal:
+    """A command on a real terminal: a pty that is its controlling terminal, in its own session, so Ctrl-C typed
+    on it (the byte 0x03) reaches it as SIGINT, as in a shell. `until(text)` reads its output until `text`
+    shows, `ctrl_c()` types Ctrl-C, `wait()` reads to its end -> (exit status or None, output, seconds since
+    Ctrl-C)."""
+
+    def __init__(self, argv: list[str], env: dict, cwd=None) -> None:
+        import fcntl
+        import pty
+        import subprocess
+        import termios
+
+        def on_the_terminal():
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
+                                     preexec_fn=on_the_terminal)
+        os.close(slave)
+        self.out, self.typed_at, self.started, self.ended = b"", None, time.monotonic(), False
+
+    def _read(self, wait_s: float) -> None:
+        import select
+
+        ready, _, _ = select.select([self.master], [], [], wait_s)
+        if not ready:
+            return
+        try:
+            data = os.read(self.master, 65536)
+        except OSError:  # EIO: every holder of the terminal closed it
+            data = b""
+        self.ended = self.ended or not data
+        self.out += data
+
+    def until(self, text: str, timeout: float) -> bool:
+        """Read until `text` is in the output (True), or the command ended or `timeout` passed (False)."""
+        end = time.monotonic() + timeout
+        while text.encode() not in self.out and not self.ended and time.monotonic() < end:
+            self._read(0.05)
+        return text.encode() in self.out
+
+    def ctrl_c(self) -> None:
+        os.write(self.master, b"\x03")
+        self.typed_at = time.monotonic()
+
+    @property
+    def text(self) -> str:
+        return self.out.decode(errors="replace")
+
+    def wait(self, timeout: float) -> tuple[int | None, str, float | None]:
+        import subprocess
+
+        end = time.monotonic() + timeout
+        try:
+            while not self.ended and time.monotonic() < end:
+                self._read(0.05)
+            try:
+                rc = self.proc.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                rc = None
+        finally:
+            self.close()
+        return rc, self.text, (time.monotonic() - self.typed_at) if self.typed_at else None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        if self.master is not None:
+            os.close(self.master)
+            self.master = None
+
+
 def pty_run(argv: list[str], env: dict, *, ctrl_c_when: str | None = None, ctrl_c_after: float | None = None,
             timeout: float = 120, cwd=None) -> tuple[int | None, str, float | None]:
-    """Run a command on a real terminal (a pty it has as its controlling terminal, in its own session) and type
-    Ctrl-C once its output shows `ctrl_c_when`, or `ctrl_c_after` seconds after it started. Returns (exit status,
-    everything it printed, seconds from Ctrl-C to its exit); the status is None when it outlived `timeout`."""
-    import fcntl
-    import pty
-    import select
-    import subprocess
-    import termios
-
-    def on_the_terminal():
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd,
-                            preexec_fn=on_the_terminal)
-    os.close(slave)
-    out, typed_at, start = b"", None, time.monotonic()
+    """Run a command on a real terminal (`Terminal`) and type Ctrl-C once its output shows `ctrl_c_when`, or
+    `ctrl_c_after` seconds after it started. Returns (exit status, everything it printed, seconds from Ctrl-C to
+    its exit); the status is None when it outlived `timeout`."""
+    term = Terminal(argv, env, cwd)
     try:
-        while time.monotonic() - start < timeout:
-            ready, _, _ = select.select([master], [], [], 0.05)
-            data = b""
-            if ready:
-                try:
-                    data = os.read(master, 65536)
-                except OSError:  # EIO: every holder of the terminal closed it
-                    pass
-                if not data:
-                    break
-                out += data
-            if typed_at is None and ((ctrl_c_when is not None and ctrl_c_when.encode() in out) or
-                                     (ctrl_c_after is not None and time.monotonic() - start > ctrl_c_after)):
-                os.write(master, b"\x03")
-                typed_at = time.monotonic()
-        try:
-            rc = proc.wait(max(0.1, timeout - (time.monotonic() - start)))
-        except subprocess.TimeoutExpired:
-            rc = None
+        while time.monotonic() - term.started < timeout and not term.ended:
+            term._read(0.05)
+            shown = ctrl_c_when is not None and ctrl_c_when.encode() in term.out
+            late = ctrl_c_after is not None and time.monotonic() - term.started > ctrl_c_after
+            if term.typed_at is None and (shown or late):
+                term.ctrl_c()
+        return term.wait(max(0.1, timeout - (time.monotonic() - term.started)))
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
-    return rc, out.decode(errors="replace"), (time.monotonic() - typed_at) if typed_at else None
+        term.close()

@@ -224,3 +224,18 @@ def test_only_the_model_registry_reads_a_manifest():
             if parsed or scanned:
                 readers.append(f"{module}:{node.lineno}")
     assert readers == [], f"manifests read outside bridge/models/registry.py: {readers}"
+
+
+def test_the_runtime_never_asks_a_pipeline_what_it_is():
+    """The session, control, the guard's recreation and the runner talk to a pipeline through the members of
+    runtime/pipeline_protocol.py's `Pipeline` only, which every kind implements: no module under bridge/runtime/
+    probes a pipeline with hasattr, getattr or isinstance."""
+    probes = []
+    for path in sorted((ROOT / "bridge" / "runtime").glob("*.py")):
+        source = path.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(source)):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args
+                    and node.func.id in ("hasattr", "getattr", "isinstance")
+                    and "pipeline" in (ast.get_source_segment(source, node.args[0]) or "").lower()):
+                probes.append(f"{path.name}:{node.lineno}: {ast.get_source_segment(source, node)}")
+    assert probes == [], probes

@@ -30,7 +30,7 @@ import numpy as np
 from bridge.audio.features import N_MELS
 from bridge.audio.visemes import MOUTH_CHANNELS
 from bridge.errors import FaceBridgeError
-from bridge.fsutil import atomic_write_bytes
+from bridge.fsutil import atomic_write_bytes, atomic_write_with
 from bridge.paths import user_dir
 
 FORMAT_VERSION = 1
@@ -208,7 +208,6 @@ class LearnStore:
             raise FaceBridgeError("export destination is the store itself", "export to another folder")
         target = LearnStore(dest, max_bytes=max(self.max_bytes, 1))._open()
         paths = self.paths()
-        for p in paths:
-            shutil.copyfile(p, target / p.name)
-            os.chmod(target / p.name, 0o600)
+        for p in paths:  # each window whole (Ctrl-C keeps the windows copied, never a part of one)
+            atomic_write_with(target / p.name, lambda tmp, p=p: shutil.copyfile(p, tmp), mode=0o600)
         return len(paths)

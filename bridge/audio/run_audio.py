@@ -211,7 +211,10 @@ class AudioFrameClock(FrameSource):
 
 class AudioOnlyPipeline:
     """Neutral face, mouth from audio. A live frame takes the newest result and is stamped with the instant the
-    mouth shape describes; a file's frame takes the result for its own instant."""
+    mouth shape describes; a file's frame takes the result for its own instant.
+
+    One of the kinds of bridge/runtime/pipeline_protocol.py's `Pipeline`: one step (`process`), no face model here
+    (the lip-sync model is the audio's own and swaps on the audio's thread), no face to calibrate."""
 
     profile = None
 
@@ -220,7 +223,60 @@ class AudioOnlyPipeline:
 
     @property
     def model_versions(self) -> dict[str, str]:
+        """The lip-sync model's version (the frames' only model)."""
         return versions_with({}, "lipsync", self.stream.model_version)
+
+    def track(self, frame: Frame) -> Frame:
+        """Nothing is tracked: the frame is handed on (`overlaps()` is False: the runner runs `process`)."""
+        return frame
+
+    def describe(self, frame: Frame) -> FaceFrame:
+        """`process` of the frame."""
+        return self.process(frame)
+
+    def overlaps(self) -> bool:
+        """One step: nothing carries from one frame to the next but the audio stream itself."""
+        return False
+
+    def wrap_faces(self, wrap) -> bool:
+        """One face: nothing to wrap apart."""
+        return False
+
+    def guarded(self) -> bool:
+        """The output guard checks every frame (a neutral face with the audio's mouth)."""
+        return True
+
+    def reset_description(self) -> None:
+        """Nothing to forget: each frame is the neutral face with its instant's mouth."""
+
+    def run_deferred(self) -> None:
+        """Nothing is deferred."""
+
+    def swappable_models(self) -> list[str]:
+        """None here: the lip-sync model swaps on the audio's own thread (LipSyncStream)."""
+        return []
+
+    def use_swapper(self, swapper) -> None:
+        """Nothing to take: no face model runs here."""
+
+    def build_session(self, component: str) -> None:
+        """Never asked (no swappable models): None."""
+        return None
+
+    def face_models(self) -> None:
+        """None: no face model runs."""
+        return None
+
+    def detector_summary(self, verbose: bool = True) -> str:
+        """'': no face is detected."""
+        return ""
+
+    def face(self, subject: str) -> None:
+        """None: there is no face to calibrate (no camera)."""
+        return None
+
+    def close(self) -> None:
+        """Nothing to close: the session stops the audio itself."""
 
     def process(self, frame: Frame) -> FaceFrame:
         if self.stream.in_step:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bridge.errors import ModelError
 from bridge.models.verify import REBUILD_HINT, is_verified, sha256_file, verify_file
-from bridge.updates.store import InstalledRelease, default_state_dir, read_state
+from bridge.updates.store import InstalledRelease, StateDir, default_state_dir, read_state
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 ZOO_DIR = Path(__file__).resolve().parent  # bridge/models: the zoo's ONNX files and manifest.json
@@ -102,9 +102,14 @@ class ModelRegistry:
     # -- installed ---------------------------------------------------------------------------------------------
     def installed(self, name: str) -> InstalledRelease | None:
         """The active installed release of `name` as committed (not verified), None when the shipped one serves."""
-        if not (self.state_dir / "state.json").exists():
+        if not self._committed():
             return None
         return read_state(self.state_dir).model(name).active
+
+    def _committed(self) -> bool:
+        """Whether the update store holds a committed state, after the installer's own check of its folder (a
+        file, an unreadable folder or another user's is refused, never read as "nothing installed")."""
+        return StateDir(self.state_dir).check() and (self.state_dir / "state.json").exists()
 
     def verified_file(self, release: InstalledRelease, file_name: str) -> Path:
         """Path of one file of an installed release after checking it is a regular file with its signed length
@@ -128,7 +133,7 @@ class ModelRegistry:
 
     def previous(self, name: str) -> ActiveModel:
         """The verified files a rollback of `name` would serve: the previous release, else the shipped model."""
-        if not (self.state_dir / "state.json").exists():
+        if not self._committed():
             return self._files_of(name, None)
         return self._files_of(name, read_state(self.state_dir).model(name).previous)
 

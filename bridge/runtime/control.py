@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError
 
 CALIBRATION_FRAMES = 45  # frames measured when they come in time
@@ -47,10 +48,12 @@ class RunControl:
 
     def status(self) -> dict:
         snap = self.stats.snapshot() if self.stats is not None else None
-        landmarker = getattr(self.pipeline, "landmarker", None)  # None while starting and in audio-only runs
-        backend = landmarker.session.backend_name if landmarker is not None else self.backend_requested
+        pipeline = self.pipeline  # None while starting
+        models = pipeline.face_models() if pipeline is not None else None  # None too without face models here
+        backend = models.backend if models is not None else self.backend_requested
+        versions = pipeline.model_versions if pipeline is not None else {}
         return {"sources": [self.source.name] if self.source else [], "backends": [backend],
-                "model_versions": self.last_versions or getattr(self.pipeline, "model_versions", {}),
+                "model_versions": self.last_versions or versions,
                 "fps": snap.fps if snap else 0.0,
                 "latency_ms_p50": snap.latency_ms_p50 if snap else 0.0,
                 "latency_ms_p99": snap.latency_ms_p99 if snap else 0.0,
@@ -83,8 +86,8 @@ class RunControl:
             return False, f"unknown subject '{subject}'; known: {', '.join(self.subjects())}"
         if self.pipeline is None:
             return False, "the bridge is still starting; try again in a moment"
-        if not hasattr(self.pipeline, "expression"):
-            return False, "this run has no camera (--audio-only): there is no face to calibrate"
+        if self.pipeline.face(subject) is None:  # --audio-only; --remote: the server calibrates with its profiles
+            return False, "this run describes no face here (--audio-only, or --remote): there is no face to calibrate"
         if not self._calibrating.acquire(blocking=False):
             return False, f"a calibration of '{subject}' is already running; wait for its answer"
         try:
@@ -93,9 +96,7 @@ class RunControl:
             self._calibrating.release()
 
     def _calibrate(self, subject: str) -> tuple[bool, str]:
-        from bridge.calibration import CalibrationProfile
-
-        pipeline = self.pipeline.slot(subject) if hasattr(self.pipeline, "slot") else self.pipeline  # that face's
+        pipeline = self.pipeline.face(subject)  # that face's (--faces N: its slot)
         with self._frames_lock:
             self._calibration_frames, self._calibration_done = [], threading.Event()
         pipeline.calibration_tap = self._collect

@@ -1,4 +1,5 @@
-"""Several faces in one run (`--faces N`): where each face's VMC stream goes, and each face's describe step.
+"""Several faces in one run (`--faces N`): where each face's VMC stream goes (each face's describe step is wrapped
+through the pipeline's `wrap_faces`, bridge/multiface.py).
 
 Live Link Face and gRPC carry a subject name in every packet, so one sink serves every face. A VMC receiver
 drives one avatar and VMC has no subject, so every face gets its own VMC target: the addresses given to --vmc
@@ -25,7 +26,3 @@ def vmc_targets(vmc: str, subjects: list[str]) -> list[tuple[str | None, str]]:
                               "give one HOST:PORT per face, comma-separated, or one address for consecutive ports")
     return list(zip(subjects, addresses))
 
-
-def face_steps(pipeline, wrap) -> None:
-    """Each face's describe step wrapped by the session: `wrap(k, step, reset) -> step` for slot k."""
-    pipeline.steps = [wrap(k, slot.describe, slot.reset_description) for k, slot in enumerate(pipeline.slots)]

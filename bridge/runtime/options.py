@@ -66,10 +66,10 @@ def update_state_dir(spec: str | None) -> Path | None:
         return None
     if spec == "auto":
         return default_state_dir()
+    from bridge.updates.store import StateDir
+
     path = Path(spec)
-    if not path.is_dir():
-        raise FaceBridgeError(f"update state directory {path} does not exist",
-                              "install a release first (`fedagent update install --state DIR`), or drop --updates")
+    StateDir(path).check(must_exist=True)  # the installer's own check of its folder
     return path
 
 

@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from bridge.pipeline import SWAP_POINTS
 from bridge.runtime.swap import SwapRefused, SwapRequest
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ def finite_on_zeros(session) -> None:
 
 class SessionRecreator:
     """`recreator(stage)` asks the swapper for new sessions of the stage's models; `on_event(SwapEvent)` (wired to
-    the swapper) counts the recreations that swapped in, in `stats` (a RunStats)."""
+    the swapper) counts the recreations that swapped in, in `stats` (a RunStats). The pipeline (a
+    runtime/pipeline_protocol.py `Pipeline`) takes its new sessions from the same swapper (`use_swapper`)."""
 
     def __init__(self, pipeline, swapper, stats=None, fallback=None) -> None:
         self.pipeline, self.swapper, self.stats = pipeline, swapper, stats
@@ -48,20 +50,16 @@ class SessionRecreator:
         self._lock = threading.Lock()
 
     def models(self, stage: str) -> list[tuple[str, str]]:
-        """(registry name, component) of each model `stage` runs (empty for a pipeline without swap points)."""
-        if not hasattr(self.pipeline, "swappable_models"):  # an audio-only run: no face model sessions
-            return []
-        from bridge.pipeline import SWAP_POINTS
-
+        """(registry name, component) of each model `stage` runs (empty for a pipeline without swappable models:
+        audio-only, remote)."""
         step = SWAP_POINTS["describe"] if stage == "describe" else [p for ps in SWAP_POINTS.values() for p in ps
                                                                    if p[1] == COMPONENTS.get(stage)]
         in_use = set(self.pipeline.swappable_models())  # the detector asked for, one of the two landmark paths
-        return [(m, c) for m, c in step if m in in_use
-                and getattr(getattr(self.pipeline, c, None), "session", None) is not None]
+        return [(m, c) for m, c in step if m in in_use]
 
     def __call__(self, stage: str) -> None:
         models = self.models(stage)
-        if not models or getattr(self.pipeline, "swapper", None) is not self.swapper:
+        if not models:
             log.warning("cannot recreate '%s': this pipeline has no model session for it", stage)
             return
         for model, component in models:

@@ -9,8 +9,10 @@ hands each frame to every sink's own worker (bridge/runtime/sink_worker.py), so 
 only its own frames, counted per sink.
 
 Stopping is bounded: after Ctrl-C or SIGTERM the threads get STOP_TIMEOUT_S to finish; a source whose read is
-blocked (a FIFO, a stalled network share, a hung camera driver) is left behind with one line saying so, the
-frames already captured still reach the sinks, and every sink is closed (a take is finalised).
+blocked (a FIFO, a stalled network share, a hung camera driver) is left behind with one line saying so, and the
+frames already captured still reach the sinks. The runner closes only what it opened (its threads, queues and sink
+workers): the source and sinks belong to whoever opened them (the session), which closes them after `run`, all but
+those a thread left behind still uses (`left_behind()`), so a take is finalised even then.
 """
 from __future__ import annotations
 
@@ -35,19 +37,19 @@ DRAIN_TIMEOUT_S = 10.0  # how long the sinks may take to send what is queued for
 
 
 class BridgeRunner:
-    def __init__(self, source: FrameSource, process, sinks: list[Sink], max_frames: int | None = None,
-                 status: bool = True, on_frame=None, stages: list | None = None, stats: RunStats | None = None,
+    def __init__(self, source: FrameSource, stages: list, sinks: list[Sink], max_frames: int | None = None,
+                 status: bool = True, on_frame=None, stats: RunStats | None = None,
                  lossless: bool | None = None, after_frame=None) -> None:
-        """`process(frame) -> FaceFrame` (or a list of FaceFrames, one per face) is the pipeline; `stages`, when
-        given instead, splits it into steps that run in their own threads (each step's output is the next one's
-        input, the last returns the FaceFrame(s)), so on several cores frame N+1 is tracked while frame N is
-        described. `on_frame(face_frame)` runs in the send thread (with the first face). `stats` is the run's one
+        """`stages` are the pipeline's steps, each in its own thread: the first takes a Frame, each step's output is
+        the next one's input, the last returns a FaceFrame (or a list of FaceFrames, one per face); with two, on
+        several cores frame N+1 is tracked while frame N is described. `on_frame(face_frame)` runs in the send
+        thread (with the first face). `stats` is the run's one
         RunStats (the session makes it early, so the monitor can serve it while models load); a new one by
         default. `lossless` keeps every frame with back-pressure (None: only for a source in SourceMode.FAST).
         `after_frame()` runs in the last step's thread right after each result is handed on: work a frame leaves for
         the time before the next one (the pipeline's run_deferred); if it raises, the next step meets the error."""
         self.source = source
-        self.stages = list(stages) if stages else [process]
+        self.stages = list(stages)
         self.sinks = sinks
         self.max_frames = max_frames
         self.show_status = status
@@ -68,6 +70,7 @@ class BridgeRunner:
         self.workers = [SinkWorker(sink, self.lossless and (fast or sink.keeps_every_frame), label)
                         for sink, label in zip(sinks, sink_labels(sinks))]
         self.abandoned: list[str] = []  # threads that did not stop in time (their names)
+        self._busy: list[Sink] = []  # sinks whose worker was still sending when the run ended
 
     def stop(self) -> None:
         if self._stop_requested_at is None:
@@ -231,22 +234,20 @@ class BridgeRunner:
             self.abandoned.append("facebridge-capture")
 
     def _shutdown(self, threads: list[threading.Thread]) -> None:
-        """Let every sink send what it has queued, then close it (a take is finalised); close the source unless
-        its read is still blocked in another thread."""
+        """Let every sink send what it has queued (its owner closes it then: a take is finalised)."""
         deadline = time.perf_counter() + DRAIN_TIMEOUT_S
         for worker in self.workers:
-            if worker.finish(max(0.1, deadline - time.perf_counter())):
-                worker.close()
-            else:
+            if not worker.finish(max(0.1, deadline - time.perf_counter())):
+                self._busy.append(worker.sink)
                 print(f"facebridge: {worker.label} did not finish within {DRAIN_TIMEOUT_S:.0f} s; "
                       f"{worker.pending} frames queued for it were not sent", file=sys.stderr, flush=True)
         self.stats.set_sink_dropped(self.sink_dropped())
-        if "facebridge-capture" in self.abandoned:
-            return  # closing a source under its own blocked read could crash inside the driver
-        try:
-            self.source.close()
-        except Exception as e:
-            log.warning("the source did not close cleanly: %s", e)
+
+    def left_behind(self) -> list:
+        """The source and sinks that a thread of this run still uses after `run` (a read still blocked, a sink
+        still sending): their owner must not close them under that thread (a driver could crash)."""
+        source = [self.source] if "facebridge-capture" in self.abandoned else []
+        return source + list(self._busy)
 
 
 def faces_of(result) -> list:

@@ -14,6 +14,7 @@ microphone is never made to wait: it drops the oldest frame, and the run's summa
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import time
@@ -41,6 +42,7 @@ from bridge.runtime.summary import RunSummary, summarise  # noqa: F401 (re-expor
 from bridge.sinks.base import Sink
 from bridge.sources.base import SourceMode
 
+log = logging.getLogger(__name__)
 INITIAL_RELEASE_WAIT_S = 30.0  # longest wait for an installed lip-sync release before the audio plays anyway
 
 
@@ -81,8 +83,12 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
 
 
 def close_all(sinks: list[Sink]) -> None:
-    for sink in sinks:
-        sink.close()
+    """Close every sink (a take is finalised); one that fails to close is warned about and the others still close."""
+    for sink, label in zip(sinks, sink_labels(sinks)):
+        try:
+            sink.close()
+        except Exception as e:  # noqa: BLE001
+            log.warning("%s did not close cleanly: %s", label, e)
 
 
 class BridgeSession:
@@ -117,6 +123,7 @@ class BridgeSession:
         self.recreator: SessionRecreator | None = None
         self.sinks: list[Sink] = []
         self.runner: BridgeRunner | None = None
+        self._io_closed = False  # source and sinks closed
         self.swapper = self.release_watch = None
 
     def __enter__(self) -> BridgeSession:
@@ -235,7 +242,7 @@ class BridgeSession:
         if config.audio_only:
             from bridge.audio.run_audio import AudioOnlyPipeline
 
-            return AudioOnlyPipeline(self.audio.stream, subject=config.subject, live=self.audio.live)
+            return AudioOnlyPipeline(self.audio.stream, subject=config.subject, live=self.audio.live, stats=self.stats)
         if config.remote:  # the server describes with its own calibration profiles
             from bridge.runtime.remote import RemotePipeline
 
@@ -275,8 +282,7 @@ class BridgeSession:
 
         self.swapper = ModelSwapper(report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True),
                                     on_event=self._swap_event)
-        if hasattr(self.pipeline, "swappable_models"):
-            self.pipeline.swapper = self.swapper
+        self.pipeline.use_swapper(self.swapper)
         self.recreator = SessionRecreator(self.pipeline, self.swapper, self.stats)
 
     def _swap_event(self, event) -> None:
@@ -295,9 +301,7 @@ class BridgeSession:
             return
         from bridge.runtime.releases import ReleaseWatch
 
-        models = []
-        if hasattr(self.pipeline, "swappable_models"):
-            models += self.pipeline.swappable_models()
+        models = list(self.pipeline.swappable_models())
         if self.audio is not None and self.config.adapter is None:  # a local --adapter trial is not replaced
             self.audio.stream.swapper = self.swapper
             models.append("lipsync")
@@ -314,30 +318,23 @@ class BridgeSession:
     def _stages(self) -> list:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
         config, pipeline = self.config, self.pipeline
-        if config.audio_only:
-            pipeline.stats = self.stats
         if self.audio is not None and not config.audio_only:
             from bridge.audio.run_audio import AudioFusion
 
             fuse = lambda step: AudioFusion(step, self.audio.stream, self.stats, learn=self.learn)
         else:
             fuse = lambda step: step
-        one = config.audio_only or config.remote  # remote: one frame in flight, nothing to overlap
-        two = not one and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
+        two = pipeline.overlaps() and (config.stages == "2" or (config.stages == "auto" and (os.cpu_count() or 1) > 1))
         # the mapping after calibration and fusion, inside the guard (a frame it repeats is never mapped twice)
         tune = lambda step: self.clock.wrap(self.tuning.wrap(step))  # noqa: E731 - then the timecode clock's stamp
-        steps = [pipeline.track, tune(fuse(pipeline.describe))] if two else [tune(fuse(pipeline.process))]
-        if hasattr(pipeline, "slots"):  # several faces: each its own guard, the audio mouth on the first only
-            from bridge.runtime.faces import face_steps
-
-            face_steps(pipeline, lambda k, step, reset: OutputGuard(tune(fuse(step) if k == 0 else step),
-                                                                    stats=self.stats, recreate=self.recreator,
-                                                                    reset=reset))
+        guard = lambda step, reset: OutputGuard(step, stats=self.stats, recreate=self.recreator, reset=reset)
+        # several faces: each its own guard, the audio mouth on the first only
+        if pipeline.wrap_faces(lambda k, step, reset: guard(tune(fuse(step) if k == 0 else step), reset)):
             steps = [pipeline.track, pipeline.describe] if two else [pipeline.process]
-        elif not config.remote:  # the guard resets and recreates local model sessions; a remote run has none (the
-            # runner counts a frame the server lost as a bad frame, as before)
-            steps[-1] = OutputGuard(steps[-1], stats=self.stats, recreate=self.recreator,
-                                    reset=getattr(pipeline, "reset_description", None))
+        else:
+            steps = [pipeline.track, tune(fuse(pipeline.describe))] if two else [tune(fuse(pipeline.process))]
+            if pipeline.guarded():  # the guard resets and recreates local model sessions (not --remote's)
+                steps[-1] = guard(steps[-1], pipeline.reset_description)
         if self.feed is not None:
             steps[0] = self.feed.tap(steps[0])
         return steps
@@ -370,8 +367,8 @@ class BridgeSession:
             cal += f"; mapping {self.config.mapping}"
         elif self.tuning is not None and self.tuning.mappings:
             cal += "; the profile's mapping"
-        summary = getattr(self.pipeline, "detector_summary", None)  # which face detector runs, and when
-        detector = f"{summary(verbose)}; " if summary else ""
+        summary = self.pipeline.detector_summary(verbose)  # which face detector runs, and when
+        detector = f"{summary}; " if summary else ""
         return [first, f"{self._backend(verbose)}{detector}{cal}{learn}"]
 
     def generated_tokens(self) -> list[str]:
@@ -391,22 +388,20 @@ class BridgeSession:
     def _backend(self, verbose: bool = False) -> str:
         """'litert, onnxruntime f32; ' (the backends the face models run on, the precision they compute in), '' for
         audio-only; `verbose`: each model's backend and why, and the landmark path and why."""
-        session = getattr(getattr(self.pipeline, "landmarker", None), "session", None)
-        if session is None:
+        models = self.pipeline.face_models()
+        if models is None:
             return ""
-        precision = getattr(session, "precision", None)
         from bridge.engines.fastest import CHOSEN, chosen_summary  # --backend auto on a CPU: each model's choice
 
-        path = getattr(self.pipeline, "landmark_path", None)
+        precision, path = models.precision, models.landmark_path
         if not verbose:
-            backends = sorted({c.backend for c in CHOSEN.values()}) or [session.backend_name]
-            landmarks = f", landmarks {path}" if path else ""
-            return f"{'+'.join(backends)} {precision or 'f32'} (-v: why){landmarks}; "
-        landmarks = f"landmarks {path} ({self.pipeline.landmark_reason}); " if path else ""  # after the backend
+            backends = sorted({c.backend for c in CHOSEN.values()}) or [models.backend]
+            return f"{'+'.join(backends)} {precision or 'f32'} (-v: why), landmarks {path}; "
+        landmarks = f"landmarks {path} ({models.landmark_reason}); "  # after the backend
         chosen = chosen_summary()
         if chosen:  # f32 unless --cpu-precision bf16 took (each model's own precision: `facebridge -v`)
             return f"{chosen}{'' if precision in (None, 'f32') else f'; face mesh in {precision}'}; {landmarks}"
-        return f"{session.backend_name}{' ' + precision if precision else ''}; {landmarks}"
+        return f"{models.backend}{' ' + precision if precision else ''}; {landmarks}"
 
     def _lossless(self) -> bool:
         """Keep every frame: a file read as fast as it goes (--fast), or a file being recorded (--record)."""
@@ -418,10 +413,9 @@ class BridgeSession:
         if self.pipeline is None:
             self.open()
         lossless = self._lossless()
-        self.runner = BridgeRunner(self.source, None, self.sinks, max_frames=self.config.max_frames,
-                                   status=self.config.status_line, on_frame=self._on_frame,
-                                   stages=self._stages(), stats=self.stats, lossless=lossless,
-                                   after_frame=getattr(self.pipeline, "run_deferred", None))
+        self.runner = BridgeRunner(self.source, self._stages(), self.sinks, max_frames=self.config.max_frames,
+                                   status=self.config.status_line, on_frame=self._on_frame, stats=self.stats,
+                                   lossless=lossless, after_frame=self.pipeline.run_deferred)
         self.control.stats = self.stats
         self.control.runner = self.runner
         if self.release_watch is not None:
@@ -455,11 +449,17 @@ class BridgeSession:
             time.sleep(0.02)
 
     def close(self) -> None:
-        """Close what is open (idempotent; the runner closes sinks and source itself when it ran)."""
-        if self.runner is None:
-            close_all(self.sinks)
-            if self.source is not None:
-                self.source.close()
+        """Close what is open (idempotent), all but what a thread the runner left behind still uses (a source whose
+        read is blocked, a sink still sending)."""
+        if not self._io_closed:  # the summary still reads the closed sinks' reports
+            self._io_closed = True
+            busy = self.runner.left_behind() if self.runner is not None else []
+            close_all([s for s in self.sinks if s not in busy])
+            if self.source is not None and self.source not in busy:
+                try:
+                    self.source.close()
+                except Exception as e:  # noqa: BLE001 - the run's outcome stands; the source's fault is said
+                    log.warning("the source did not close cleanly: %s", e)
         if self.osc_remote is not None:
             self.osc_remote.close()
             self.osc_remote = None
@@ -478,6 +478,6 @@ class BridgeSession:
         if self.monitor is not None:
             self.monitor.close()
             self.monitor = None
-        if self.config.remote and self.pipeline is not None:
+        if self.pipeline is not None:
             self.pipeline.close()
             self.pipeline = None

@@ -8,7 +8,8 @@ A lossless run waits for room instead: a file read as fast as it goes waits for 
 at its own rate waits only for the sinks that keep every frame (the recorder), so a slow disk never holds back
 the live outputs while the recorder's queue has room. One item is one frame: a FaceFrame, or the list of a
 frame's faces (`--faces N`), of which a sink with `only_subject` set sends only that subject's. A sink that
-raises is counted and warned about; its worker goes on with the next frame.
+raises is counted and warned about; its worker goes on with the next frame. The worker never closes its sink: the
+sink's owner (the session) does, once `finish` returned True (a sink is never closed under its own send).
 """
 from __future__ import annotations
 
@@ -82,10 +83,3 @@ class SinkWorker:
         if self._thread.is_alive():
             self._thread.join(timeout)
         return not self._thread.is_alive()
-
-    def close(self) -> None:
-        """Close the sink. Call after `finish` returned True: a sink is never closed under its own send."""
-        try:
-            self.sink.close()
-        except Exception as e:
-            log.warning("%s did not close cleanly: %s", self.label, e)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tuf.api.metadata import Metadata
 
+from bridge.fsutil import uninterrupted
 from bridge.models.registry import ModelRegistry
 from bridge.models.verify import sha256_file
 from bridge.updates import floors, reasons
@@ -280,6 +281,11 @@ def _verify_staged(staging: Path, bundle: Bundle) -> None:
 
 
 def _switch(store, state, ms, bundle, bundle_sha, staging, steps) -> InstallResult:
+    with uninterrupted():  # a verified release is promoted and committed whole (Ctrl-C takes effect after)
+        return _promote_and_commit(store, ms, bundle, bundle_sha, staging, steps)
+
+
+def _promote_and_commit(store, ms, bundle, bundle_sha, staging, steps) -> InstallResult:
     steps.start("promote", bundle.model)
     slot = f"{bundle.model}-r{bundle.release}-{bundle_sha[:8]}"
     with no_space_is_refusal("promoting the release"):

@@ -137,6 +137,11 @@ class UnsafeState(UpdateRefused):
                    "or pass --state DIR)")
 
 
+class StateFolder(UpdateRefused):
+    reason, exit_code = "state-folder", 33
+    default_fix = "pass --state a folder of your own (the first `fedagent update install --state DIR` creates it)"
+
+
 class SomeRefused(UpdateRefused):
     """Not raised by the installer: the exit code of an install where some models installed and others were
     refused (each refusal is reported per model)."""
@@ -149,5 +154,5 @@ REASONS: dict[str, type[UpdateRefused]] = {
     cls.reason: cls for cls in (SignatureInvalid, UntrustedKey, ThresholdNotMet, Rollback, Expired, HashMismatch,
                                 TooLarge, BadPath, Incompatible, SmokeTestFailed, NoSpace, Busy, Malformed,
                                 FileSetMismatch, Equivocation, NotFound, Network, NoTrustRoot, NoPrevious,
-                                StateCorrupt, ClockBehind, UnsafeState, SomeRefused)
+                                StateCorrupt, ClockBehind, UnsafeState, SomeRefused, StateFolder)
 }

@@ -32,6 +32,7 @@ def rollback(state_dir: str | Path | None = None, model: str = "lipsync", releas
     """Roll the active release of `model` back. With `release`, only that release: if it is not active (any more),
     it is marked rolled back and nothing else changes. `why` goes into the history."""
     store = StateDir(state_dir)
+    store.check(must_exist=state_dir is not None)  # a folder named by --state: a typo creates nothing
     with store.lock():
         store.recover()
         state = store.read()

@@ -29,6 +29,7 @@ def _files(registry: ModelRegistry, release: InstalledRelease | None) -> tuple[d
 def status(state_dir: str | Path | None = None, model: str = "lipsync") -> dict:
     """The state of `model` at the top level (release, files, previous_release, ...) and of every model."""
     store = StateDir(state_dir)
+    store.check(must_exist=state_dir is not None)  # the default folder may be missing: nothing installed yet
     state = store.read()
     registry = ModelRegistry(store.root)
     models = {}

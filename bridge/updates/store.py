@@ -150,9 +150,48 @@ class StateDir:
         self.staging_dir = self.root / "staging"
         self.tmp_dir = self.root / "tmp"
 
+    def check(self, must_exist: bool = False) -> bool:
+        """The one check of the state folder's path, made before anything in it is read or created (by install,
+        rollback, status, the model registry and `facebridge run --updates`), causes first: a file where the
+        folder belongs, a path through a file, a folder this user may not read (`state-folder`). Returns whether
+        it exists; a missing one is refused only with `must_exist` (a folder named by --state: a typo must not
+        read as "nothing installed"). Writers then run `check_safe` (`ensure`); readers verify each file."""
+        root = self.root
+        try:
+            info = os.stat(root)
+        except FileNotFoundError:
+            info = None
+        except NotADirectoryError:
+            raise reasons.StateFolder(f"update state folder {root}: part of this path is a file, where a folder is "
+                                      "expected") from None
+        except PermissionError:
+            raise reasons.StateFolder(f"update state folder {root} cannot be reached (permission denied on a folder "
+                                      "above it)", "give this user access (`ls -ld` each folder above it), or pass "
+                                      "--state a folder of your own") from None
+        if info is None:
+            if must_exist:
+                raise reasons.StateFolder(f"update state folder {root} does not exist",
+                                          f"check the path; `fedagent update install --state {root}` creates it")
+            return False
+        if not stat.S_ISDIR(info.st_mode):
+            raise reasons.StateFolder(f"update state {root} is a file, where a folder is expected",
+                                      "pass --state a folder (the first `fedagent update install --state DIR` "
+                                      "creates it), or move the file away")
+        try:
+            os.listdir(root)
+            os.stat(self.state_file)
+        except PermissionError:
+            raise reasons.StateFolder(f"update state folder {root} cannot be read (permission denied)",
+                                      f"give this user access to it (`ls -ld {root}` shows owner and mode), or "
+                                      "pass --state a folder of your own") from None
+        except FileNotFoundError:
+            pass
+        return True
+
     def ensure(self) -> StateDir:
-        """Create what is missing (0700), then refuse a folder this user does not solely own (`check_safe`)."""
-        if not os.path.lexists(self.root):
+        """Check the folder, create what is missing (0700), then refuse a folder this user does not solely own
+        (`check_safe`)."""
+        if not self.check() and not os.path.lexists(self.root):  # a link to nowhere: check_safe names it
             self.root.mkdir(parents=True, mode=0o700)
         check_safe(self.root)  # before anything inside is created, followed or removed
         for d in (self.trust_file.parent, self.tuf_dir, self.slots_dir, self.staging_dir, self.tmp_dir):

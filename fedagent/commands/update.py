@@ -107,7 +107,8 @@ def _status(args) -> int:
     if args.json:
         print(json.dumps(report, indent=1))
         return 0
-    print(f"{report['model']}: release {report['release']} ({report['kind']}), previous {report['previous_release']}, "
+    previous = "none" if report["previous_release"] is None else report["previous_release"]
+    print(f"{report['model']}: release {report['release']} ({report['kind']}), previous {previous}, "
           f"floor {report['floor']}, files {'verified' if report['verified'] else 'DAMAGED: ' + report['problem']}")
     for name, f in report["files"].items():
         print(f"  {name}  {f['length']} bytes  sha256 {f['sha256']}")
@@ -115,8 +116,10 @@ def _status(args) -> int:
         why = [h["why"] for h in report["history"] if h.get("action") == "rollback" and h.get("why")]
         print(f"rolled back (never installed again): release {', '.join(map(str, report['rolled_back']))}"
               + (f"; last: {why[-1]}" if why else ""))
-    print(f"last check: {report['last_check']}")
-    print(f"last refusal: {report['last_refusal']}")
+    check, refusal = report["last_check"], report["last_refusal"]
+    print("last check: " + (f"{check['utc']} from {check['source']}: {check['result']}" if check else "never"))
+    print("last refusal: " + (f"{refusal['utc']} {refusal['reason']} (exit {refusal['exit_code']}): "
+                              f"{refusal['message']}" if refusal else "none"))
     return 0
 
 

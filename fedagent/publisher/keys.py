@@ -12,7 +12,9 @@ repository, where devices walk the chain 1 -> 2 -> ... N+1 one signed step at a 
 """
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -22,8 +24,10 @@ from tuf.api.metadata import Metadata, Root
 from tuf.api.serialization.json import JSONSerializer
 
 from bridge.errors import FaceBridgeError
-from bridge.fsutil import atomic_write_bytes, atomic_write_json
+from bridge.fsutil import atomic_write_bytes, atomic_write_json, uninterrupted
 from bridge.updates import signing
+
+log = logging.getLogger(__name__)
 
 ROLES = ("root", "targets", "snapshot", "timestamp")
 DEFAULT_EXPIRES_DAYS = {"root": 365, "targets": 90, "snapshot": 30, "timestamp": 7}
@@ -35,6 +39,16 @@ class KeysError(FaceBridgeError):
 
 def _utc_in(days: float) -> datetime:
     return datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=days)
+
+
+def _whole(change):
+    """A root change writes new keys, keys.json, the new root and trust.json: all of them, even when Ctrl-C
+    comes meanwhile (it takes effect once they are written)."""
+    @functools.wraps(change)
+    def whole(self, *args, **kwargs):
+        with uninterrupted():
+            return change(self, *args, **kwargs)
+    return whole
 
 
 class KeyRing:
@@ -61,17 +75,19 @@ class KeyRing:
             if role not in ROLES or not 1 <= m <= n <= 16:
                 raise KeysError(f"threshold {role}={m}/{n} is not valid", "use ROLE=M/N with 1 <= M <= N <= 16 "
                                 "for root, targets, snapshot or timestamp")
-        (folder / "private").mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(folder / "private", 0o700)
-        config = {"schema": 1, "expires_days": DEFAULT_EXPIRES_DAYS | dict(expires_days or {}), "keys": {}}
-        atomic_write_json(folder / "keys.json", config)
-        ring = cls(folder)
-        root = Root(version=1, expires=_utc_in(ring.expires_days("root")), consistent_snapshot=True)
-        for role, (m, n) in wanted.items():
-            for _ in range(n):
-                root.add_key(ring._new_key(role).public_key, role)
-            root.roles[role].threshold = m
-        ring._write_root(Metadata(root), previous=None)
+        log.debug("writing new keys and root version 1 to %s", folder)
+        with uninterrupted():  # Ctrl-C leaves no keys folder that holds keys.json but no root
+            (folder / "private").mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.chmod(folder / "private", 0o700)
+            config = {"schema": 1, "expires_days": DEFAULT_EXPIRES_DAYS | dict(expires_days or {}), "keys": {}}
+            atomic_write_json(folder / "keys.json", config)
+            ring = cls(folder)
+            root = Root(version=1, expires=_utc_in(ring.expires_days("root")), consistent_snapshot=True)
+            for role, (m, n) in wanted.items():
+                for _ in range(n):
+                    root.add_key(ring._new_key(role).public_key, role)
+                root.roles[role].threshold = m
+            ring._write_root(Metadata(root), previous=None)
         return ring
 
     def _new_key(self, role: str) -> CryptoSigner:
@@ -148,6 +164,7 @@ class KeyRing:
         if status == "revoked":
             (self.dir / "private" / f"{keyid}.pem").unlink(missing_ok=True)
 
+    @_whole
     def rotate(self, role: str) -> int:
         """Replace every key of `role` with a new one (same threshold); old keys are retired. -> root version."""
         md, previous = self._next_root()
@@ -161,6 +178,7 @@ class KeyRing:
             self._set_status(keyid, "retired")
         return version
 
+    @_whole
     def revoke(self, keyid: str) -> int:
         """Remove `keyid` from its role (a lost or compromised key); a new key takes its place when the role
         would fall below its threshold. The revoked key signs nothing, not even this root. -> root version."""
@@ -184,6 +202,7 @@ class KeyRing:
         self._set_status(keyid, "revoked")
         return version
 
+    @_whole
     def add(self, role: str, threshold: int | None = None) -> int:
         """Add one key to `role`, optionally setting a new threshold (e.g. targets 2 of 2). -> root version."""
         md, previous = self._next_root()

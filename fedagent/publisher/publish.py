@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from tuf.api.metadata import Metadata, MetaFile, Root, Snapshot, TargetFile, Tar
 from tuf.api.serialization.json import JSONSerializer
 
 from bridge.errors import FaceBridgeError
-from bridge.fsutil import atomic_write_bytes, atomic_write_json
+from bridge.fsutil import atomic_write_bytes, atomic_write_json, uninterrupted
 from bridge.models.registry import ModelRegistry
 from bridge.models.verify import sha256_file
 from bridge.updates import bundle as bundles
@@ -33,6 +34,8 @@ from bridge.updates.reasons import UpdateRefused
 from bridge.updates.smoke import ReleaseSession, adapter_weights, open_release, read_npz, reference_inputs
 from bridge.updates.store import utc_now
 from fedagent.publisher.keys import KeyRing
+
+log = logging.getLogger(__name__)
 
 
 class PublishError(FaceBridgeError):
@@ -92,6 +95,15 @@ def publish(keys_dir, repo_dir, specs: list[ReleaseSpec] = (), *,
         prefix = f"models/{spec.model}/"
         targets.targets = {k: v for k, v in targets.targets.items() if not k.startswith(prefix)} | entries
         released[spec.model] = record["releases"][spec.model] = number
+    log.debug("signing %s: targets, snapshot, timestamp", repo)
+    with uninterrupted():  # Ctrl-C meanwhile: the new state is signed and recorded whole, then the command stops
+        _sign_state(ring, meta_dir, targets, current, record, expires)
+    return released
+
+
+def _sign_state(ring: KeyRing, meta_dir: Path, targets: Targets, current, record: dict, expires) -> None:
+    """Sign and write targets, snapshot and timestamp (timestamp.json last: the one file a device reads first),
+    then the publisher's record of the versions."""
     versions = record["versions"]
     root = ring.root().signed
     version = 1 + max(versions.get("targets", 0), targets.version if current is not None else 0)
@@ -109,7 +121,6 @@ def publish(keys_dir, repo_dir, specs: list[ReleaseSpec] = (), *,
     _write(meta_dir / "timestamp.json", _signed(Metadata(timestamp), ring.signers("timestamp", root)))
     record["versions"] = {"targets": version, "snapshot": snap_version, "timestamp": ts_version}
     atomic_write_json(ring.dir / "publisher.json", record)
-    return released
 
 
 def _signed(md: Metadata, signers) -> Metadata:

@@ -120,3 +120,133 @@ def test_fedagent_simulate_stops_on_ctrl_c_and_leaves_no_flower_process(tmp_path
     _stopped(rc, out, took)
     left = subprocess.run(["pgrep", "-f", str(tmp_path / "w")], capture_output=True, text=True).stdout.split()
     assert not left, left
+
+
+def test_devices_stops_while_it_probes_the_inference_backends(tmp_path):
+    rc, out, took = pty_run(facebridge_cmd("devices"), subprocess_env(tmp_path / "home"),
+                            ctrl_c_when="Inference backends")
+    if rc == 0:  # every backend answered before the Ctrl-C landed: then the list is whole
+        assert "CPU inference precision" in out, out[-1500:]
+        return
+    _stopped(rc, out, took)
+    assert "Audio inputs:" in out  # what was printed stays
+
+
+def test_models_verify_stops_on_ctrl_c_instead_of_counting_a_failure(tmp_path):
+    rc, out, took = pty_run(facebridge_cmd("models", "verify"), subprocess_env(tmp_path / "home"),
+                            ctrl_c_when="ok   ")
+    _stopped(rc, out, took)
+    assert "FAIL" not in out and "failed verification" not in out and "models verified" not in out, out[-1500:]
+
+
+def test_fedagent_keys_init_stopped_while_it_writes_leaves_whole_keys_or_none(tmp_path):
+    keys = tmp_path / "keys"
+    rc, out, took = pty_run(fedagent_cmd("-v", "keys", "init", "--dir", str(keys)), subprocess_env(tmp_path / "home"),
+                            ctrl_c_when="writing new keys")
+    assert rc in (0, 130) and "Traceback" not in out, (rc, out[-1500:])
+    if rc == 130:
+        _stopped(rc, out, took)
+    assert not list(keys.rglob(".*.tmp-*")), list(keys.rglob("*"))
+    if (keys / "keys.json").exists():  # begun: then whole (a keys folder `keys show` reads, trust.json written)
+        from fedagent.publisher.keys import KeyRing
+
+        described = KeyRing(keys).describe()
+        assert described["root_version"] == 1 and (keys / "trust.json").exists()
+        assert all(k["held_here"] for role in described["roles"].values() for k in role["keys"])
+
+
+@pytest.fixture
+def published(tmp_path):
+    """A publisher (keys + a repository holding release 1 of the lip-sync adapter) and a loopback HTTP server."""
+    from tests.updates.kit import HostileServer, Publisher
+
+    publisher = Publisher(tmp_path / "publisher")
+    assert publisher.publish() == 1
+    with HostileServer(publisher.repo) as server:
+        yield publisher, server
+
+
+def test_fedagent_publish_stopped_while_it_signs_leaves_the_repository_consistent(published, tmp_path):
+    publisher, server = published
+    rc, out, took = pty_run(fedagent_cmd("-v", "publish", "--keys", str(publisher.keys), "--repo",
+                                         str(publisher.repo), str(publisher.adapter())),
+                            subprocess_env(tmp_path / "home"), ctrl_c_when="signing")
+    assert rc in (0, 130) and "Traceback" not in out, (rc, out[-1500:])
+    if rc == 130:
+        _stopped(rc, out, took)
+    # a device reads the repository as the old release or the new one, never a mix of the two
+    from tests.updates.kit import Device
+
+    device = Device(tmp_path / "state", publisher.trust)
+    assert device.install(server.url)[0].status == "installed"
+    device.assert_intact(device.release)
+    assert device.release in (1, 2)
+    assert not list(publisher.repo.rglob(".*.tmp-*")) and not list(publisher.keys.rglob(".*.tmp-*"))
+
+
+def test_fedagent_update_install_stopped_while_it_downloads_keeps_the_installed_release(published, tmp_path):
+    from tests.updates.kit import Device
+
+    publisher, server = published
+    home = tmp_path / "home"
+    device = Device(tmp_path / "state", publisher.trust)
+    device.install(server.url)
+    device.assert_intact(1)
+    publisher.publish()  # release 2, served one byte at a time
+    path = publisher.url_of()
+    server.serve_drip(path, (publisher.repo / path[1:]).read_bytes(), every_s=0.05)
+    rc, out, took = pty_run(fedagent_cmd("update", "install", "--from", server.url, "--state", str(device.state)),
+                            subprocess_env(home), ctrl_c_when="download lipsync")
+    _stopped(rc, out, took)
+    device.assert_intact(1)  # release 1 serves, no staging, buffer or slot left behind
+
+
+@pytest.fixture
+def store(tmp_path):
+    from bridge.audio.learn_store import LearnStore
+    from tests.helpers import learn_window
+
+    learn = LearnStore(tmp_path / "learn")
+    for seed in range(3):
+        learn.add(learn_window(seed=seed))
+    return learn
+
+
+def test_fedagent_data_clear_stopped_at_its_question_deletes_nothing(store, tmp_path):
+    import time
+
+    from tests.helpers import Terminal
+
+    term = Terminal(fedagent_cmd("data", "--store", str(store.root), "clear"), subprocess_env(tmp_path / "home"))
+    assert term.until("[y/N]", 60), term.text
+    time.sleep(0.5)  # as a person would: a signal that lands between the prompt and the read waits for a key
+    term.ctrl_c()
+    _stopped(*term.wait(60))
+    assert len(store.paths()) == 3
+
+
+def test_fedagent_server_and_client_stop_on_ctrl_c_while_they_wait_and_leave_no_flower_process(store, tmp_path):
+    """The server waits for a second device; one device has joined and waits for rounds: Ctrl-C on each."""
+    import subprocess
+
+    from fedagent.local.processes import free_port
+    from tests.helpers import Terminal
+
+    port = free_port()
+    server = Terminal(fedagent_cmd("server", "--eval-store", str(store.root), "--port", str(port), "--control-port",
+                                   str(free_port()), "--state", str(tmp_path / "server"), "--min-clients", "2",
+                                   "--wait-devices", "300"), subprocess_env(tmp_path / "server-home"))
+    try:
+        assert server.until("device(s)", 180), server.text[-2000:]
+        rc, out, took = pty_run(fedagent_cmd("client", "--superlink", f"127.0.0.1:{port}", "--store",
+                                             str(store.root), "--work", str(tmp_path / "client")),
+                                subprocess_env(tmp_path / "device-home"), ctrl_c_when="connected to", timeout=240)
+        _stopped(rc, out, took)
+        server.ctrl_c()
+        rc, out, took = server.wait(120)
+        _stopped(rc, out, took)
+    finally:
+        server.close()
+    for folder in ("client", "server"):
+        left = subprocess.run(["pgrep", "-f", str(tmp_path / folder)], capture_output=True, text=True).stdout.split()
+        assert not left, (folder, left)

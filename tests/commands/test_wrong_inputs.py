@@ -38,6 +38,10 @@ class ForkServer:
         self.proc.wait(30)
 
 
+LOCKED = ("locked_images", "locked.wav", "locked.pem", "locked_model/model.json", "locked_take/frames.jsonl",
+          "locked_state")
+
+
 @pytest.fixture(scope="module")
 def place(tmp_path_factory):
     """Files and folders the wrong inputs name (chmod 000 ones refuse every reader once root's override is off)."""
@@ -56,6 +60,7 @@ def place(tmp_path_factory):
     (d / "locked.wav").write_bytes(b"RIFF")
     (d / "locked.pem").write_text("-----BEGIN CERTIFICATE-----\n")
     (d / "locked_model").mkdir()
+    (d / "locked_state").mkdir(mode=0o700)
     (d / "locked_model" / "model.json").write_text("{}")
     (d / "repo" / "metadata").mkdir(parents=True)
     (d / "existing.usda").write_text("#usda 1.0\n")
@@ -65,12 +70,10 @@ def place(tmp_path_factory):
             recorder.send(FaceFrame(seq=i, t_capture=1.79e9 + i / 30, t_capture_mono=float(i), subject="Anna",
                                     face_found=True, frame_rate=30.0))
         recorder.close()
-    for locked in ("locked_images", "locked.wav", "locked.pem", "locked_model/model.json",
-                   "locked_take/frames.jsonl"):
+    for locked in LOCKED:
         os.chmod(d / locked, 0)
     yield d
-    for locked in ("locked_images", "locked.wav", "locked.pem", "locked_model/model.json",
-                   "locked_take/frames.jsonl"):
+    for locked in LOCKED:
         os.chmod(d / locked, 0o700)
 
 
@@ -149,9 +152,20 @@ CASES = [
     (F, "run --grpc 127.0.0.1:0 --grpc-tls-cert {d}/nope.pem --grpc-tls-key {d}/nope.pem", 1, "cannot read it"),
     (F, "replay {d}/nope", 1, "does not exist"),
     (F, "export-usd {d}/nope {d}/x.usda", 1, "does not exist"),
-    (F, "run --updates {d}/nope", 1, "does not exist"),
+    (F, "run --updates {d}/nope", 33, "update state folder"),
     (A, "publish --keys {d}/nokeys --repo {d}/r2 {d}/nope.npz", 1, "is not a file"),
     (A, "update install --from {d}/repo --trust {d}/folder", 2, "is a folder, where a file is expected"),
+    # update state folders (--state): the installer's one check, run by status, rollback and the registry too
+    (A, "update status --state {d}/text.txt", 33, "is a file, where a folder is expected"),
+    (A, "update status --state {d}/nope", 33, "update state folder"),
+    (A, "update status --state {d}/text.txt/sub", 33, "part of this path is a file"),
+    (A, "update status --state {d}/locked_state --no-dac", 33, "cannot be read (permission denied)"),
+    (A, "update install --from {d}/repo --state {d}/text.txt", 33, "is a file, where a folder is expected"),
+    (A, "update install --from {d}/nope --state {d}/locked_state --no-dac", 33, "cannot be read"),
+    (A, "update rollback --state {d}/nope", 33, "does not exist"),
+    (A, "update rollback --state {d}/text.txt", 33, "is a file, where a folder is expected"),
+    (A, "export-adapter {d}/adapter.npz --state {d}/text.txt", 33, "is a file, where a folder is expected"),
+    (F, "run --updates {d}/text.txt", 33, "is a file, where a folder is expected"),
     # files this user may not read (chmod 000)
     (F, "run --expression-model {d}/locked_model --no-dac", 1, "cannot be read (permission denied)"),
     (F, "run --grpc 127.0.0.1:0 --grpc-tls-cert {d}/locked.pem --grpc-tls-key {d}/locked.pem --no-dac", 1,

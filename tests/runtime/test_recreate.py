@@ -31,7 +31,7 @@ def test_a_recreated_session_is_taken_by_its_stage_between_frames_under_the_same
     recreator = None
     swapper = ModelSwapper(on_event=lambda e: (stats.swap_event(e), recreator.on_event(e)))
     recreator = SessionRecreator(pipeline, swapper, stats)
-    pipeline.swapper = swapper
+    pipeline.use_swapper(swapper)
     try:
         old, version = pipeline.emotion.session, pipeline.model_versions["emotion"]
         recreator("emotion")
@@ -51,7 +51,7 @@ def test_a_recreated_session_is_taken_by_its_stage_between_frames_under_the_same
         # once a swap served, recreating it repeats that request's own loader
         assert recreator._request("emotion", "emotion").build is swapper.serving["emotion"].build
     finally:
-        pipeline.swapper = None
+        pipeline.use_swapper(None)
         swapper.close()
 
 
@@ -63,10 +63,9 @@ def test_describe_asks_for_every_model_the_describe_step_runs_and_audio_only_has
     assert recreator.models("head_pose") == []
     recreator.swapper.close()
 
-    class AudioOnly:
-        pass
+    from bridge.audio.run_audio import AudioOnlyPipeline
 
-    assert SessionRecreator(AudioOnly(), None).models("describe") == []
+    assert SessionRecreator(AudioOnlyPipeline(stream=None), None).models("describe") == []
 
 
 def test_a_session_that_gives_nan_on_zeros_is_refused(pipeline):
@@ -114,7 +113,7 @@ def test_a_release_still_failing_after_its_session_was_recreated_is_rolled_back_
     stats, lines = RunStats(), []
     recreator = None
     swapper = ModelSwapper(report=lines.append, on_event=lambda e: (stats.swap_event(e), recreator.on_event(e)))
-    pipeline.swapper = swapper
+    pipeline.use_swapper(swapper)
     watch = ReleaseWatch(state, ["emotion"], swapper, on_release=stats.set_release)  # builds release 1 at once
     recreator = SessionRecreator(pipeline, swapper, stats, ReleaseFallback(
         watch, lambda model, release, why: stats.release_rolled_back(model, release), report=lines.append))
@@ -134,7 +133,7 @@ def test_a_release_still_failing_after_its_session_was_recreated_is_rolled_back_
                 break
             time.sleep(1 / 30)  # a stream's pace: the builder thread builds beside it
     finally:
-        pipeline.swapper = None
+        pipeline.use_swapper(None)
         watch.stop()
         swapper.close()
     served = [v for v in versions if v.startswith("r1-")]

@@ -77,7 +77,7 @@ def test_a_busy_stage_drops_the_oldest_frames_of_a_live_source_and_counts_them()
         return describe(frame)
 
     source, sink = CountingSource(40, SourceMode.LIVE), ListSink()
-    runner = BridgeRunner(source, stuck_until_released, [sink], status=False)
+    runner = BridgeRunner(source, [stuck_until_released], [sink], status=False)
     done = threading.Thread(target=runner.run)
     done.start()
     while runner.stats.captured < 40:  # capture never waits for the pipeline
@@ -96,7 +96,7 @@ def test_a_file_read_fast_keeps_every_frame_through_a_slow_stage():
         return describe(frame)
 
     source, sink = CountingSource(60, SourceMode.FAST), ListSink()
-    stats = BridgeRunner(source, None, [sink], status=False, stages=[lambda f: f, slow]).run()
+    stats = BridgeRunner(source, [lambda f: f, slow], [sink], status=False).run()
     assert sink.seqs == list(range(60)) and stats.snapshot().dropped_total == 0
 
 
@@ -118,8 +118,8 @@ def test_after_frame_runs_in_the_last_steps_thread_once_each_result_is_handed_on
             raise RuntimeError("a model that failed after its frame")
 
     sink = ListSink()
-    runner = BridgeRunner(CountingSource(12, SourceMode.FAST), None, [sink], status=False,
-                          stages=[lambda f: f, last], after_frame=after_frame)
+    runner = BridgeRunner(CountingSource(12, SourceMode.FAST), [lambda f: f, last], [sink], status=False,
+                          after_frame=after_frame)
     stats = runner.run().snapshot()
     assert sink.seqs == list(range(12)) and stats.bad_frames == 0
     assert order == [(k, s) for s in range(12) for k in ("describe", "after")]
@@ -134,11 +134,21 @@ def test_a_sink_that_raises_costs_only_its_own_sends_and_a_bad_frame_is_skipped(
 
     good, bad = ListSink(), RaisingSink()
     source = CountingSource(20, SourceMode.FAST)
-    stats = BridgeRunner(source, fails_on_seven, [bad, good], status=False).run().snapshot()
+    runner = BridgeRunner(source, [fails_on_seven], [bad, good], status=False)
+    stats = runner.run().snapshot()
     assert good.seqs == [s for s in range(20) if s != 7]
     assert bad.errors == len([s for s in good.seqs if s % 2])
     assert stats.bad_frames == 1 and stats.sent == 19
-    assert good.closed and bad.closed and source.closed
+
+
+def test_the_runner_closes_only_what_it_opened():
+    """Its threads, queues and sink workers are the runner's; the source and the sinks belong to whoever opened
+    them (the session), which closes them after the run, all but what a thread left behind still uses."""
+    source, sink = CountingSource(5, SourceMode.FAST), ListSink()
+    runner = BridgeRunner(source, [describe], [sink], status=False)
+    runner.run()
+    assert sink.seqs == list(range(5)) and not sink.closed and not source.closed
+    assert runner.left_behind() == []
 
 
 def test_sigterm_ends_a_run_like_ctrl_c_and_the_take_is_finalised(tmp_path):
@@ -150,10 +160,11 @@ from tests.runtime.test_runner import CountingSource, describe
 from bridge.runtime.runner import BridgeRunner
 from bridge.sinks.recorder import TakeRecorder
 from bridge.sources.base import SourceMode
-runner = BridgeRunner(CountingSource(10**6, SourceMode.LIVE, 0.005), describe, [TakeRecorder({str(take)!r})],
-                      status=False)
+recorder = TakeRecorder({str(take)!r})
+runner = BridgeRunner(CountingSource(10**6, SourceMode.LIVE, 0.005), [describe], [recorder], status=False)
 print("running", flush=True)
 stats = runner.run()
+recorder.close()  # as the session does after the run
 print("stopped", stats.sent, flush=True)
 """
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=subprocess_env())
@@ -206,9 +217,12 @@ sys.path.insert(0, {str(ROOT)!r})
 from tests.runtime.test_runner import BlockingSource, describe
 from bridge.runtime.runner import BridgeRunner
 from bridge.sinks.recorder import TakeRecorder
-runner = BridgeRunner(BlockingSource(30, {str(fifo)!r}), describe, [TakeRecorder({str(take)!r})], status=False)
+source, recorder = BlockingSource(30, {str(fifo)!r}), TakeRecorder({str(take)!r})
+runner = BridgeRunner(source, [describe], [recorder], status=False)
 print("running", flush=True)
 stats = runner.run()
+assert runner.left_behind() == [source]  # its read is still blocked: not to be closed under it
+recorder.close()  # as the session does after the run
 print("stopped", stats.sent, flush=True)
 """
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -236,7 +250,7 @@ def test_max_frames_counts_frames_sent_not_frames_dropped():
         return describe(frame)
 
     source, sink = CountingSource(10**6, SourceMode.LIVE, 0.001), ListSink()
-    runner = BridgeRunner(source, slow_until_released, [sink], max_frames=15, status=False)
+    runner = BridgeRunner(source, [slow_until_released], [sink], max_frames=15, status=False)
     done = threading.Thread(target=runner.run)
     done.start()
     while runner.stats.captured < 40:  # the stage holds one frame, its queue two: the rest are dropped
@@ -256,7 +270,7 @@ def test_lossless_keeps_every_frame_of_a_paced_source_and_stops_at_max_frames():
 
     source, sink = CountingSource(100, SourceMode.PACED), ListSink()
     assert source.mode is SourceMode.PACED
-    stats = BridgeRunner(source, slow, [sink], status=False, lossless=True, max_frames=40).run()
+    stats = BridgeRunner(source, [slow], [sink], status=False, lossless=True, max_frames=40).run()
     assert sink.seqs == list(range(40)) and stats.snapshot().dropped_total == 0 and stats.captured == 40
 
 
@@ -268,7 +282,7 @@ def test_frames_a_source_skipped_are_counted_as_dropped_by_the_source():
                 self.skipped += 1  # e.g. an unreadable image in a folder
             return frame
 
-    stats = BridgeRunner(SkippingSource(20, SourceMode.FAST), describe, [ListSink()], status=False).run()
+    stats = BridgeRunner(SkippingSource(20, SourceMode.FAST), [describe], [ListSink()], status=False).run()
     assert stats.snapshot().dropped["source"] == 4
 
 
@@ -276,5 +290,5 @@ def test_the_caller_shares_its_stats_with_the_runner():
     from bridge.runtime.stats import RunStats
 
     shared = RunStats()
-    runner = BridgeRunner(CountingSource(5, SourceMode.FAST), describe, [ListSink()], status=False, stats=shared)
+    runner = BridgeRunner(CountingSource(5, SourceMode.FAST), [describe], [ListSink()], status=False, stats=shared)
     assert runner.run() is shared and shared.sent == 5

@@ -35,7 +35,8 @@ def test_the_summary_names_the_damaged_frames_a_video_source_skipped(tmp_path):
     clip.write_bytes(bytes(data))
     source = VideoFileSource(clip, realtime=False)
     recorder = TakeRecorder(tmp_path / "take")
-    stats = BridgeRunner(source, describe, [recorder], status=False).run().snapshot()
+    stats = BridgeRunner(source, [describe], [recorder], status=False).run().snapshot()
+    recorder.close()
     summary = summarise(stats, [recorder], sink_labels([recorder]), source)
     assert any(n.startswith(f"video {clip}: ") and "damaged frame" in n for n in summary.notes), summary.notes
     assert not summary.failed and summary.sinks["recorder"]["frames"] == stats.sent

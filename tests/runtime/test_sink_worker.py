@@ -39,7 +39,7 @@ def test_a_stalled_sink_never_stalls_live_link_face_and_its_drops_are_its_own():
         llf.queue_depth = 64  # room for every frame: what it misses can then only come from the stalled disk,
         # never from a CPU too busy (other jobs) to run its thread for a while
         source = CountingSource(60, SourceMode.LIVE, interval_s=0.002)
-        runner = BridgeRunner(source, describe, [disk, llf], status=False)
+        runner = BridgeRunner(source, [describe], [disk, llf], status=False)
         done = threading.Thread(target=runner.run)
         done.start()
         # every frame reaches Unreal while the disk has not finished one write
@@ -70,7 +70,7 @@ def test_a_lossless_run_keeps_every_frame_for_a_slow_sink():
             super().send(frame)
 
     slow, fast = Slow(), ListSink()
-    BridgeRunner(CountingSource(40, SourceMode.FAST), describe, [slow, fast], status=False).run()
+    BridgeRunner(CountingSource(40, SourceMode.FAST), [describe], [slow, fast], status=False).run()
     assert slow.seqs == fast.seqs == list(range(40))
 
 

@@ -116,7 +116,7 @@ def test_the_face_pipeline_swaps_a_session_at_its_stage_and_earlier_frames_keep_
 
     pipeline = FacePipeline(PipelineOptions(backend="onnxruntime", emotion_every=1, smoothing=False))
     swapper = ModelSwapper(report=lambda line: None)
-    pipeline.swapper = swapper
+    pipeline.use_swapper(swapper)
 
     class Surprised:  # the shipped emotion model, its logits pushed toward "surprise": a different emotion model
         def __init__(self):

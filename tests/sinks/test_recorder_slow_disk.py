@@ -35,8 +35,10 @@ TakeRecorder.queue_depth = depth  # a short queue: the disk outlasts it within s
 recorder, llf = TakeRecorder(take), LiveLinkFaceSink(f"127.0.0.1:{port}")
 llf.queue_depth = 64  # what Live Link Face misses can only come from waiting for the disk, not from a busy CPU
 source = CountingSource(int(sys.argv[5]), mode, interval_s=1 / 30)
-runner = BridgeRunner(source, describe, [recorder, llf], status=False, lossless=mode is SourceMode.PACED)
+runner = BridgeRunner(source, [describe], [recorder, llf], status=False, lossless=mode is SourceMode.PACED)
 snap = runner.run().snapshot()
+recorder.close()  # the runner closes only what it opened: the take is finalised by its owner
+llf.close()
 summary = summarise(snap, [recorder, llf], sink_labels([recorder, llf]))
 print(json.dumps({"sent": snap.sent, "recorder_dropped": runner.sink_dropped()["recorder"],
                   "syncs": recorder.syncs, "notes": summary.notes, "failed": summary.failed}))
