@@ -19,7 +19,7 @@ from bridge.formats.livelinkface import check_subject as llf_check
 from bridge.mapping import MAX_HEAD_DEAD_ZONE
 from bridge.models import sha256_file
 from bridge.pipeline import PipelineOptions
-from bridge.updates.store import default_state_dir
+from bridge.updates.store import StateDir, default_state_dir
 
 DEFAULT_MONITOR = ports.MONITOR  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
 
@@ -66,8 +66,6 @@ def update_state_dir(spec: str | None) -> Path | None:
         return None
     if spec == "auto":
         return default_state_dir()
-    from bridge.updates.store import StateDir
-
     path = Path(spec)
     StateDir(path).check(must_exist=True)  # the installer's own check of its folder
     return path
