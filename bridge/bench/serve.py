@@ -49,10 +49,11 @@ MIN_SERVED_SHARE = 0.95
 STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_decode", "decode_queue",
           "decode_batch", "decode_batch_cpu", "to_service", "queue", "pass", "gpu", "to_describe")
 WIRES = ("track", "many")
+MESSAGE_BYTES = 4 * 1024 * 1024  # a TrackManyRequest of the load generator at most (the server takes 8 MiB)
 # the server's thread groups (bridge/runtime/thread_cpu.py) by what they do: a library's unnamed threads (gRPC's
 # poller: "Thread (_poll_wrapper)") count as the front end, any other as "other"
 _PART = {"serve-loop": "front_end", "native": "front_end", "face-service-finish": "describe_and_replies",
-         "identity-refresh": "describe_and_replies", "face-service": "inference", "serve-decode": "jpeg_decode",
+         "identity-refresh": "identity_refresh", "face-service": "inference", "serve-decode": "jpeg_decode",
          "serve-jpeg": "jpeg_decode"}
 _STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
@@ -101,10 +102,13 @@ def _wires(text: str) -> list[str]:
 
 def _host_path(threads: dict) -> dict:
     """The server's CPU a frame (ms) by what it did, from its CPU by thread group: the host path (the gRPC front end
-    and its native threads; describing the passes and building the replies, with the identity refresher; the rest:
-    the release watch, the main thread) apart from inference (the batched passes: on CPU runners the models run
-    there, identical for either wire) and JPEG decode (OpenCV here, nvJPEG with GPU runners)."""
-    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "other": 0.0, "inference": 0.0, "jpeg_decode": 0.0}
+    and its native threads; describing the passes and building the replies; the rest: the release watch, the main
+    thread) apart from inference (the batched passes: on CPU runners the models run there, identical for either
+    wire), JPEG decode (OpenCV here, nvJPEG with GPU runners) and the identity refresher (a new stream refreshes
+    on each of its first 30 frames, then every 30th: a short trial of new streams is mostly that, the same for
+    either wire)."""
+    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "other": 0.0, "inference": 0.0, "jpeg_decode": 0.0,
+             "identity_refresh": 0.0}
     for group, ms in threads.items():
         parts[_PART.get(group, "front_end" if group.startswith("Thread") else "other")] += ms
     host = parts["front_end"] + parts["describe_and_replies"] + parts["other"]
@@ -233,6 +237,7 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
     loop = asyncio.get_running_loop()
     call = channel.stream_stream(TRACK_MANY)()  # bytes both ways
     requests = ManyRequests(deadline_ms, fps, {s: f"bench{s}" for s in stream_ids})
+    per_message = max(1, MESSAGE_BYTES // max(len(j) + 128 for j in jpegs))
 
     async def writer():
         k = 0
@@ -250,8 +255,8 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
                 out["sent"] += 1
                 this[0] += 1
                 out["sent_measured"] += measured
-            if items:
-                await call.write(requests.request(items))
+            for at in range(0, len(items), per_message):  # within the server's message limit (8 MiB)
+                await call.write(requests.request(items[at:at + per_message]))
             k += 1
             while start + k / fps <= loop.time() - batch_ms / 1000.0:  # behind: the missed ticks' frames are skipped
                 k += 1
@@ -293,6 +298,9 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
                     wire="track"):
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
+
+    import bridge.grpc.gen.facebridge_pb2_grpc  # noqa: F401 - imported before the CPU count starts: the client's
+    import bridge.serving.client  # noqa: F401 - CPU a frame is what sending and receiving cost, not start-up
 
     async def main():
         channels = {a: grpc.aio.insecure_channel(a, options=[("grpc.max_receive_message_length", 64 << 20)])
@@ -424,8 +432,8 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
         "measured_unix": measured_unix,
         "server_gc": _gc_during(status_start, status_end),
         "server_thread_cpu_ms_per_frame": threads,
-        # the same by what it did: host_path = front end + describe and replies + other (inference and JPEG decode
-        # apart: on CPU runners inference is most of a frame and the same for either wire)
+        # the same by what it did: host_path = front end + describe and replies + other (inference, JPEG decode and
+        # identity refreshes apart: on CPU runners inference is most of a frame; all three the same for either wire)
         "server_cpu_ms_per_frame_by_part": _host_path(threads),
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
@@ -488,8 +496,9 @@ def _wire_ratios(trials: list[dict]) -> list[dict]:
                 "host_path_ms": round(float(np.mean([t["server_cpu_ms_per_frame_by_part"]["host_path"]
                                                      for t in got])), 4),
                 "all_but_inference_ms": round(float(np.mean([
-                    t["server_cpu_ms_per_frame_by_part"]["host_path"] + t["server_cpu_ms_per_frame_by_part"][
-                        "jpeg_decode"] for t in got])), 4),
+                    sum(v for k, v in t["server_cpu_ms_per_frame_by_part"].items() if k not in ("host_path",
+                                                                                           "inference"))
+                    for t in got])), 4),
                 "client_ms": round(float(np.mean([t["client_cpu_ms_per_frame_sent"] for t in got])), 4)}
         else:
             track, many = means["track"], means["many"]
@@ -586,15 +595,17 @@ def run(args) -> dict:
                     f" within {P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
                     f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
                     f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame (host path "
-                    f"{part['host_path']}, inference {part['inference']}, JPEG {part['jpeg_decode']}), client "
+                    f"{part['host_path']}, inference {part['inference']}, JPEG {part['jpeg_decode']}, identity "
+                    f"{part['identity_refresh']}), client "
                     f"{trial['client_cpu_ms_per_frame_sent']} ms a frame sent")
                 trials.append(trial)
                 if args.json:  # every trial on disk as it ends: a run cut short keeps what it measured
                     atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})
         for r in results()["wire_ratios"]:
             say(f"{r['streams']} streams: many / track = {r['many_over_track']['host_path_ms']} of the server's host "
-                f"path a frame ({r['many']['host_path_ms']} / {r['track']['host_path_ms']} ms, inference and JPEG "
-                f"decode apart), {r['many_over_track']['all_but_inference_ms']} with JPEG decode, client "
+                f"path a frame ({r['many']['host_path_ms']} / {r['track']['host_path_ms']} ms, inference, JPEG "
+                f"decode and identity refreshes apart), {r['many_over_track']['all_but_inference_ms']} with the "
+                f"last two, client "
                 f"{r['many_over_track']['client_ms']}")
     finally:
         _stop_all()

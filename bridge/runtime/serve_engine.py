@@ -86,6 +86,8 @@ class FrontEnds:
 
     def _on_listening(self, index: int, hello: dict) -> None:
         self.addresses[index] = hello["address"]  # a restart listens on the same port
+        if self.ready:
+            _report(f"front end {index} serves again on {hello['address']} (pid {hello['pid']})")
         with self._listening:
             self._listening.notify_all()
 

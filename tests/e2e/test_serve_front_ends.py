@@ -3,7 +3,7 @@ decode, batched passes) and two front-end processes (the gRPC streams, their des
 results through shared memory. Eight streams over both wires get the FaceFrames `facebridge run` gives (the
 tolerances of tests/e2e/test_serve.py, the one-process server's), and a front end killed with SIGKILL loses only
 its streams: the other front end's keep being served, and the one started in its place serves new streams in the
-dead one's slots."""
+dead one's slots. The engine killed takes the server down: every front end stops, each with one line."""
 from __future__ import annotations
 
 import os
@@ -111,6 +111,7 @@ def test_a_killed_front_end_loses_only_its_streams(server, clip):  # noqa: F811
         # the front end started in its place listens on the same port; every one of the dead one's slots (its
         # share: 4) serves a new stream, each from detection
         assert wait_until(lambda: _answers(addresses[1]), 240, 0.5), "no front end took the dead one's place"
+        assert wait_until(lambda: any("front end 1 serves again" in x for x in proc.lines), 30, 0.1)
         for i in range(STREAMS // 2):
             from bridge.serving.client import TrackClient
 
@@ -134,3 +135,25 @@ def _answers(address: str) -> bool:
         return _status(address).max_streams == STREAMS // 2
     except grpc.RpcError:
         return False
+
+
+def test_the_engine_killed_stops_every_front_end_with_one_line(server):
+    """Last in this module: it takes the module's server down."""
+    import grpc
+
+    proc, addresses = server
+    assert all(_answers(address) for address in addresses)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    ended = lambda: sum("the engine process ended" in x for x in proc.lines) == 2  # noqa: E731
+    assert wait_until(ended, 60, 0.1), proc.lines[-10:]
+
+    def down(address: str) -> bool:
+        try:
+            _status(address)
+        except grpc.RpcError as e:
+            return e.code() == grpc.StatusCode.UNAVAILABLE
+        return False
+
+    assert wait_until(lambda: all(down(a) for a in addresses), 60, 0.2)
+    assert not any("Traceback" in x for x in proc.lines)
