@@ -2,8 +2,9 @@
 in memory (numba alone refuses to import a cached function it cannot cache: "no locator available").
 
 Used for small per-frame loops where numpy's cost is its per-call overhead (the attention mesh's custom ops, the
-head pose refine, the batched expression rows). numba is optional (the `litert` extra): callers check `available()`
-(or load their loops through `warm_kernels`) and keep a path without it.
+head pose refine, the expression result: bridge/expression/result.py's functions compiled as written). numba is
+optional (the `litert` extra): callers check `available()` (or load their loops through `warm_kernels`) and keep a
+path without it.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ def available() -> bool:
 
 def compiled(f):
     """njit(cache=True, nogil=True, fastmath=False), or without the cache where none can be written."""
+    # optional extra: litert
     from numba import njit
 
     try:

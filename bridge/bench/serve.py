@@ -14,19 +14,27 @@ camera's hardware encoder would; `encode_ms` says what a software encode costs h
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
+import concurrent.futures
 import heapq
 import multiprocessing as mp
 import os
 import re
 import resource
 import shlex
+import signal
+import subprocess
+import sys
 import threading
 import time
 
+import cv2
 import numpy as np
 
 from bridge.bench.common import exit_text, percentiles, reporter
+from bridge.engines.shipped import sample_frames
+from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_json
 
 P99_LIMIT_MS = 20.0
@@ -40,6 +48,13 @@ MIN_SERVED_SHARE = 0.95
 # queue, the pass, its GPU time, the wait for the describing thread)
 STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_decode", "decode_queue",
           "decode_batch", "decode_batch_cpu", "to_service", "queue", "pass", "gpu", "to_describe")
+WIRES = ("track", "many")
+MESSAGE_BYTES = 4 * 1024 * 1024  # a TrackManyRequest of the load generator at most (the server takes 8 MiB)
+# the server's thread groups (bridge/runtime/thread_cpu.py) by what they do: a library's unnamed threads (gRPC's
+# poller: "Thread (_poll_wrapper)") count as the front end, any other as "other"
+_PART = {"serve-loop": "front_end", "native": "front_end", "face-service-finish": "describe_and_replies",
+         "identity-refresh": "identity_refresh", "face-service": "inference", "serve-decode": "jpeg_decode",
+         "serve-jpeg": "jpeg_decode"}
 _STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
 
@@ -66,17 +81,43 @@ def add_arguments(p) -> None:
                         "streams reconnect to the others; counted in reconnects)")
     p.add_argument("--quality", type=int, default=80, help="JPEG quality (default 80)")
     p.add_argument("--deadline-ms", type=float, default=100.0, help="the server's per-frame deadline")
-    p.add_argument("--wire", default="track", choices=["track", "many"],
+    p.add_argument("--wire", default="track", type=_wires,
                    help="track (default): one Track call per face stream; many: a client process's streams on one "
-                        "TrackMany call per server, the frames due together in one message (a gateway's wire)")
+                        "TrackMany call per server, the frames due together in one message (a gateway's wire); "
+                        "track,many: both on the same server, a trial each in turn for every stream count")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="with several wires: trials of each wire per stream count, taken in turn (default 1)")
     p.add_argument("--in-flight", type=int, default=0, metavar="K",
                    help="frames each stream keeps unanswered at most: 0 (default) sends every frame at --fps, as a "
                         "camera streaming blindly; K holds a frame back while K are unanswered (latest wins at the "
                         "sender, as `run --remote` does with 1), counted in dropped_at_client")
 
 
+def _wires(text: str) -> list[str]:
+    wires = [w.strip() for w in text.split(",") if w.strip()]
+    if not wires or any(w not in WIRES for w in wires):
+        raise argparse.ArgumentTypeError(f"{text!r}: give track, many, or both as track,many")
+    return list(dict.fromkeys(wires))
+
+
+def _host_path(threads: dict) -> dict:
+    """The server's CPU a frame (ms) by what it did, from its CPU by thread group: the host path (the gRPC front end
+    and its native threads; describing the passes and building the replies; the rest: the release watch, the main
+    thread) apart from inference (the batched passes: on CPU runners the models run there, identical for either
+    wire), JPEG decode (OpenCV here, nvJPEG with GPU runners) and the identity refresher (a new stream refreshes
+    on each of its first 30 frames, then every 30th: a short trial of new streams is mostly that, the same for
+    either wire)."""
+    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "other": 0.0, "inference": 0.0, "jpeg_decode": 0.0,
+             "identity_refresh": 0.0}
+    for group, ms in threads.items():
+        parts[_PART.get(group, "front_end" if group.startswith("Thread") else "other")] += ms
+    host = parts["front_end"] + parts["describe_and_replies"] + parts["other"]
+    return {"host_path": round(host, 4), **{k: round(v, 4) for k, v in parts.items()}}
+
+
 def _cpu_seconds(pids: list[int]) -> dict[int, float]:
     """User + system CPU seconds of each process still alive (a killed replica drops out of the sum)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.runtime.thread_cpu import stat_cpu_seconds
 
     out = {}
@@ -93,6 +134,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     """One face stream for the whole trial; when its call breaks (a replica killed) it reconnects to the next
     address and goes on. `moved` counts replica changes inside one call: it must stay 0. With `in_flight` K, a
     frame due while K of this call's frames are unanswered (served, or reported dropped) is not sent: `held`."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
@@ -183,59 +225,62 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
                         in_flight=0, batch_ms=2.0):
     """Face streams on one TrackMany call: every `batch_ms` the frames due since the last request go together in
     one, and each response's replies are shared out by stream id. The same schedule, in-flight rule and records
-    as `_one_stream` (no reconnects: a broken call is reported in every stream's `error`)."""
+    as `_one_stream` (no reconnects: a broken call is reported in every stream's `error`). The load generator of
+    the batched wire keeps its own Python small: requests are built as bytes (client.ManyRequests: no message
+    object an item) and sent as they are, responses parsed in one call each."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.grpc.gen import facebridge_pb2 as pb
-    from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
+    from bridge.serving.client import TRACK_MANY, ManyRequests
 
     outs = {s: _stream_record(s) for s in stream_ids}
-    in_call = {s: {"sent": 0, "answered": 0, "dropped": 0} for s in stream_ids}
+    in_call = {s: [0, 0, 0] for s in stream_ids}  # sent, answered, dropped (the server's counters are per call)
     loop = asyncio.get_running_loop()
-    call = pb_grpc.FaceServeServiceStub(channel).TrackMany()
+    call = channel.stream_stream(TRACK_MANY)()  # bytes both ways
+    requests = ManyRequests(deadline_ms, fps, {s: f"bench{s}" for s in stream_ids})
+    per_message = max(1, MESSAGE_BYTES // max(len(j) + 128 for j in jpegs))
 
     async def writer():
         k = 0
         while (t := start + k / fps) < end:
             await asyncio.sleep(max(0.0, t - loop.time()))
-            items = []
+            items, wall, now = [], time.time(), time.perf_counter()
+            measured = now >= measure_from
             for s in stream_ids:  # every stream's frame k is due now (the streams share one schedule)
                 this, out = in_call[s], outs[s]
-                if in_flight and this["sent"] - this["answered"] - this["dropped"] >= in_flight:
+                if in_flight and this[0] - this[1] - this[2] >= in_flight:
                     out["held"] += 1
-                    out["held_measured"] += time.perf_counter() >= measure_from
+                    out["held_measured"] += measured
                     continue
-                image = pb.ImageFrame(encoding=pb.ImageFrame.JPEG, data=jpegs[(s + k) % len(jpegs)], seq=k,
-                                      capture_time=time.time(), source_time=time.perf_counter(),
-                                      media_time=k / fps, frame_rate=fps)
-                items.append(pb.TrackManyItem(stream_id=s, subject=f"bench{s}" if k == 0 else "", image=image,
-                                              deadline_ms=deadline_ms))
+                items.append((s, jpegs[(s + k) % len(jpegs)], k, wall, now, k / fps))
                 out["sent"] += 1
-                this["sent"] += 1
-                out["sent_measured"] += image.source_time >= measure_from
-            if items:
-                await call.write(pb.TrackManyRequest(items=items))
+                this[0] += 1
+                out["sent_measured"] += measured
+            for at in range(0, len(items), per_message):  # within the server's message limit (8 MiB)
+                await call.write(requests.request(items[at:at + per_message]))
             k += 1
             while start + k / fps <= loop.time() - batch_ms / 1000.0:  # behind: the missed ticks' frames are skipped
                 k += 1
         await call.done_writing()
 
     async def reader():
-        async for response in call:
-            for reply in response.replies:
-                out, this = outs.get(reply.stream_id), in_call.get(reply.stream_id)
+        async for data in call:
+            for reply in pb.TrackManyResponse.FromString(data).replies:
+                out = outs.get(reply.stream_id)
                 if out is None:
                     continue
-                if reply.ended and not reply.HasField("response"):
-                    if reply.ended != "ended by the client":
+                if not reply.HasField("response"):
+                    if reply.ended and reply.ended != "ended by the client":
                         out["error"] = reply.ended[:200]
                     continue
                 r = reply.response
                 if not out["replicas"]:
                     out["replicas"].append(r.replica)
-                out["replica"] = r.replica
+                    out["replica"] = r.replica
                 out["stale"], out["late"], out["bad"] = r.stale_dropped, r.late_dropped, r.bad_frames
-                this["dropped"] = r.stale_dropped + r.late_dropped + r.bad_frames
-                if r.WhichOneof("part") == "frame":
-                    this["answered"] += 1
+                this = in_call[reply.stream_id]
+                this[2] = out["stale"] + out["late"] + out["bad"]
+                if r.HasField("frame"):
+                    this[1] += 1
                     _record_frame(out, r.frame, reply.stream_id, measure_from)
 
     try:
@@ -251,7 +296,11 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
 
 def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results, in_flight=0,
                     wire="track"):
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
+
+    import bridge.grpc.gen.facebridge_pb2_grpc  # noqa: F401 - imported before the CPU count starts: the client's
+    import bridge.serving.client  # noqa: F401 - CPU a frame is what sending and receiving cost, not start-up
 
     async def main():
         channels = {a: grpc.aio.insecure_channel(a, options=[("grpc.max_receive_message_length", 64 << 20)])
@@ -283,6 +332,7 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
 def _status_snapshot(addresses) -> dict:
     """Each server's garbage-collector counters and CPU by thread (GetServeStatus), by address; a server that does
     not answer is left out (a replica killed on purpose, an older server)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
 
     from bridge.grpc.gen import facebridge_pb2 as pb
@@ -303,6 +353,7 @@ def _status_snapshot(addresses) -> dict:
 
 def _threads_during(before: dict, after: dict, frames: int) -> dict:
     """The servers' CPU in the measured window by thread group, in ms a frame served (summed over the servers)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.runtime.thread_cpu import cpu_between
 
     total: dict[str, float] = {}
@@ -326,14 +377,14 @@ def _gc_during(before: dict, after: dict) -> dict:
             "pause_ms_max_since_start": round(max(after[a]["pause_ms_max"] for a in both), 2)}
 
 
-def _trial(n: int, addresses, pids, jpegs, args) -> dict:
+def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     groups = [list(range(i, n, args.client_processes)) for i in range(min(args.client_processes, n))]
     t0 = time.perf_counter() + 3.0  # time for the processes to start
     procs = [ctx.Process(target=_client_process, args=(addresses, ids, jpegs, args.fps, args.seconds, args.warmup,
                                                        int(args.deadline_ms), t0, results, args.in_flight,
-                                                       args.wire))
+                                                       wire))
              for ids in groups]
     for p in procs:
         p.start()
@@ -344,9 +395,6 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     measured_unix = [round(t0 + args.warmup + to_unix, 3), round(t0 + args.seconds + to_unix, 3)]
     killed = None
     if args.kill_replica_at is not None and len(pids) > 1:
-        import signal
-        import threading
-
         def kill():
             nonlocal killed
             killed = pids[1]
@@ -376,12 +424,17 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     sent, served = sum(s["sent"] for s in streams), sum(s["served"] for s in streams)
     stale, late, bad = (sum(s[k] for s in streams) for k in ("stale", "late", "bad"))
     measured_s = args.seconds - args.warmup
+    threads = _threads_during(status_start, status_end, served_measured)
+    client_cpu_s = sum(c["cpu_s"] for c in collected)
     return {
-        "streams": n, "wire": args.wire, "fps_per_stream": args.fps, "seconds": args.seconds,
+        "streams": n, "wire": wire, "fps_per_stream": args.fps, "seconds": args.seconds,
         "in_flight": args.in_flight,
         "measured_unix": measured_unix,
         "server_gc": _gc_during(status_start, status_end),
-        "server_thread_cpu_ms_per_frame": _threads_during(status_start, status_end, served_measured),
+        "server_thread_cpu_ms_per_frame": threads,
+        # the same by what it did: host_path = front end + describe and replies + other (inference, JPEG decode and
+        # identity refreshes apart: on CPU runners inference is most of a frame; all three the same for either wire)
+        "server_cpu_ms_per_frame_by_part": _host_path(threads),
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
         "streams_p99_within_limit_any_share": sum(1 for p in p99s if p is not None and p <= P99_LIMIT_MS),
@@ -398,7 +451,11 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
         # parsed; latest wins drops most of them when the server is overloaded)
         "server_cpu_ms_per_frame_received": round(server_cpu_s * 1000.0 / sent_measured, 3)
         if sent_measured and pids else None,
-        "client_cpu_ms_per_frame": round(sum(c["cpu_s"] for c in collected) * 1000.0 / max(served, 1), 3),
+        "client_cpu_ms_per_frame": round(client_cpu_s * 1000.0 / max(served, 1), 3),
+        # the client processes' CPU over the frames they sent (the load generator's own cost, served or not)
+        "client_cpu_ms_per_frame_sent": round(client_cpu_s * 1000.0 / max(sent, 1), 4),
+        "client_cpu_s": round(client_cpu_s, 3),
+        "latency_ms_per_stream": _per_stream_latency(streams),
         "server_stage_ms_p50": stages, "server_stage_ms_mean": stage_means,
         "replicas": sorted({s["replica"] for s in streams}),
         "streams_per_replica": {r: sum(1 for s in streams if s["replicas"][:1] == [r])
@@ -413,12 +470,49 @@ def _trial(n: int, addresses, pids, jpegs, args) -> dict:
     }
 
 
+def _per_stream_latency(streams: list[dict]) -> dict:
+    """Capture-to-result p50 and p99 of each stream (ms), summarised over the streams: the median stream's and
+    the worst stream's."""
+    p = [percentiles(s["latency_ms"], (50, 99)) for s in streams if s["latency_ms"]]
+    if not p:
+        return {}
+    p50s, p99s = [a for a, _ in p], [b for _, b in p]
+    return {"p50_median_stream": round(float(np.median(p50s)), 2), "p50_worst_stream": round(max(p50s), 2),
+            "p99_median_stream": round(float(np.median(p99s)), 2), "p99_worst_stream": round(max(p99s), 2)}
+
+
+def _wire_ratios(trials: list[dict]) -> list[dict]:
+    """For each stream count run over both wires: each wire's mean over its trials of the server's host path,
+    its whole CPU but inference, and the client's CPU a frame, and many's share of track's."""
+    out = []
+    for n in sorted({t["streams"] for t in trials}):
+        means = {}
+        for wire in WIRES:
+            got = [t for t in trials if t["streams"] == n and t["wire"] == wire]
+            if not got:
+                break
+            means[wire] = {
+                "trials": len(got),
+                "host_path_ms": round(float(np.mean([t["server_cpu_ms_per_frame_by_part"]["host_path"]
+                                                     for t in got])), 4),
+                "all_but_inference_ms": round(float(np.mean([
+                    sum(v for k, v in t["server_cpu_ms_per_frame_by_part"].items() if k not in ("host_path",
+                                                                                           "inference"))
+                    for t in got])), 4),
+                "client_ms": round(float(np.mean([t["client_cpu_ms_per_frame_sent"] for t in got])), 4)}
+        else:
+            track, many = means["track"], means["many"]
+            out.append({"streams": n, **{w: means[w] for w in WIRES},
+                        "many_over_track": {k: round(many[k] / track[k], 3) if track[k] else None
+                                            for k in ("host_path_ms", "all_but_inference_ms", "client_ms")}})
+    return out
+
+
 def _start_servers(args, max_streams: int):
     """`--server-processes` plain `facebridge serve` processes (or one that starts Ray replicas), started side
     by side: (processes, addresses, server pids)."""
     count = 1 if args.ray_replicas else max(1, args.server_processes)
     share = -(-max_streams // count)  # each takes its share of the streams (round-robin over the addresses)
-    import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(count) as pool:  # models load and compile in parallel
         started = list(pool.map(lambda i: _start_server(args, share, tag=f"[{i}] " if count > 1 else ""),
@@ -429,9 +523,6 @@ def _start_servers(args, max_streams: int):
 
 def _start_server(args, max_streams: int, tag: str = ""):
     """A `facebridge serve` process (or Ray replicas): (process, addresses, server pids)."""
-    import subprocess
-    import sys
-
     extra = shlex.split(args.serve_args)
     defaults = [("--quiet",), ("--grpc", "127.0.0.1:0" if not args.ray_replicas else "127.0.0.1:50461"),
                 ("--runners", args.runners), ("--max-streams", str(max_streams)),
@@ -461,22 +552,17 @@ def _start_server(args, max_streams: int, tag: str = ""):
 
 
 def run(args) -> dict:
-    import cv2
-
-    from bridge.engines.shipped import sample_frames
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.serving.client import encode_jpeg
 
     counts = [int(x) for x in args.streams.split(",") if x.strip()]
     if args.in_flight < 0:
-        from bridge.errors import FaceBridgeError
-
         raise FaceBridgeError(f"--in-flight {args.in_flight} is negative",
                               "give 0 to send every frame, or K >= 1 frames unanswered at most")
     clip = [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in sample_frames(60, step=1)]
     t = time.perf_counter()
     jpegs = [encode_jpeg(f, args.quality) for f in clip]
     encode_ms = (time.perf_counter() - t) * 1000.0 / len(clip)
-    import signal
 
     def stop_on_sigterm(*_):  # a time limit's SIGTERM still stops the servers (they run in their own sessions)
         raise SystemExit(143)
@@ -492,22 +578,35 @@ def run(args) -> dict:
                 "addresses": addresses, "gpu": _gpu_name(args.runners), "frame_size": list(clip[0].shape[1::-1]),
                 "jpeg_bytes_mean": int(np.mean([len(j) for j in jpegs])), "jpeg_quality": args.quality,
                 "encode_ms": round(encode_ms, 3), "p99_limit_ms": P99_LIMIT_MS, "min_served_share": MIN_SERVED_SHARE,
-                "most_streams_all_within_limit": best, "trials": trials}
+                "most_streams_all_within_limit": best, "wires": args.wire,
+                "wire_ratios": _wire_ratios(trials) if len(args.wire) > 1 else [], "trials": trials}
 
     try:
         if not args.address:
             procs, addresses, pids = _start_servers(args, max(counts))
+        rounds = max(1, args.rounds) if len(args.wire) > 1 else 1
         for n in counts:
-            say(f"{n} streams x {args.fps:g} fps for {args.seconds:g} s ...")
-            trial = _trial(n, addresses, pids, jpegs, args)
-            held = f", {trial['dropped_at_client']} held back at the clients" if args.in_flight else ""
-            say(f"{n} streams: p99 {trial['latency_ms']['p99']} ms, {trial['streams_within_p99_limit']} within "
-                f"{P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
-                f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
-                f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame")
-            trials.append(trial)
-            if args.json:  # every count on disk as it ends: a run cut short keeps what it measured
-                atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})
+            for wire in [w for _ in range(rounds) for w in args.wire]:  # the wires in turn: the same load on both
+                say(f"{n} streams x {args.fps:g} fps for {args.seconds:g} s over {wire} ...")
+                trial = _trial(n, addresses, pids, jpegs, args, wire)
+                held = f", {trial['dropped_at_client']} held back at the clients" if args.in_flight else ""
+                part = trial["server_cpu_ms_per_frame_by_part"]
+                say(f"{n} streams over {wire}: p99 {trial['latency_ms']['p99']} ms, {trial['streams_within_p99_limit']}"
+                    f" within {P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
+                    f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
+                    f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame (host path "
+                    f"{part['host_path']}, inference {part['inference']}, JPEG {part['jpeg_decode']}, identity "
+                    f"{part['identity_refresh']}), client "
+                    f"{trial['client_cpu_ms_per_frame_sent']} ms a frame sent")
+                trials.append(trial)
+                if args.json:  # every trial on disk as it ends: a run cut short keeps what it measured
+                    atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})
+        for r in results()["wire_ratios"]:
+            say(f"{r['streams']} streams: many / track = {r['many_over_track']['host_path_ms']} of the server's host "
+                f"path a frame ({r['many']['host_path_ms']} / {r['track']['host_path_ms']} ms, inference, JPEG "
+                f"decode and identity refreshes apart), {r['many_over_track']['all_but_inference_ms']} with the "
+                f"last two, client "
+                f"{r['many_over_track']['client_ms']}")
     finally:
         _stop_all()
     return results()
@@ -516,8 +615,6 @@ def run(args) -> dict:
 def _stop_all(grace_s: float = 15.0) -> None:
     """SIGTERM to every server this bench started, at once; what has not ended within `grace_s` is killed with
     its process group."""
-    import signal
-
     procs = [p for p in _STARTED if p.poll() is None]
     _STARTED.clear()
     for proc in procs:
@@ -534,6 +631,7 @@ def _stop_all(grace_s: float = 15.0) -> None:
 def _gpu_name(runners: str) -> str | None:
     if runners == "cpu":
         return None
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.gpu import probe_gpu
 
     gpu = probe_gpu().gpu

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 import sys
 import time
 from pathlib import Path
 
+from bridge import console
 from bridge.argparsing import output_file
+from bridge.bench.common import figures_table
 from bridge.fsutil import atomic_write_json
 
 BENCHES = {
@@ -32,8 +35,6 @@ BENCHES = {
 
 
 def machine_info() -> dict:
-    import os
-
     return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 
@@ -80,7 +81,6 @@ def _run(kind: str, module, args) -> int:
     if hasattr(module, "summary"):
         text = module.summary(results)
     else:  # a table of the figures measured (units from the keys) and what the run was
-        from bridge.bench.common import figures_table
 
         text = figures_table(results)
     if not any(line.startswith("verdict:") for line in (text or "").splitlines()):
@@ -100,7 +100,5 @@ def _run(kind: str, module, args) -> int:
         if text:
             print(text, file=sys.stderr)
     if interrupted:
-        from bridge import console
-
         return console.interrupted("facebridge")
     return 0

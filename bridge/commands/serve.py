@@ -3,6 +3,7 @@ Argument parsing only: the server is bridge/runtime/serve.py, the scale-out brid
 from __future__ import annotations
 
 from bridge.engines.cuda_wait import SCHED_FLAGS
+from bridge.errors import FaceBridgeError
 
 DEFAULT_SERVE = "127.0.0.1:50061"
 
@@ -79,13 +80,19 @@ def add_parser(sub) -> None:
     p.add_argument("--max-frame-sizes", type=int, default=4, metavar="N",
                    help="frame sizes with a batched service at once (default 4); a new size takes the place of the "
                         "least recently used one that no stream uses, whose memory is freed")
+    p.add_argument("--front-ends", type=int, default=0, metavar="N",
+                   help="serve the gRPC streams from N front-end processes (front end i on PORT+i) while this "
+                        "process, the engine, owns the runners, every image's decode and every batched pass, "
+                        "exchanging frames and results with them through shared memory; a front end that dies "
+                        "loses only its streams and is started again. 0 (default): everything in this process")
+    p.add_argument("--frame-slot-kib", type=int, default=512, metavar="KIB",
+                   help="with --front-ends: the largest image a stream may send, in KiB (each stream's slot of "
+                        "shared memory; default 512: a 1080p JPEG)")
     p.add_argument("--quiet", action="store_true", help="no status line every 5 s")
     p.set_defaults(func=run)
 
 
 def _sizes(text: str, flag: str = "--prewarm") -> tuple[tuple[int, int], ...]:
-    from bridge.errors import FaceBridgeError
-
     sizes = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         w, _, h = part.lower().partition("x")
@@ -96,7 +103,7 @@ def _sizes(text: str, flag: str = "--prewarm") -> tuple[tuple[int, int], ...]:
 
 
 def serve_config(args):
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.runtime.serve import ServeConfig
 
     if args.identity_workers < 1:
@@ -124,6 +131,19 @@ def serve_config(args):
         raise FaceBridgeError(f"--idle-timeout {args.idle_timeout} is not 0 or a positive number of seconds",
                               "pass e.g. --idle-timeout 30 (the default), or 0 to keep idle streams")
 
+    if args.front_ends < 0:
+        raise FaceBridgeError(f"--front-ends {args.front_ends} is negative",
+                              "pass a number of front-end processes, or 0 (the default) to serve in one process")
+    if args.front_ends and args.ray_replicas:
+        raise FaceBridgeError("--front-ends and --ray-replicas both split the server into processes",
+                              "pick one: --front-ends on one GPU machine, --ray-replicas across GPUs")
+    if args.front_ends > args.max_streams:
+        raise FaceBridgeError(f"--front-ends {args.front_ends} is more than --max-streams {args.max_streams}",
+                              "run at most one front end a stream")
+    if not 16 <= args.frame_slot_kib <= 8192:
+        raise FaceBridgeError(f"--frame-slot-kib {args.frame_slot_kib} is outside 16..8192",
+                              "pass e.g. 512 (the default)")
+
     return ServeConfig(grpc=args.grpc, runners=args.runners, max_streams=args.max_streams,
                        max_streams_per_peer=args.max_streams_per_peer, max_frame_sizes=args.max_frame_sizes,
                        deadline_ms=args.deadline_ms, token=args.grpc_token, tls_cert=args.grpc_tls_cert,
@@ -134,17 +154,25 @@ def serve_config(args):
                        frame_sizes=frame_sizes, decode_workers=args.decode_workers, cuda_wait=args.cuda_wait,
                        jpeg_batches={"auto": None, "on": True, "off": False}[args.jpeg_batches],
                        updates=None if args.updates == "off" else args.updates,
-                       switch_interval_ms=args.switch_interval_ms)
+                       switch_interval_ms=args.switch_interval_ms, front_ends=args.front_ends,
+                       frame_slot_kib=args.frame_slot_kib)
 
 
 def run(args) -> int:
     config = serve_config(args)
     if args.ray_replicas:
+        # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
         from bridge.runtime.ray_serve import serve_on_ray
 
         return serve_on_ray(config, args.ray_replicas, address=args.ray_address, work_dir=args.ray_dir,
                             haproxy_config=args.haproxy_config, status=not args.quiet,
                             gpus_per_replica=args.ray_gpus_per_replica)
+    if config.front_ends:
+        # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
+        from bridge.runtime.serve_engine import serve_front_ends
+
+        return serve_front_ends(config, status=not args.quiet, verbose=getattr(args, "verbose", False))
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.runtime.serve import serve
 
     return serve(config, status=not args.quiet)

@@ -27,17 +27,24 @@ IRIS_LEFT, IRIS_RIGHT = 468, 469
 FLIP = np.diag([1.0, -1.0, -1.0])
 # Shapes seen in the landmarks (all but tongueOut, which comes from lip-sync).
 VISUAL = np.array([i for i, n in enumerate(ARKIT_NAMES) if n != "tongueOut"])
+DEGREE = math.pi / 180.0  # math.radians(x) is x * DEGREE
 GAZE_SHAPES = [ARKIT_INDEX[f"eyeLook{d}{s}"] for s in ("Left", "Right") for d in ("Down", "In", "Out", "Up")]
 
 
-def head_matrix(yaw: float, pitch: float, roll: float) -> np.ndarray:
-    """Rotation (model space) for FaceFrame angles in degrees: R = Ry(yaw) Rx(-pitch) Rz(-roll)."""
-    y, p, r = math.radians(float(yaw)), math.radians(float(pitch)), math.radians(float(roll))
-    cy, sy, cp, sp, cr, sr = math.cos(y), math.sin(y), math.cos(p), math.sin(p), math.cos(r), math.sin(r)
+def head_matrix(yaw, pitch, roll) -> np.ndarray:
+    """Rotation (model space) for FaceFrame angles in degrees: R = Ry(yaw) Rx(-pitch) Rz(-roll). Of floats, (3, 3);
+    of n faces' angles (arrays (n,): ExpressionRows), (n, 3, 3) by the same arithmetic."""
+    rows = isinstance(yaw, np.ndarray)
+    cos, sin = (np.cos, np.sin) if rows else (math.cos, math.sin)
+    if not rows:
+        yaw, pitch, roll = float(yaw), float(pitch), float(roll)
+    y, p, r = yaw * DEGREE, pitch * DEGREE, roll * DEGREE
+    cy, sy, cp, sp, cr, sr = cos(y), sin(y), cos(p), sin(p), cos(r), sin(r)
     # Ry(y) @ Rx(-p) @ Rz(-r), multiplied out (one small array instead of three and two products)
-    return np.array([[cy * cr + sy * sp * sr, cy * sr - sy * sp * cr, sy * cp],
-                     [-cp * sr, cp * cr, sp],
-                     [cy * sp * sr - sy * cr, -sy * sr - cy * sp * cr, cy * cp]])
+    m = np.array([[cy * cr + sy * sp * sr, cy * sr - sy * sp * cr, sy * cp],
+                  [-cp * sr, cp * cr, sp],
+                  [cy * sp * sr - sy * cr, -sy * sr - cy * sp * cr, cy * cp]])
+    return np.ascontiguousarray(m.transpose(2, 0, 1)) if rows else m
 
 
 def head_angles(matrix: np.ndarray) -> np.ndarray:
@@ -66,20 +73,6 @@ def rotvec_from_matrix(m: np.ndarray) -> np.ndarray:
     import cv2
 
     return cv2.Rodrigues(np.asarray(m, dtype=np.float64))[0].reshape(3)
-
-
-def rotvecs_from_matrices(m: np.ndarray) -> np.ndarray:
-    """rotvec_from_matrix over (n, 3, 3) rotations -> (n, 3), as cv2.Rodrigues computes it (a rotation of
-    about pi, where its formula turns, is handed to cv2 row by row)."""
-    m = np.asarray(m, dtype=np.float64)
-    r = np.stack([m[:, 2, 1] - m[:, 1, 2], m[:, 0, 2] - m[:, 2, 0], m[:, 1, 0] - m[:, 0, 1]], 1)
-    s = np.sqrt((r * r).sum(1) * 0.25)
-    c = np.clip((m[:, 0, 0] + m[:, 1, 1] + m[:, 2, 2] - 1.0) * 0.5, -1.0, 1.0)
-    out = r * (np.arccos(c) / np.maximum(2.0 * s, 1e-300))[:, None]
-    out[(s < 1e-5) & (c > 0)] = 0.0
-    for i in np.flatnonzero((s < 1e-5) & (c <= 0)):
-        out[i] = rotvec_from_matrix(m[i])
-    return out
 
 
 def project(points_cam: np.ndarray, focal, centre) -> np.ndarray:
@@ -157,8 +150,9 @@ class MorphableModel:
         return self._neutral468 + identity @ self._id468
 
     def points_from(self, base: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """face_points from an identity_points result: (468, 3)."""
-        return (base + weights @ self._exp468).reshape(468, 3)
+        """face_points from an identity_points result: (468, 3); of n faces' bases (n, 1404) and weights (n, 52),
+        (n, 468, 3)."""
+        return (base + weights @ self._exp468).reshape(*weights.shape[:-1], 468, 3)
 
     def eye_angles(self, weights: np.ndarray) -> np.ndarray:
         """(..., 52) weights -> (..., 2, 2) per-eye (yaw, pitch) degrees in head space, [left, right]."""

@@ -34,7 +34,7 @@ from bridge.expression.model import (
     load_model,
     rotvec_from_matrix,
 )
-from bridge.expression.result import result_math, rotvec
+from bridge.expression.result import region_confidence, result_math, unit_interval
 from bridge.frame import MorphParams
 
 log = logging.getLogger(__name__)
@@ -44,14 +44,7 @@ REGIONS = ("eyes", "brows", "jaw", "mouth", "cheeks_nose")
 # IDENTITY_EVERY frames, averaged (about 1 s to converge at 30 fps, then following slowly).
 IDENTITY_UPDATES = 30
 IDENTITY_EVERY = 30
-
-
-def _unit_interval(values: np.ndarray) -> np.ndarray:
-    """np.clip(np.nan_to_num(values), 0, 1), equal to it value for value, at a third of its numpy overhead."""
-    out = np.minimum(np.maximum(values, 0.0), 1.0)
-    if math.isnan(float(out.sum())):  # NaN survives the clip, and only NaN makes the sum of values in [0, 1] NaN
-        out[np.isnan(out)] = 0.0
-    return out
+MAX_LOST_POINTS = 0.25  # more non-finite landmarks than this share and the face is unusable
 
 
 class ExpressionInputError(FaceBridgeError):
@@ -99,7 +92,7 @@ class ExpressionEstimator:
         self.identity_work = 0  # inline refreshes and spread steps run so far (benchmarks: which frames had one)
         self._identity_lock = threading.Lock()  # the refresher's fold against reset / set_identity
         self._generation = 0  # bumped by reset / set_identity: a refresh measured before them is dropped
-        self._points_base: tuple[bytes, np.ndarray] | None = None  # (identity key, model.identity_points of it)
+        self._points_base: tuple | None = None  # (identity, its bytes, model.identity_points of it)
         self._math = result_math(self.model)
         self._prior = identity_prior(self.model)
         self._told_far = False  # said in the log that a face's identity fit lay far from the prior
@@ -189,7 +182,7 @@ class ExpressionEstimator:
         bad = None if math.isfinite(float(xy.sum())) else ~np.isfinite(xy).all(1)
         if bad is not None and bad.any():
             # a few lost points: take them from the last frame's model reprojection
-            if self._last_fit is None or bad.mean() > 0.25:
+            if self._last_fit is None or bad.mean() > MAX_LOST_POINTS:
                 raise ExpressionInputError(f"{int(bad.sum())} of 468 landmarks are not finite",
                                            "skip this frame; it has no usable face")
             last_xy, pu, pv = self._last_fit
@@ -228,7 +221,7 @@ class ExpressionEstimator:
         self.run_deferred()  # the step the frame before left, if nothing ran it after that frame
         c = self.contract
         weights = c.pick("blendshapes", out)
-        weights = np.zeros(52, np.float32) if weights is None else _unit_interval(weights)
+        weights = np.zeros(52, np.float32) if weights is None else unit_interval(weights)
         rot = self._rotation(c, out, xy, focal, centre, weights)
         own = c.model_id == MODEL_ID
         self.observe(weights, rot, xy, focal, centre, own, busy)
@@ -351,13 +344,17 @@ class ExpressionEstimator:
                      "model's prior in one of its modes; the identity streamed is held within %g there",
                      worst, IDENTITY_LIMIT)
 
-    def _face_points(self, identity: np.ndarray, weights: np.ndarray) -> np.ndarray:
-        """model.face_points, the identity's part kept per estimator (the model is shared by every stream)."""
-        key = np.asarray(identity).tobytes()
+    def identity_points(self, identity: np.ndarray) -> np.ndarray:
+        """model.identity_points of this subject's identity, kept until it changes (the model is shared by every
+        stream; ExpressionRows reads each row's here)."""
         base = self._points_base
-        if base is None or base[0] != key:
-            base = self._points_base = (key, self.model.identity_points(identity))
-        return self.model.points_from(base[1], weights)
+        if base is not None and base[0] is identity:
+            return base[2]
+        key = np.asarray(identity).tobytes()
+        if base is None or base[1] != key:
+            base = (identity, key, self.model.identity_points(identity))
+        self._points_base = (identity, base[1], base[2])
+        return base[2]
 
     def _rotation(self, c: ModelContract, out, xy, focal, centre, weights) -> np.ndarray:
         ypr = c.pick("head_rotation", out)
@@ -376,19 +373,20 @@ class ExpressionEstimator:
         weights = np.minimum(np.maximum(np.asarray(weights, np.float32), 0.0), 1.0)  # np.clip, a third the overhead
         identity = self.identity  # read once: a refresher may replace it meanwhile
         math_ = self._math
-        t, pu, pv, sigma = math_.pose_fit(self._face_points(identity, weights), rot, xy, focal, centre, t)
+        block = np.asarray(weights, np.float64) @ math_.params
+        points = self.model.points_from(self.identity_points(identity), weights)
+        t, pu, pv, rms, rotations = math_.face(rot, points, xy, focal, centre, t, block[math_.eyes])
         self._last_fit = (xy, pu, pv)  # the reprojection, built only when a later frame needs it (_check)
-        if point_error is None:
-            rms = math_.region_rms(pu, pv, sigma)  # per region, in noise units
-        else:
+        if point_error is not None:
             rms = np.sqrt(self.model.region_average @ point_error ** 2)
-        confidence = {name: round(1.0 / (1.0 + (v / 4.0) ** 2), 4) if with_confidence else 0.0
+        confidence = {name: round(region_confidence(v), 4) if with_confidence else 0.0
                       for name, v in zip(self.model.region_names, rms.tolist())}
         confidence["tongue"] = 0.0  # no visual basis: lip-sync owns tongueOut
-        expression, jaw, left, right = math_.parameters(weights)
-        translation = t.astype(np.float32)
+        f32 = np.float32
+        translation = t.astype(f32)
         morph = MorphParams(model_id=MODEL_ID, identity=identity[:self.model.num_ict_identity].copy(),
-                            expression=expression, jaw_rotation=jaw, head_rotation=rotvec(rot).astype(np.float32),
-                            head_translation=translation, eye_rotation_left=left, eye_rotation_right=right)
+                            expression=block[math_.expression].astype(f32), jaw_rotation=block[math_.jaw].astype(f32),
+                            head_rotation=rotations[0].astype(f32), head_translation=translation,
+                            eye_rotation_left=rotations[1].astype(f32), eye_rotation_right=rotations[2].astype(f32))
         return ExpressionResult(blendshapes=weights, morph=morph, head_rotation=head_angles(rot).astype(np.float32),
                                 head_translation=translation.copy(), region_confidence=confidence)

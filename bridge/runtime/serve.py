@@ -18,7 +18,25 @@ import threading
 import time
 from dataclasses import dataclass
 
+from bridge.calibration import CalibrationProfile
+from bridge.engines.cuda_wait import set_cuda_wait
 from bridge.errors import FaceBridgeError
+from bridge.expression.refresh import IdentityRefresher
+from bridge.expression.rows import takes
+from bridge.expression.stage import ExpressionEstimator
+from bridge.models import manifest
+from bridge.runtime.gc_pauses import GcPauses
+from bridge.runtime.gc_pauses import settle as settle_heap
+from bridge.runtime.native_pools import pin_native_pools
+from bridge.runtime.options import update_state_dir
+from bridge.runtime.serve_releases import PassGate, ServeReleases
+from bridge.serving.engine_link import RemoteService
+from bridge.serving.grpc_service import FaceServeServer, check_listen
+from bridge.serving.replies import PassReplies
+from bridge.serving.runners import make_runner, make_runners, role_models
+from bridge.serving.service import MultiStreamFaceService
+from bridge.serving.streams import StreamTable
+from bridge.stages.describe_rows import DescribeRows, MeasuredFaces
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +78,10 @@ class ServeConfig:
     # how long a thread may hold the interpreter lock while another waits for it (sys.setswitchinterval), ms;
     # None leaves Python's 5 ms
     switch_interval_ms: float | None = None
+    # front-end processes (runtime/serve_engine.py): 0 serves in this one process; N: this process is the engine
+    # (runners, decode, passes) and N processes own the gRPC streams and describe them, one port each
+    front_ends: int = 0
+    frame_slot_kib: int = 512  # with front ends: the largest image (KiB) a shared-memory frame slot holds
 
 
 class PassDescriber:
@@ -68,10 +90,6 @@ class PassDescriber:
 
     def __init__(self, rows: int, smoothing: bool, calibration: bool, model_versions: dict[str, str],
                  refresher=None, on_pass=None) -> None:
-        from bridge.expression.rows import takes
-        from bridge.expression.stage import ExpressionEstimator
-        from bridge.stages.describe_rows import DescribeRows
-
         self._calibration, self._refresher = calibration, refresher
         self._on_pass = on_pass  # on_pass(faces): each pass's results, read by the releases' fallback
         outputs = ExpressionEstimator(session=False).contract
@@ -83,16 +101,11 @@ class PassDescriber:
 
     def open(self, subject: str) -> _Row:
         """A new stream's row; its identity refreshes go to the server's shared refresher."""
-        from bridge.calibration import CalibrationProfile
-        from bridge.expression.stage import ExpressionEstimator
-
         expression = ExpressionEstimator(session=False, refresher=self._refresher)  # the regressor ran batched
         profile = CalibrationProfile.load(subject) if self._calibration else None
         return _Row(self, self.rows.open(subject, expression, profile), expression)
 
     def describe(self, handles: list[_Row], frames, faces, sizes):
-        from bridge.stages.describe_rows import MeasuredFaces
-
         if self._on_pass is not None:
             self._on_pass(faces)
         measured = MeasuredFaces(found=faces.tracked, points=faces.landmarks, presence=faces.presence,
@@ -115,46 +128,67 @@ class _Row:
 
 def model_versions() -> dict[str, str]:
     """What the FaceFrames announce (the same as FacePipeline.model_versions for the shipped models)."""
-    from bridge.expression.stage import ExpressionEstimator
-    from bridge.models import manifest
-
     versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
     versions.update(ExpressionEstimator(session=False).model_versions)
     return versions
 
 
-def build_server(config: ServeConfig):
-    """The running Track server for `config` (listening when this returns); raises FaceBridgeError on bad input."""
+@dataclass
+class BatchedModels:
+    """The batched runners of a serve process and how they are used (`batched_models`)."""
+
+    kind: str
+    device: str
+    buckets: list[int] | None  # GPU batch buckets (captured passes)
+    whole_pass: bool  # torch-cuda: whole passes captured as CUDA graphs
+    runners: dict
+    gate: object  # serve_releases.PassGate: every pass holds it; `versions` the FaceFrames announce
+    releases: object | None  # serve_releases.ServeReleases when following an update store
+
+    def make_service(self, frame_hw, num_streams: int, finish_pass):
+        """The batched service of one frame size over these runners (its heap settled after the build)."""
+        log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
+        service = MultiStreamFaceService(num_streams, frame_hw, self.runners, device=self.device,
+                                         graph_buckets=self.buckets if self.whole_pass else None,
+                                         pass_lock=self.gate, finish_pass=finish_pass)
+        # what the build made (compiled passes, captured graphs) lives as long as the service: out of the
+        # collector's walks (runtime/gc_pauses.py); once a frame size, beside a build that took seconds
+        log.info("heap settled after the build in %.0f ms", settle_heap())
+        return service
+
+    def status(self) -> dict:
+        return self.releases.status() if self.releases is not None else {"model_versions": self.gate.versions}
+
+    def close(self) -> None:
+        if self.releases is not None:
+            self.releases.close()
+
+
+def check_config(config: ServeConfig) -> None:
     if config.runners not in RUNNER_KINDS:
         raise FaceBridgeError(f"unknown runners {config.runners!r}", f"use one of {', '.join(RUNNER_KINDS)}")
     if config.max_streams < 1:
         raise FaceBridgeError("--max-streams must be at least 1", "pass the number of face streams to serve")
-    from bridge.serving.grpc_service import check_listen
 
     check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
-    from bridge.runtime.options import update_state_dir
 
+
+def batched_models(config: ServeConfig, services, max_batch: int | None = None) -> BatchedModels:
+    """The runners for `config` (and the releases they follow), on a process whose native pools are pinned.
+    services() -> the batched services built over them (a swap recaptures their CUDA graphs); max_batch: the
+    largest pass (default --max-streams)."""
+    max_batch = max_batch or config.max_streams
     state_dir = update_state_dir(config.updates)  # "auto": this user's store, even before anything is installed
     try:
         import torch  # noqa: F401 - the batched tracker's
     except ImportError:
         raise FaceBridgeError("facebridge serve needs torch (the batched tracker runs on torch tensors)",
                               "pip install torch (a CUDA build on a GPU server)") from None
-    from bridge.expression.refresh import IdentityRefresher
-    from bridge.runtime.gc_pauses import GcPauses
-    from bridge.runtime.gc_pauses import settle as settle_heap
-    from bridge.runtime.native_pools import pin_native_pools
-    from bridge.serving.grpc_service import FaceServeServer
-    from bridge.serving.replies import PassReplies
-    from bridge.serving.runners import make_runner, make_runners, role_models
-    from bridge.serving.service import MultiStreamFaceService
-    from bridge.serving.streams import StreamTable
 
     kind = RUNNER_KINDS[config.runners]
     on_gpu = kind.endswith("-cuda")
     device = "cuda" if on_gpu else "cpu"
     if on_gpu:  # before any CUDA call of this process creates the context
-        from bridge.engines.cuda_wait import set_cuda_wait
 
         log.info("%s", set_cuda_wait(config.cuda_wait))
     if config.switch_interval_ms is not None:
@@ -163,14 +197,13 @@ def build_server(config: ServeConfig):
     # one thread per native pool: the streams are the parallelism (CPU runners: --threads for torch's own pool)
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
     whole_pass = kind == "torch-cuda" and config.graphs
-    buckets = [b for b in GPU_BUCKETS if b < config.max_streams] + [config.max_streams] if on_gpu else None
+    buckets = [b for b in GPU_BUCKETS if b < max_batch] + [max_batch] if on_gpu else None
     options = dict(fp16=config.fp16 and on_gpu, threads=config.threads, buckets=buckets,
                    tracked_pass_graphs=whole_pass)
-    runners = make_runners(kind, config.max_streams, **options)
-    table = None
+    runners = make_runners(kind, max_batch, **options)
 
     def recapture(roles) -> None:  # a captured pass holds the old runners' kernels: capture it again
-        for service in table.services() if table is not None else ():
+        for service in services():
             if not getattr(service, "graphs", False):
                 continue
             try:
@@ -183,60 +216,82 @@ def build_server(config: ServeConfig):
 
     releases = None
     if state_dir is None:
-        from bridge.runtime.serve_releases import PassGate
-
         gate = PassGate(runners, model_versions())  # the services of several frame sizes share these runners
     else:
-        from bridge.runtime.serve_releases import ServeReleases
-
         models = {name: role for role, name in role_models().items() if role in runners}
         releases = ServeReleases(state_dir, runners, model_versions(), models,
-                                 lambda role, path: make_runner(kind, role, path, config.max_streams, **options),
-                                 config.max_streams, device=device, fp16=options["fp16"], report=_report,
+                                 lambda role, path: make_runner(kind, role, path, max_batch, **options),
+                                 max_batch, device=device, fp16=options["fp16"], report=_report,
                                  on_swap=recapture if whole_pass else None)
         gate = releases.gate
+    return BatchedModels(kind, device, buckets, whole_pass, runners, gate, releases)
 
+
+def pass_replies(config: ServeConfig, versions, on_pass=None):
+    """(the identity refresher, PassReplies): how a serve process describes each pass of its streams and makes
+    their replies. versions() -> the model versions the FaceFrames announce now."""
     refresher = IdentityRefresher(max(1, config.identity_workers))
-    replies = PassReplies(lambda rows: PassDescriber(rows, config.smoothing, config.calibration,
-                                                     lambda: gate.versions, refresher=refresher,
-                                                     on_pass=releases.check_pass if releases is not None else None))
+    return refresher, PassReplies(lambda rows: PassDescriber(rows, config.smoothing, config.calibration, versions,
+                                                             refresher=refresher, on_pass=on_pass))
 
-    def make_service(frame_hw, num_streams):
-        log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
-        service = MultiStreamFaceService(num_streams, frame_hw, runners, device=device,
-                                         graph_buckets=buckets if whole_pass else None, pass_lock=gate,
-                                         finish_pass=replies.for_service(num_streams))
-        # what the build made (compiled passes, captured graphs) lives as long as the service: out of the
-        # collector's walks (runtime/gc_pauses.py); once a frame size, beside a build that took seconds
-        log.info("heap settled after the build in %.0f ms", settle_heap())
-        return service
 
+def build_server(config: ServeConfig):
+    """The running Track server for `config` (listening when this returns); raises FaceBridgeError on bad input."""
+    check_config(config)
+
+    table = None
+    models = batched_models(config, lambda: table.services() if table is not None else [])
+    gate, releases = models.gate, models.releases
+    refresher, replies = pass_replies(config, lambda: gate.versions,
+                                      on_pass=releases.check_pass if releases is not None else None)
     try:
-        table = StreamTable(make_service, config.max_streams, deadline_s=config.deadline_ms / 1000.0,
-                            max_sizes=config.max_frame_sizes, max_streams_per_peer=config.max_streams_per_peer)
+        table = StreamTable(lambda hw, n: models.make_service(hw, n, replies.for_service(n)), config.max_streams,
+                            deadline_s=config.deadline_ms / 1000.0, max_sizes=config.max_frame_sizes,
+                            max_streams_per_peer=config.max_streams_per_peer)
         if releases is not None:
             releases.start()  # releases installed before now serve from the first frame
         for frame_hw in config.prewarm:
             table.prepare(frame_hw)
-        server = FaceServeServer(table, config.grpc, device=device, token=config.token, tls_cert=config.tls_cert,
-                                 tls_key=config.tls_key, replica=config.replica, runners=config.runners,
-                                 write_deadline_s=config.write_deadline_s,
+        server = FaceServeServer(table, config.grpc, device=models.device, token=config.token,
+                                 tls_cert=config.tls_cert, tls_key=config.tls_key, replica=config.replica,
+                                 runners=config.runners, write_deadline_s=config.write_deadline_s,
                                  idle_timeout_s=config.idle_timeout_s, frame_sizes=config.frame_sizes,
                                  decode_workers=config.decode_workers or None,
                                  batched_jpeg=config.jpeg_batches)
     except BaseException:
         refresher.close()
-        if releases is not None:
-            releases.close()
+        models.close()
         raise
     server.on_close(refresher.close)
-    status = releases.status if releases is not None else lambda: {"model_versions": gate.versions}
     log.info("heap settled after start-up in %.0f ms", settle_heap())  # models, runners, the gRPC server
     pauses = GcPauses().start()
     server.on_close(pauses.close)
-    server.status_extra = lambda: {**status(), **pauses.stats()}
-    if releases is not None:
-        server.on_close(releases.close)
+    server.status_extra = lambda: {**models.status(), **pauses.stats()}
+    server.on_close(models.close)
+    return server
+
+
+def build_front_end(config: ServeConfig, link, address: str, max_streams: int, replica: str | None = None):
+    """A front-end process's Track server (`--front-ends N`): the streams, their describe step and replies here,
+    their images sent undecoded to the engine process through `link` (serving/engine_link.py)."""
+    log.info("native pools pinned: %s", pin_native_pools(torch_threads=1))
+    refresher, replies = pass_replies(config, lambda: link.versions)
+    try:
+        table = StreamTable(lambda hw, n: RemoteService(link, hw, n, replies.for_service(n)), max_streams,
+                            deadline_s=config.deadline_ms / 1000.0, max_sizes=config.max_frame_sizes,
+                            max_streams_per_peer=config.max_streams_per_peer)
+        server = FaceServeServer(table, address, device="cpu", token=config.token, tls_cert=config.tls_cert,
+                                 tls_key=config.tls_key, replica=replica, runners=config.runners,
+                                 write_deadline_s=config.write_deadline_s, idle_timeout_s=config.idle_timeout_s,
+                                 frame_sizes=config.frame_sizes, forward=True)
+    except BaseException:
+        refresher.close()
+        raise
+    server.on_close(refresher.close)
+    log.info("heap settled after start-up in %.0f ms", settle_heap())
+    pauses = GcPauses().start()
+    server.on_close(pauses.close)
+    server.status_extra = lambda: {"model_versions": link.versions, **pauses.stats()}
     return server
 
 

@@ -10,6 +10,11 @@ guard's recreated sessions are built on its thread and taken by the stage thread
 Recording a file keeps every frame: a video or audio file given with `--record` runs lossless (paced at its rate,
 but a busy stage makes the file wait instead of dropping frames), so a take holds the whole file. A camera or
 microphone is never made to wait: it drops the oldest frame, and the run's summary says how many and why.
+
+Imports are at the top but for the parts only some runs use that cost a measured time to import on top of this
+module (2-core VM): the monitor (aiohttp and the page, 0.7 s), the gRPC sink (0.24 s), the audio path (80 ms), the
+OSC remote control (80 ms), `--learn` (35 ms) and each model's backend choice for the start line (60 ms; a face
+run loads it with its models anyway).
 """
 from __future__ import annotations
 
@@ -19,9 +24,16 @@ import os
 import sys
 import time
 
+from bridge.audio.learn_store import LearnStore
+from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError
-from bridge.pipeline import PipelineOptions
+from bridge.mapping import load_mapping, parse_mapping
+from bridge.monitor.feed import LiveFeed
+from bridge.multiface import MultiFacePipeline, subject_names
+from bridge.pipeline import FacePipeline, PipelineOptions
 from bridge.runtime.control import RunControl
+from bridge.runtime.faces import vmc_targets
+from bridge.runtime.fallback import ReleaseFallback
 from bridge.runtime.guard import OutputGuard
 from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets re-exported)
     DEFAULT_MONITOR,
@@ -34,12 +46,24 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     llf_targets,
     update_state_dir,
 )
+from bridge.runtime.pipeline_protocol import Pipeline
 from bridge.runtime.recording import RecordSwitch
 from bridge.runtime.recreate import SessionRecreator
+from bridge.runtime.releases import ReleaseWatch
+from bridge.runtime.remote import RemotePipeline
 from bridge.runtime.runner import BridgeRunner, sink_labels
 from bridge.runtime.stats import RunStats
 from bridge.runtime.summary import RunSummary, summarise  # noqa: F401 (re-exported)
+from bridge.runtime.swap import ModelSwapper
+from bridge.runtime.timecode_clock import open_clock
+from bridge.runtime.tuning import Tuning
 from bridge.sinks.base import Sink
+from bridge.sinks.ifacialmocap import IFacialMocapSink
+from bridge.sinks.livelinkface import LiveLinkFaceSink
+from bridge.sinks.recorder import TakeRecorder
+from bridge.sinks.udp import parse_host_port
+from bridge.sinks.vmc import VmcSink
+from bridge.sources import open_source
 from bridge.sources.base import SourceMode
 
 log = logging.getLogger(__name__)
@@ -52,24 +76,15 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
     try:
         llf = (outputs.llf,) if isinstance(outputs.llf, str) else outputs.llf or ()
         for address in llf:
-            from bridge.sinks.livelinkface import LiveLinkFaceSink
-
             sinks.append(LiveLinkFaceSink(address, subject=outputs.llf_subject))
         if outputs.vmc:
-            from bridge.runtime.faces import vmc_targets
-            from bridge.sinks.vmc import VmcSink
-
             for subject, address in vmc_targets(outputs.vmc, list(outputs.subjects) or [None]):
                 sinks.append(VmcSink(address, bundle=outputs.vmc_bundle, eye_bones=outputs.vmc_eye_bones,
                                      expressions=outputs.vmc_expressions))
                 sinks[-1].only_subject = subject
         if outputs.ifm:
-            from bridge.sinks.ifacialmocap import IFacialMocapSink
-
             sinks.append(IFacialMocapSink(outputs.ifm))
         if outputs.record:
-            from bridge.sinks.recorder import TakeRecorder
-
             sinks.append(TakeRecorder(outputs.record))
         if outputs.grpc:
             from bridge.grpc.server import GrpcSink
@@ -96,16 +111,12 @@ class BridgeSession:
 
     def __init__(self, config: RunConfig) -> None:
         check_run_config(config)
-        from bridge.multiface import subject_names
-
         self.subjects = subject_names(config.subject, config.faces)
         for subject in self.subjects:
             check_subject(subject)
         config.pipeline.check()
         self.file_mapping = None
         if config.mapping:
-            from bridge.mapping import load_mapping
-
             self.file_mapping = load_mapping(config.mapping)
         self.config = config
         self.learn = None
@@ -117,7 +128,8 @@ class BridgeSession:
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
         self.control.stats = self.stats
-        self.audio = self.source = self.pipeline = self.profile = self.monitor = self.feed = None
+        self.audio = self.source = self.profile = self.monitor = self.feed = None
+        self.pipeline: Pipeline | None = None  # asked only what the protocol names
         self.audio_duration: float | None = None
         self.recording: RecordSwitch | None = None
         self.recreator: SessionRecreator | None = None
@@ -139,8 +151,6 @@ class BridgeSession:
             # the monitor first: its port fails at once, and its start (about a second of imports) never eats into
             # a live audio input that is already playing
             self.monitor = self._open_monitor()
-            from bridge.runtime.timecode_clock import open_clock
-
             self.clock = open_clock(config.timecode_source, config.timecode_rate, config.ltc_input, config.ntp_server)
             if not config.audio_only:
                 self.source = self._open_source()
@@ -157,15 +167,12 @@ class BridgeSession:
                 self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop, start=False, in_step=in_step)
             if config.learn is not None:  # consented: only while asked, into the owner-only, bounded store
                 from bridge.audio.learn_recorder import LearnRecorder
-                from bridge.audio.learn_store import LearnStore
 
                 self.learn = LearnRecorder(LearnStore(config.learn or None), keep_audio=config.learn_audio)
                 self.audio.stream.feature_listener = self.learn.on_audio
             if config.audio_only:
                 self.source = self._open_source()
             self.control.source = self.source
-            from bridge.runtime.tuning import Tuning
-
             self.tuning = Tuning(default=self.file_mapping, head_dead_zone=self.config.head_dead_zone)
             self.control.tuning = self.tuning  # the monitor page's tuning panel (also remote and audio-only runs)
             subjects = tuple(self.subjects) if len(self.subjects) > 1 else ()
@@ -187,8 +194,6 @@ class BridgeSession:
 
     def _open_recording(self) -> RecordSwitch:
         """The take recorder, on from the start with --record DIR, else off until the monitor page starts it."""
-        from bridge.sinks.recorder import TakeRecorder
-
         self.recording = RecordSwitch(TakeRecorder, self.config.takes_dir, self.subjects[0])
         if len(self.subjects) > 1:
             self.recording.only_subject = self.subjects[0]  # a take holds one subject: the first face
@@ -203,7 +208,6 @@ class BridgeSession:
         if not spec:
             return None
         from bridge.runtime.osc_remote import DEFAULT_PORT, OscRemote
-        from bridge.sinks.udp import parse_host_port
 
         spec = spec.strip()
         host, port = ("127.0.0.1", int(spec)) if spec.isdigit() else parse_host_port(spec, DEFAULT_PORT,
@@ -214,7 +218,6 @@ class BridgeSession:
         config = self.config
         if not config.monitor:
             return None
-        from bridge.monitor.feed import LiveFeed
         from bridge.monitor.server import MonitorServer
 
         self.feed = LiveFeed()
@@ -231,40 +234,29 @@ class BridgeSession:
                 raise FaceBridgeError("--camera-size, --camera-fps and --mirror need a camera",
                                       "leave them out with --audio-only")
             return AudioFrameClock(self.audio)
-        from bridge.sources import open_source
-
         config = self.config
         return open_source(config.source, realtime=not config.fast, size=config.camera_size, fps=config.camera_fps,
                            mirror=config.mirror)
 
-    def _build_pipeline(self):
+    def _build_pipeline(self) -> Pipeline:
         config = self.config
         if config.audio_only:
             from bridge.audio.run_audio import AudioOnlyPipeline
 
             return AudioOnlyPipeline(self.audio.stream, subject=config.subject, live=self.audio.live, stats=self.stats)
         if config.remote:  # the server describes with its own calibration profiles
-            from bridge.runtime.remote import RemotePipeline
-
             return RemotePipeline(config.remote, subject=config.subject, token=config.remote_token,
                                   tls_ca=config.remote_tls_ca)
-        from bridge.calibration import CalibrationProfile
-        from bridge.pipeline import FacePipeline
-
         profiles = [CalibrationProfile.load(s) if config.calibration else None for s in self.subjects]
         self.profile = profiles[0]
         options = self._open_tuning(profiles)
         if len(self.subjects) > 1:
-            from bridge.multiface import MultiFacePipeline
-
             return MultiFacePipeline(options, self.subjects, profiles)
         return FacePipeline(options, profile=self.profile)
 
     def _open_tuning(self, profiles: list) -> PipelineOptions:
         """Each subject's mapping (--mapping FILE for all, else the one stored in their profile) and the pipeline
         options with the mapping's smoothing per region under the --smoothing-REGION options given."""
-        from bridge.mapping import parse_mapping
-
         mappings = {}
         if self.file_mapping is None:
             for subject, profile in zip(self.subjects, profiles):
@@ -278,8 +270,6 @@ class BridgeSession:
     def _start_swapper(self) -> None:
         """The run's one model swapper: the output guard recreates sessions through it (runtime/recreate.py),
         and the update watch swaps new releases in through it."""
-        from bridge.runtime.swap import ModelSwapper
-
         self.swapper = ModelSwapper(report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True),
                                     on_event=self._swap_event)
         self.pipeline.use_swapper(self.swapper)
@@ -299,8 +289,6 @@ class BridgeSession:
         state = update_state_dir(self.config.updates)
         if state is None:
             return
-        from bridge.runtime.releases import ReleaseWatch
-
         models = list(self.pipeline.swappable_models())
         if self.audio is not None and self.config.adapter is None:  # a local --adapter trial is not replaced
             self.audio.stream.swapper = self.swapper
@@ -309,8 +297,6 @@ class BridgeSession:
         self.release_watch = ReleaseWatch(state, models, self.swapper, backend=options.backend,
                                           cpu_precision=options.cpu_precision, on_release=self.stats.set_release)
         if self.recreator is not None:  # a release still failing after its session was recreated is rolled back
-            from bridge.runtime.fallback import ReleaseFallback
-
             self.recreator.fallback = ReleaseFallback(
                 self.release_watch, lambda model, release, why: self.stats.release_rolled_back(model, release),
                 report=lambda line: print(f"facebridge: {line}", file=sys.stderr, flush=True))
@@ -344,8 +330,7 @@ class BridgeSession:
         the calibration in use. Two short lines; `verbose` (-v) adds each model's backend and why."""
         outs = ", ".join(s.label() for s in self.sinks if s is not self.recording or self.recording.recording)
         lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
-        fallback = getattr(self.source, "fallback", None)  # plain `facebridge run` without a camera says so
-        source = fallback or self.source.name
+        source = self.source.fallback or self.source.name  # plain `facebridge run` without a camera says so
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
@@ -378,7 +363,7 @@ class BridgeSession:
             lines.append(f"monitor token (made for this run): {self.monitor.token}; open "
                          f"{self.monitor.url}?token={self.monitor.token}")
         lines += [f"gRPC token (made for this run): {s.token}; clients send 'authorization: Bearer {s.token}'"
-                  for s in self.sinks if getattr(s, "generated_token", False)]
+                  for s in self.sinks if s.generated_token]
         return lines
 
     def grpc_address(self) -> str:

@@ -2,9 +2,10 @@
 
 Python threads are named by what started them (the gRPC loop, the JPEG batcher, the face service's pass and
 describe threads, a pool's workers with their numbers taken off); threads Python did not start (gRPC core's
-pollers, CUDA's and torch's own) are summed as "native". Each is read from /proc/self/task (user + system time),
-so a thread that has ended no longer counts: compare two readings of long-lived threads. Linux only; elsewhere
-the reading is empty.
+pollers, CUDA's and torch's own) are summed as "native". Each is read from /proc/self/task: the scheduler's own
+count of the thread's time on a CPU (schedstat, nanoseconds), else user + system time from its stat (whole clock
+ticks, 10 ms: too coarse for a thread's share of a few hundred frames). A thread that has ended no longer counts:
+compare two readings of long-lived threads. Linux only; elsewhere the reading is empty.
 """
 from __future__ import annotations
 
@@ -25,6 +26,16 @@ def stat_cpu_seconds(stat_path: str) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14 and 15)
 
 
+def task_cpu_seconds(task_path: str) -> float:
+    """CPU seconds of one thread (/proc/self/task/TID): its schedstat's time on a CPU where the kernel keeps it (ns),
+    else its stat's user + system time; OSError where it is gone."""
+    try:
+        with open(f"{task_path}/schedstat", "rb") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return stat_cpu_seconds(f"{task_path}/stat")
+
+
 def thread_cpu_seconds() -> dict[str, float]:
     """{thread group: CPU seconds so far}; {} where /proc/self/task is not there."""
     task_dir = "/proc/self/task"
@@ -36,7 +47,7 @@ def thread_cpu_seconds() -> dict[str, float]:
     out: dict[str, float] = {}
     for tid in tids:
         try:
-            seconds = stat_cpu_seconds(f"{task_dir}/{tid}/stat")
+            seconds = task_cpu_seconds(f"{task_dir}/{tid}")
         except OSError:
             continue  # ended between the listing and the read
         name = named.get(int(tid))
@@ -47,4 +58,4 @@ def thread_cpu_seconds() -> dict[str, float]:
 
 def cpu_between(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
     """CPU seconds each group spent between two readings (a group new in `after` counts from zero)."""
-    return {k: round(v - before.get(k, 0.0), 4) for k, v in after.items() if v - before.get(k, 0.0) > 0}
+    return {k: round(v - before.get(k, 0.0), 6) for k, v in after.items() if v - before.get(k, 0.0) > 0}

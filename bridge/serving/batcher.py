@@ -37,14 +37,17 @@ class DeadlineBatcher:
     def __init__(self, run_batch: Callable[[list[Any], list[Any]], Any], max_batch: int = 256,
                  max_wait_s: float = 0.0, name: str = "batcher",
                  finish: Callable[[list[Any], list[Any], Any], list[Any]] | None = None,
-                 merge: Callable[[list[Any]], Any] | None = None):
+                 merge: Callable[[list[Any]], Any] | None = None,
+                 on_fail: Callable[[list[Any], Exception], None] | None = None):
         """`run_batch(streams, items) -> results` (same length and order as items); with `finish`, run_batch may
         return anything and `finish(streams, items, that) -> results` makes the results, on its own thread.
         `merge(thats) -> that`: what run_batch returned for several batches as one (for batches taken in order:
-        merge of their results in that order)."""
+        merge of their results in that order). `on_fail(items, error)`: the posted items (no future to fail) of a
+        batch that failed, so whoever posted them hears of it (else the failure is only logged)."""
         self._run_batch = run_batch
         self._finish = finish
         self._merge = merge
+        self._on_fail = on_fail
         self.finish_sizes: deque[int] = deque(maxlen=100_000)  # items per finish call (for benchmarks)
         self._finishing: deque = deque()
         self._finish_cond = threading.Condition()
@@ -69,6 +72,16 @@ class DeadlineBatcher:
         """submit, for a caller that never reads the result (run_batch hands each item on itself): no Future is
         made (a Future is a Condition and its lock; py-spy put 0.11 ms of a served frame's lock there, H200)."""
         self._queue_item(_Pending(stream, item, time.perf_counter(), None))
+
+    def post_many(self, streams: list, items: list) -> None:
+        """post of many items at once: one lock and one wake for all of them (a gateway's frames that arrived
+        together go to the same batch)."""
+        now = time.perf_counter()
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("batcher is closed")
+            self._queue.extend(_Pending(stream, item, now, None) for stream, item in zip(streams, items))
+            self._cond.notify()
 
     def _queue_item(self, pending: _Pending) -> _Pending:
         with self._cond:
@@ -115,14 +128,37 @@ class DeadlineBatcher:
             try:
                 results = self._run_batch([p.stream for p in batch], [p.item for p in batch])
             except Exception as e:  # one bad batch fails its own frames, never the worker
-                _fail(batch, e)
+                self._fail(batch, e)
                 continue
             if self._finish is None:
-                _resolve(batch, results)
+                self._resolve(batch, results)
             else:
                 with self._finish_cond:
                     self._finishing.append((batch, results))
                     self._finish_cond.notify()
+
+    def _resolve(self, batch: list[_Pending], results) -> None:
+        if len(results) != len(batch):
+            self._fail(batch, RuntimeError(f"the batch gave {len(results)} results for {len(batch)} items"))
+            return
+        for p, result in zip(batch, results):
+            if p.future is not None:
+                p.future.set_result(result)
+
+    def _fail(self, batch: list[_Pending], error: Exception) -> None:
+        posted = []
+        for p in batch:
+            if p.future is not None:
+                p.future.set_exception(error)
+            else:
+                posted.append(p.item)
+        if posted and self._on_fail is not None:
+            try:
+                self._on_fail(posted, error)
+            except Exception as e:  # noqa: BLE001 - never the worker
+                log.warning("telling of a failed batch failed: %s", e)
+        elif posted:  # nobody waits for these: the log is where the failure shows
+            log.warning("a batch failed for %d posted items: %s", len(posted), error)
 
     def _finish_work(self) -> None:
         while True:
@@ -141,15 +177,15 @@ class DeadlineBatcher:
                 try:
                     results = self._merge([r for _, r in jobs])
                 except Exception as e:  # noqa: BLE001 - those batches fail their own frames, never the finisher
-                    _fail(batch, e)
+                    self._fail(batch, e)
                     continue
             self.finish_sizes.append(len(batch))
             try:
                 results = self._finish([p.stream for p in batch], [p.item for p in batch], results)
             except Exception as e:  # noqa: BLE001 - one bad batch fails its own frames, never the finisher
-                _fail(batch, e)
+                self._fail(batch, e)
                 continue
-            _resolve(batch, results)
+            self._resolve(batch, results)
 
 
 def _disjoint_prefix(queue: deque, streams: set) -> list:
@@ -163,23 +199,3 @@ def _disjoint_prefix(queue: deque, streams: set) -> list:
         streams |= others
         taken.append(queue.popleft())
     return taken
-
-
-def _resolve(batch: list[_Pending], results) -> None:
-    if len(results) != len(batch):
-        _fail(batch, RuntimeError(f"the batch gave {len(results)} results for {len(batch)} items"))
-        return
-    for p, result in zip(batch, results):
-        if p.future is not None:
-            p.future.set_result(result)
-
-
-def _fail(batch: list[_Pending], error: Exception) -> None:
-    posted = 0
-    for p in batch:
-        if p.future is not None:
-            p.future.set_exception(error)
-        else:
-            posted += 1
-    if posted:  # nobody waits for these: the log is where the failure shows
-        log.warning("a batch failed for %d posted items: %s", posted, error)

@@ -1,5 +1,6 @@
 """TrackClient: one face stream to `facebridge serve`, images out and FaceFrames back on one long-lived Track call;
-TrackManyClient: many face streams on one TrackMany call (a gateway, a load generator).
+TrackManyClient: many face streams on one TrackMany call (a gateway, a load generator); ManyRequests: TrackMany
+requests built as bytes, for a sender of many streams whose Python must stay cheap (`bench serve --wire many`).
 
 Sending never waits for the server: requests go into the call's outgoing queue and gRPC flow control paces them;
 a reader thread turns every response into a FaceFrame (with the server's drop counters for this stream) on the
@@ -9,6 +10,7 @@ stream stays on the replica that accepted it for its whole life; `replica` says 
 from __future__ import annotations
 
 import queue
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -17,11 +19,60 @@ import grpc
 import numpy as np
 
 from bridge.grpc.convert import parse_frame
+from bridge.grpc.frame_wire import varint
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
 JPEG_QUALITY = 80  # about 27 kB for the 480x360 sample: what a camera's encoder gives at this size
+TRACK_MANY = "/facebridge.v1.FaceServeService/TrackMany"
 _END = object()
+# ImageFrame's times and frame rate (fields 6-9, doubles: tag, 8 bytes each) and a JPEG's encoding with its data tag
+_TIMES = struct.Struct("<BdBdBdBd")
+_JPEG_HEAD = b"\x08\x01\x12"
+
+
+class ManyRequests:
+    """Serialised TrackManyRequests from (stream id, JPEG, seq, capture, source and media time) items: the bytes that
+    never change (each stream's id and deadline, the tags) made once, each item joined from its parts, one join a
+    message: no message object an item, about 2 us of Python an item where building TrackManyItems costs 10-15.
+    A stream's subject goes with its first item (`subjects`, by stream id; the server's default without)."""
+
+    def __init__(self, deadline_ms: int = 0, frame_rate: float = 30.0, subjects: dict[int, str] | None = None) -> None:
+        self.deadline = b"\x20" + varint(int(deadline_ms)) if deadline_ms else b""
+        self.frame_rate = float(frame_rate)
+        self.subjects = subjects or {}
+        self._ids: dict[int, bytes] = {}
+        self._started: set[int] = set()
+
+    def request(self, items) -> bytes:
+        """items: (stream_id, jpeg, seq, capture_time, source_time, media_time) each."""
+        parts = []
+        for stream_id, data, seq, capture, source, media in items:
+            head = self._ids.get(stream_id)
+            if head is None:
+                head = self._ids[stream_id] = b"\x08" + varint(stream_id)
+            if stream_id not in self._started:
+                self._started.add(stream_id)
+                name = self.subjects.get(stream_id, "").encode()
+                if name:
+                    head += b"\x12" + varint(len(name)) + name
+            size = varint(len(data))
+            tail = b"".join((b"\x28", varint(seq), _TIMES.pack(0x31, capture, 0x39, source, 0x41, media, 0x49,
+                                                               self.frame_rate)))
+            image_len = 3 + len(size) + len(data) + len(tail)
+            item_len = len(head) + 1 + len(varint(image_len)) + image_len + len(self.deadline)
+            parts += (b"\x0a", varint(item_len), head, b"\x1a", varint(image_len), _JPEG_HEAD, size, data, tail,
+                      self.deadline)
+        return b"".join(parts)
+
+    def end(self, stream_ids) -> bytes:
+        """A request that ends these face streams (the server serves what it holds, then ends each)."""
+        parts = []
+        for stream_id in stream_ids:
+            item = b"\x08" + varint(stream_id) + b"\x28\x01"
+            parts += (b"\x0a", varint(len(item)), item)
+            self._started.discard(stream_id)
+        return b"".join(parts)
 
 
 @dataclass

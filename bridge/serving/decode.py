@@ -111,10 +111,8 @@ class ImageDecoder:
         decode, one call's Python overhead); if that call refuses the batch (it gives no partial results), each
         is decoded alone so a bad image costs only itself. On the CPU each alone (OpenCV)."""
         if self.gpu_jpeg and len(datas) > 1:
-            torch = self._torch
             try:
-                frames = self._decode_jpeg([torch.frombuffer(bytearray(d), dtype=torch.uint8) for d in datas],
-                                           device=self.device)
+                frames = self._decode_jpeg([self._host_tensor(d) for d in datas], device=self.device)
             except RuntimeError:
                 frames = None  # one of them is bad: each alone below
             if frames is not None:
@@ -130,10 +128,17 @@ class ImageDecoder:
                 out.append(e)
         return out
 
+    def _host_tensor(self, data):
+        """The encoded bytes as a uint8 tensor for nvJPEG: a numpy array (an engine ring slot, serving/rings.py) as
+        it lies, without a copy; bytes copied once (torch needs a writable buffer)."""
+        torch = self._torch
+        if isinstance(data, np.ndarray):
+            return torch.from_numpy(data)
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
     def _jpeg(self, data: bytes, h: int, w: int):
         if self.gpu_jpeg:
-            torch = self._torch
-            raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+            raw = self._host_tensor(data)
             try:
                 frame = self._decode_jpeg(raw, device=self.device)  # (3, H, W) uint8 RGB on the GPU
             except RuntimeError as e:

@@ -74,11 +74,13 @@ class FaceServeServer:
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
                  default_subject: str = "FaceBridge", write_deadline_s: float = WRITE_DEADLINE_S,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, frame_sizes=(), decode_workers: int | None = None,
-                 batched_jpeg: bool | None = None) -> None:
+                 batched_jpeg: bool | None = None, forward: bool = False) -> None:
         """frame_sizes: the (height, width) sizes images may have (each builds a batched service on first use);
         empty: any, up to the table's max_sizes. decode_workers: JPEG decode threads (default: one a core, at
         most DECODE_WORKERS). batched_jpeg: every JPEG waiting decoded in one call on one thread (JpegBatches;
-        default: when the decoder decodes on the GPU, nvJPEG's batched decode), else on the decode workers."""
+        default: when the decoder decodes on the GPU, nvJPEG's batched decode), else on the decode workers.
+        forward: a front-end process of `facebridge serve --front-ends N`: images are only measured here and go to
+        the engine process undecoded (the table's services are engine_link.RemoteServices)."""
         host = check_listen(address, token, tls_cert, tls_key)
         loopback = access.is_loopback(host)
         self.table = table
@@ -96,12 +98,15 @@ class FaceServeServer:
         self.invalid = self.malformed = 0
         self._malformed_logged_at = -1e9
         access.one_line_grpc_logs()  # gRPC's own records of bad requests: one line each
-        workers = decode_workers or max(1, min(DECODE_WORKERS, os.cpu_count() or 1))
+        self.forward = forward
+        workers = 1 if forward else decode_workers or max(1, min(DECODE_WORKERS, os.cpu_count() or 1))
         self._decode_pool = futures.ThreadPoolExecutor(workers, thread_name_prefix="serve-decode")
         if batched_jpeg is None:
             batched_jpeg = self.decoder.gpu_jpeg
+        batched_jpeg = batched_jpeg and not forward
         self._jpeg_batches = JpegBatches(self.decoder, max(1, table.max_streams)) if batched_jpeg else None
-        self.decoder_name = f"{self.decoder.name}, batched" if batched_jpeg else self.decoder.name
+        self.decoder_name = "in the engine process" if forward else \
+            f"{self.decoder.name}, batched" if batched_jpeg else self.decoder.name
         self._loop = ServeLoop()
         try:
             self.port = self._loop.call(self._start(address, token, tls_cert, tls_key), timeout=60)
@@ -119,7 +124,7 @@ class FaceServeServer:
 
     async def _start(self, address: str, token: str | None, tls_cert: str | None, tls_key: str | None) -> int:
         """On the loop: the grpc.aio server with Track, TrackMany, GetServeStatus, health and reflection, listening."""
-        track = TrackStreams(self, self._loop.loop, self._decode_pool, self._jpeg_batches)
+        track = TrackStreams(self, self._loop.loop, self._decode_pool, self._jpeg_batches, self.forward)
         self._server = grpc.aio.server(
             interceptors=[access.AioBearerTokenInterceptor(token)] if token else [],
             maximum_concurrent_rpcs=self.table.max_streams + 16,  # past max_streams: our refusal, then gRPC's

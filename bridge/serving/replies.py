@@ -7,7 +7,8 @@ next pass runs on the device), with its own pass describer from `make_describer(
 `open(subject)` gives a stream's handle (with `close()`, called when the stream ends) and whose
 `describe(handles, frames, faces, sizes) -> FaceFrames` describes one pass (injected by bridge/runtime/serve.py,
 so serving/ never imports the stages). The stream coroutines only add their counters (frame_wire.frame_response
-for a Frame's bytes) and send what is made here.
+for a Frame's bytes) and send what is made here; frames posted with a sink (TrackMany's calls) are handed to it
+together instead, one call a sink a pass, which makes its client's one message of them on this thread.
 """
 from __future__ import annotations
 
@@ -102,4 +103,22 @@ class PassReplies:
             layout_ids.append(state.header.layout_id)
         for reply, frame in zip(replies, encode_frames(described, layout_ids, stages=(keys, stages))):
             reply.append(frame)
+        _to_sinks(served, replies)
         return replies
+
+
+def _to_sinks(served: list, replies: list) -> None:
+    """The frames posted with a sink (TrackMany's calls: extra["sink"]) handed to it together, one call a sink a
+    pass: it makes them into one message for its client; the others' replies go back through their futures."""
+    sinks: dict = {}
+    for s, reply in zip(served, replies):
+        sink = s.extra.get("sink")
+        if sink is not None:
+            got = sinks.setdefault(sink, ([], []))
+            got[0].append(s)
+            got[1].append(reply)
+    for sink, (its_served, its_replies) in sinks.items():
+        try:
+            sink.pass_done(its_served, its_replies)
+        except Exception as e:  # noqa: BLE001 - one call's failure never costs the pass's other streams theirs
+            sink.failed(its_served, e)

@@ -60,6 +60,7 @@ class StreamFaces:
     # batch taken to its results on the host) and the pass's GPU time (ms between CUDA events on its stream: with
     # other processes' work under MPS, the time the GPU took for it; NaN without a GPU); None when not measured
     timing: np.ndarray | None = None
+    rows: np.ndarray | None = None  # (n, RESULT_WIDTH): the packed rows these fields view (what the engine ships)
 
     @classmethod
     def of(cls, streams, rows: np.ndarray, timing: np.ndarray | None = None) -> StreamFaces:
@@ -70,7 +71,7 @@ class StreamFaces:
             values[name] = rows[:, start:start + size].reshape(n, *shape)
             start += size
         values["tracked"] = values["tracked"] > 0.5
-        return cls(streams=np.asarray(streams), timing=timing, **values)
+        return cls(streams=np.asarray(streams), timing=timing, rows=rows, **values)
 
 
 class MultiStreamFaceService:
@@ -132,19 +133,32 @@ class MultiStreamFaceService:
             else None  # the pass's GPU time (the worker's passes never overlap: one pair serves them all)
         self._batcher = DeadlineBatcher(self._run, max_batch=self._max_batch, max_wait_s=max_wait_s,
                                         name="face-service", finish=self._finish if finish_pass else None,
-                                        merge=_merge_runs if finish_pass else None)
+                                        merge=_merge_runs if finish_pass else None, on_fail=self._failed)
 
     # --- the caller's side ----------------------------------------------------------------------------------
     def submit(self, stream: int, frame, tag=None) -> Future:
         """Queue one frame of `stream`; the future gives its `StreamFace` (or, with finish_pass, what that made of
         it; `tag` goes with the frame to finish_pass). Bad input raises here, at once."""
+        self._check(stream, frame)
+        return self._batcher.submit(int(stream), (self._to_device(frame), tag, None))
+
+    def post_many(self, streams: list[int], frames: list, tags: list, failed) -> None:
+        """Queue frames of many streams at once (one lock, one wake: they go to the same pass), for a caller that
+        takes each pass's results from finish_pass itself (no future a frame). If their pass fails,
+        `failed(tags, error)` is called with those of these frames' tags that were in it (on a service thread).
+        Bad input raises here, at once, before any is queued."""
+        for stream, frame in zip(streams, frames):
+            self._check(stream, frame)
+        self._batcher.post_many([int(s) for s in streams],
+                                [(self._to_device(frame), tag, failed) for frame, tag in zip(frames, tags)])
+
+    def _check(self, stream: int, frame) -> None:
         if not 0 <= int(stream) < self.num_streams:
             raise ValueError(f"stream {stream} is out of range: this service has streams 0..{self.num_streams - 1}")
         shape, dtype = tuple(frame.shape), str(frame.dtype).replace("torch.", "")
         if shape != (*self.frame_hw, 3) or dtype != "uint8":
             raise ValueError(f"stream {stream}: a frame must be uint8 RGB of shape {(*self.frame_hw, 3)} (got "
                              f"{dtype} {shape}); resize or convert it before submitting")
-        return self._batcher.submit(int(stream), (self._to_device(frame), tag))
 
     def _to_device(self, frame):
         """The frame as a tensor on the service's device; from host memory through pinned memory, asynchronously
@@ -176,7 +190,7 @@ class MultiStreamFaceService:
 
     # --- the worker's side -----------------------------------------------------------------------------------
     def _run(self, streams: list[int], items: list):
-        frames = [frame for frame, _ in items]
+        frames = [item[0] for item in items]
         timing = np.empty((len(frames), 3))
         timing[:, 0] = time.perf_counter()
         if self._pass_lock is None:
@@ -191,7 +205,17 @@ class MultiStreamFaceService:
 
     def _finish(self, streams: list[int], items: list, run: tuple[np.ndarray, np.ndarray]) -> list:
         rows, timing = run
-        return self._finish_pass(streams, [tag for _, tag in items], StreamFaces.of(streams, rows, timing))
+        return self._finish_pass(streams, [item[1] for item in items], StreamFaces.of(streams, rows, timing))
+
+    @staticmethod
+    def _failed(items: list, error: Exception) -> None:
+        """Posted frames whose pass failed: each group's `failed` told of its own (post_many)."""
+        groups: dict = {}
+        for _frame, tag, failed in items:
+            groups.setdefault(failed, []).append(tag)
+        for failed, tags in groups.items():
+            if failed is not None:
+                failed(tags, error)
 
     def _run_passes(self, streams: list[int], frames: list, gpu_ms: np.ndarray) -> np.ndarray:
         """The result rows of every frame, in their order: (n, RESULT_WIDTH); each frame's pass GPU time into

@@ -146,6 +146,25 @@ class LiveStream:
         # (its collections grew with the load to 2 ms a pass on the H200: runtime/gc_pauses.py)
         served.future.add_done_callback(self._finished)
 
+    def posted(self, pending: Pending, extra: dict) -> Served:
+        """`submit`'s bookkeeping for an image its caller hands to the service itself, with others at once
+        (`service.post_many`, TrackMany's groups): in flight, with no future; `returned` when its pass is done."""
+        served = Served(pending.request, pending.received, time.perf_counter(), None, extra)
+        with self._lock:
+            self._taken, self._in_flight = None, served
+        return served
+
+    def returned(self, served: Served) -> bool:
+        """A posted image is back (its replies made, or its pass failed): the stream's turn is free, a closed
+        stream is freed. No wake: the caller, on the loop, takes the next turn itself. True while open."""
+        with self._lock:
+            if self._in_flight is served:
+                self._in_flight = None
+        if self.closed:
+            self._release_if_idle()
+            return False
+        return True
+
     def abandon(self) -> None:
         """The image taken never reached the service (refused on decode): the stream's turn is free again."""
         with self._lock:
@@ -328,6 +347,16 @@ class StreamTable:
         with self._lock:
             self.totals["served"] += 1
             self._latency.add(time.monotonic(), latency_ms)
+
+    def served_many(self, streams: list[LiveStream], latencies_ms: list[float]) -> None:
+        """count_served of many streams' frames at once (a pass's, one lock)."""
+        for stream in streams:
+            stream.counters.served += 1  # a stream's served count is written by one thread at a time
+        now = time.monotonic()
+        with self._lock:
+            self.totals["served"] += len(latencies_ms)
+            for latency in latencies_ms:
+                self._latency.add(now, latency)
 
     def services(self) -> list:
         with self._lock:

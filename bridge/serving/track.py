@@ -66,11 +66,15 @@ class TrackStreams:
     run on `loop`, JPEG decoded in `decode_pool`, or with every JPEG waiting by `jpeg_batches` (a JpegBatches:
     a decoder on the GPU)."""
 
-    def __init__(self, server, loop: asyncio.AbstractEventLoop, decode_pool, jpeg_batches=None) -> None:
+    def __init__(self, server, loop: asyncio.AbstractEventLoop, decode_pool, jpeg_batches=None,
+                 forward: bool = False) -> None:
+        """forward: images go to the engine process undecoded (`facebridge serve --front-ends N`: the table's
+        services are engine_link.RemoteServices, the engine decodes)."""
         self.server = server
         self.loop = loop
         self.decode_pool = decode_pool
         self.jpeg_batches = jpeg_batches
+        self.forward = forward
 
     async def Track(self, request_iterator, context) -> None:
         server = self.server
@@ -195,8 +199,11 @@ class TrackStreams:
 
     def _submit(self, stream: LiveStream, todo, state: StreamState) -> None:
         """The image whose turn it is: decoded and submitted here (raw: a copy), by a decode worker, or with the
-        other JPEGs waiting (measured on arrival as the stream's size) by the JPEG batches."""
-        if todo.request.encoding != JPEG:
+        other JPEGs waiting (measured on arrival as the stream's size) by the JPEG batches; in a front-end process,
+        handed to the engine process as it came (its size measured on arrival), to be decoded there."""
+        if self.forward:
+            self._decode_and_submit(stream, todo, state, (todo.request, state.stream_hw), 0.0)
+        elif todo.request.encoding != JPEG:
             self._decode_and_submit(stream, todo, state)
         elif self.jpeg_batches is not None:
             self.jpeg_batches.submit(todo.request.data, state.stream_hw, self._decoded, stream, todo, state)
@@ -272,6 +279,10 @@ class TrackStreams:
         not as one of the client's images refused in a row (the server failed, not the image)."""
         try:
             responses = done.future.result()
+        except BadImage as e:  # refused by the engine process (it does not decode): as if refused on arrival
+            stream.count_bad()
+            self._refused(stream, state, done.request.seq, f"image {done.request.seq}: {e}")
+            return []
         except Exception as e:  # noqa: BLE001 - a failed pass fails its own frames only
             stream.count_bad()
             reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__

@@ -2,26 +2,32 @@
 already holds many people's video, or the load generator) and gets their replies back together: one gRPC message
 each way per tick instead of one per face per frame, which is most of what a served frame costs the host in gRPC.
 
-Every face stream of a call is the same LiveStream and StreamState a Track call has, driven by the same
-TrackStreams code (bridge/serving/track.py: checks, decode, submit, replies with counters), so a face gets the
-same FaceFrames whichever wire it came by. What differs is only the loop: one reader for the call, which opens a
-face stream on its first item (refused streams are answered at once with `ended`), and one writer, which sends
-everything every ready stream has in one TrackManyResponse. What would end a Track call ends one face stream here
-(a malformed first item, idle, all images refused, the server full), answered by a reply whose `ended` says why;
-a client that stops reading is ended whole, as a Track client is (the write deadline sees every stream's mark).
+Every face stream of a call is the same LiveStream and StreamState a Track call has, with the same checks (bridge/
+serving/requests.py), latest wins, counters and describe step, so a face gets the same FaceFrames whichever wire it
+came by. What differs is that a call's frames travel as groups, never one by one: the images of every stream whose
+turn came together are decoded together (a chunk for each decode worker, or the JPEG batches) and handed to the
+batched service in one post (so they share a pass, and no frame has a future of its own); each pass's replies to
+the call are made as serialised TrackManyReplies on the describing thread (`ManyCall.pass_done`: the Frames of
+bridge/serving/replies.py with the streams' counters) and handed to the loop in one call, which sends them as one
+message. One reader for the call opens a face stream on its first item (refused streams are answered at once with
+`ended`); one writer sends whatever is ready. What would end a Track call ends one face stream here (a malformed
+first item, idle, all images refused, the server full), answered by a reply whose `ended` says why; a client that
+stops reading is ended whole, as a Track client is (the write deadline sees every stream's mark).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
+from functools import partial
 
 import grpc
 
 from bridge.grpc import access
-from bridge.grpc.frame_wire import varint
+from bridge.grpc.frame_wire import frame_response, replica_field, varint
 from bridge.grpc.gen import facebridge_pb2 as pb
-from bridge.serving.decode import BadImage
+from bridge.serving.decode import JPEG, BadImage
 from bridge.serving.requests import StreamRefused, first_subject, image_size
 from bridge.serving.track import CLOSE_WAIT_S, StreamState
 
@@ -30,6 +36,7 @@ log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 2 * 1024 * 1024  # a TrackManyResponse is split past this (clients take 4 MiB by default)
 CLIENT_ENDED = "ended by the client"  # TrackManyReply.ended of a stream the client ended, once it is answered
 MAX_STREAMS_A_CALL = 4096  # face streams one call may hold open at once (each also takes a --max-streams slot)
+MIN_CHUNK = 4  # images a decode worker takes of a group at least (fewer: the hand-off costs more than it saves)
 
 _STREAM_ID, _RESPONSE, _ENDED, _REPLIES = b"\x08", b"\x12", b"\x1a", b"\x0a"  # TrackManyReply / Response tags
 
@@ -61,13 +68,16 @@ def encode_responses(replies: list[bytes], limit: int = MAX_RESPONSE_BYTES) -> l
 
 
 class ManyCall:
-    """One TrackMany call: its face streams by the client's id, which of them have work, one wake for the writer."""
+    """One TrackMany call: its face streams by the client's id, which of them have work, the replies made for it on
+    other threads (`outbox`), one wake for the writer. It is the `sink` of its frames' passes: `pass_done` and
+    `failed` run on the batched service's threads and hand their results to the loop in one call each."""
 
-    def __init__(self, context, task, raw_ok: bool) -> None:
-        self.context, self.task, self.raw_ok = context, task, raw_ok
+    def __init__(self, owner: TrackManyStreams, context, task, raw_ok: bool) -> None:
+        self.owner, self.context, self.task, self.raw_ok = owner, context, task, raw_ok
         self.streams: dict[int, tuple] = {}  # stream id -> (LiveStream, StreamState)
         self.ready: set[int] = set()
         self.ended: list[bytes] = []  # replies for streams refused or ended outside the writer
+        self.outbox: list[bytes] = []  # replies made on the describing thread, in the order to send
         self.wake = asyncio.Event()
         self.input_done = False
         self.fatal: tuple[grpc.StatusCode, str] | None = None  # why the whole call must end
@@ -75,6 +85,199 @@ class ManyCall:
     def mark(self, stream_id: int) -> None:
         self.ready.add(stream_id)
         self.wake.set()
+
+    # ---- a pass's results (the batched service's threads) ------------------------------------------------
+    def pass_done(self, served: list, responses: list[list]) -> None:
+        """The replies of this call's frames in one pass (replies.py: each frame's header message, if its layout
+        changed, and its Frame's bytes), made into TrackManyReplies with each stream's counters."""
+        server = self.owner.server
+        replica, now, t = replica_field(server.replica), time.time(), time.perf_counter()
+        out, streams, latencies = [], [], []
+        for s, frame_responses in zip(served, responses):
+            extra = s.extra
+            stream, stream_id = extra["state"].stream, extra["sid"]
+            c, slot = stream.counters, stream.slot or 0
+            for r in frame_responses:
+                if isinstance(r, bytes):
+                    r = frame_response(r, c.received, c.stale, c.late, c.bad, replica, slot, now)
+                else:
+                    r = self.owner.track._counters(stream, r).SerializeToString()
+                out.append((stream_id, stream, encode_reply(stream_id, r)))
+            streams.append(stream)
+            latencies.append((t - s.received) * 1000.0)
+        server.table.served_many(streams, latencies)
+        self._on_loop(self._returned, served, out)
+
+    def failed(self, served: list, error: Exception) -> None:
+        """This call's frames of a pass that failed: each answered with an ImageRefused naming the failure, as
+        Track answers its own (a failed pass fails its own frames only; an image refused where it was decoded is
+        answered as one refused on arrival)."""
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        for s in served:
+            s.extra["state"].stream.count_bad()
+        self._on_loop(self._failed, served, reason, isinstance(error, BadImage))
+
+    def check_future(self, served, future) -> None:
+        """A frame handed to a service of futures: its replies come through pass_done all the same; a failure
+        (its pass, or its image refused where it was decoded) is answered here."""
+        error = future.exception()
+        if error is not None:
+            self.failed([served], error)
+
+    def _on_loop(self, fn, *args) -> None:
+        try:
+            self.owner.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: the server stopped
+            pass
+
+    # ---- on the loop -------------------------------------------------------------------------------------
+    def _current(self, stream_id: int, stream) -> bool:
+        entry = self.streams.get(stream_id)
+        return entry is not None and entry[0] is stream
+
+    def _returned(self, served: list, out: list) -> None:
+        """A pass's replies are here: sent next (those of streams still open), and each stream's turn is free."""
+        for s in served:
+            stream, stream_id = s.extra["state"].stream, s.extra["sid"]
+            if stream.returned(s) and self._current(stream_id, stream):
+                self.ready.add(stream_id)
+        self.outbox += [reply for stream_id, stream, reply in out if self._current(stream_id, stream)]
+        self.wake.set()
+
+    def _failed(self, served: list, reason: str, refused: bool = False) -> None:
+        track = self.owner.track
+        for s in served:
+            state, stream_id = s.extra["state"], s.extra["sid"]
+            stream, seq = state.stream, int(s.request.seq)
+            if refused:
+                track._refused(stream, state, seq, f"image {seq}: {reason}")
+            else:
+                if stream.counters.bad == 1 or stream.counters.bad % 100 == 0:
+                    log.warning("face stream %d: the batched pass failed (%s); %d bad so far", stream.number,
+                                reason, stream.counters.bad)
+                state.refusals.append((seq, f"image {seq}: the server could not describe its pass ({reason}); the "
+                                       "frame is lost, the stream goes on"))
+            if stream.returned(s) and self._current(stream_id, stream):
+                self.ready.add(stream_id)
+        self.wake.set()
+
+
+class Group:
+    """The images of one call whose turn came together: decoded together (a chunk for each decode worker, or each
+    in the JPEG batches), then handed to the batched service in one post (by the thread that decoded the last).
+    todo: (stream id, LiveStream, StreamState, Pending) each."""
+
+    def __init__(self, owner: TrackManyStreams, call: ManyCall, todo: list) -> None:
+        self.owner, self.call, self.todo = owner, call, todo
+        self.decoded: list = [None] * len(todo)  # (frame, hw, decode ms, DecodeTimes or None) or the BadImage
+        self._left = 0
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        owner, decoder = self.owner, self.owner.server.decoder
+        if getattr(owner.track, "forward", False):  # a front-end process: the engine process decodes them
+            self.decoded = [(p.request, state.stream_hw, 0.0, None) for _, _, state, p in self.todo]
+            self._post()
+            return
+        jpegs = [i for i, (_, _, _, p) in enumerate(self.todo) if p.request.encoding == JPEG]
+        others = [i for i, (_, _, _, p) in enumerate(self.todo) if p.request.encoding != JPEG]
+        if owner.track.jpeg_batches is not None:  # the JPEGs with the others waiting (nvJPEG), raw here (a copy)
+            self._left = len(jpegs) + 1
+            for i in jpegs:
+                _, _, state, pending = self.todo[i]
+                owner.track.jpeg_batches.submit(pending.request.data, state.stream_hw, self._jpeg_decoded, i)
+            self._decode(others, decoder)
+            self._one_done()
+            return
+        order = jpegs + others
+        chunks = max(1, min(owner.workers, len(order) // MIN_CHUNK))
+        self._left = chunks
+        for k in range(chunks):
+            owner.track.decode_pool.submit(self._decode_chunk, order[k::chunks], decoder)
+
+    def _decode_chunk(self, at: list[int], decoder) -> None:
+        try:
+            self._decode(at, decoder)
+        finally:
+            self._one_done()
+
+    def _decode(self, at: list[int], decoder) -> None:
+        for i in at:
+            _, stream, state, pending = self.todo[i]
+            t0 = time.perf_counter()
+            image = pending.request
+            try:
+                frame, hw = decoder.decode_measured(image.encoding, image.data, state.stream_hw)
+                self.decoded[i] = (frame, hw, (time.perf_counter() - t0) * 1000.0, None)
+            except BadImage as e:
+                self.decoded[i] = e
+            except Exception as e:  # noqa: BLE001 - one broken image never takes a worker (or the server) down
+                log.warning("face stream %d: decoding failed: %s", stream.number, e)
+                self.decoded[i] = e
+
+    def _jpeg_decoded(self, decoded, times, i: int) -> None:
+        """One JPEG from the JPEG batches' thread (decoded: (frame, hw) or its BadImage; times: DecodeTimes)."""
+        self.decoded[i] = decoded if isinstance(decoded, BaseException) else (*decoded, times.ms, times)
+        self._one_done()
+
+    def _one_done(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._post()
+
+    def _post(self) -> None:
+        """Every image decoded: each bound to its stream's slot and handed to the service of its size, all of a
+        size in one post; a refused one answered alone."""
+        track, call = self.owner.track, self.call
+        groups: dict = {}  # service -> (slots, frames, served)
+        for (stream_id, stream, state, pending), decoded in zip(self.todo, self.decoded):
+            seq = pending.request.seq
+            try:
+                if stream.closed:
+                    stream.abandon()
+                    continue
+                if isinstance(decoded, BaseException):
+                    raise decoded
+                frame, hw, decode_ms, times = decoded
+                if stream.service is None:
+                    try:
+                        stream.bind(hw)
+                    except ValueError as e:  # every frame size the server takes is taken
+                        track._on_loop(track._fatal, state, (grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)))
+                        stream.abandon()
+                        continue
+                    state.frame_hw = hw
+                elif hw != state.frame_hw:
+                    raise BadImage(f"the image size changed from {state.frame_hw[1]}x{state.frame_hw[0]} to "
+                                   f"{hw[1]}x{hw[0]}; open a new stream for another camera mode")
+                served = stream.posted(pending, {"decode_ms": decode_ms, "hw": hw, "state": state,
+                                                 "decode_times": times, "sid": stream_id, "sink": call})
+                slots, frames, posted = groups.setdefault(stream.service, ([], [], []))
+                slots.append(stream.slot)
+                frames.append(frame)
+                posted.append(served)
+                state.refused_in_a_row = 0
+            except BadImage as e:
+                stream.count_bad()
+                track._on_loop(track._refused, stream, state, seq, f"image {seq}: {e}")
+                stream.abandon()  # wakes the stream: the refusal is answered
+            except Exception:  # noqa: BLE001 - logged where it was decoded; the frame is lost, the stream goes on
+                stream.count_bad()
+                stream.abandon()
+        for service, (slots, frames, posted) in groups.items():
+            submitted = 0
+            try:
+                if hasattr(service, "post_many"):
+                    service.post_many(slots, frames, posted, call.failed)
+                    continue
+                for slot, frame, served in zip(slots, frames, posted):  # a service of futures (another process's)
+                    # the future names its frame, the frame never its future (no reference cycle a frame)
+                    service.submit(slot, frame, tag=served).add_done_callback(partial(call.check_future, served))
+                    submitted += 1
+            except Exception as e:  # noqa: BLE001 - the service refused the frames: each answered, never lost
+                call.failed(posted[submitted:], e)
 
 
 class TrackManyStreams:
@@ -84,15 +287,17 @@ class TrackManyStreams:
         self.track = track
         self.server = track.server
         self.loop = track.loop
+        self.workers = max(1, getattr(track.decode_pool, "_max_workers", 1))
 
     async def TrackMany(self, request_iterator, context) -> None:
-        call = ManyCall(context, asyncio.current_task(), access.is_loopback(access.peer_host(context.peer())))
+        call = ManyCall(self, context, asyncio.current_task(), access.is_loopback(access.peer_host(context.peer())))
         reader = self.loop.create_task(self._read(request_iterator, call))
         try:
             while call.fatal is None:
                 call.wake.clear()
-                replies = call.ended + self._collect(call)
-                call.ended = []
+                replies = call.ended + call.outbox
+                call.ended, call.outbox = [], []
+                replies += self._collect(call)
                 if replies:
                     await self._write(call, replies)
                 elif call.input_done and not call.streams:
@@ -199,41 +404,32 @@ class TrackManyStreams:
 
     # ---- writing ---------------------------------------------------------------------------------------------
     def _collect(self, call: ManyCall) -> list[bytes]:
-        """Every ready stream's work done as Track's writer does it; the replies it made, serialised."""
-        track, replies = self.track, []
+        """Every ready stream's turn taken (its images decoded and posted as one group), and what it must be told
+        now, serialised: images refused, a late drop, its end."""
+        replies, todo = [], []
         ready, call.ready = call.ready, set()
         for stream_id in ready:
             entry = call.streams.get(stream_id)
             if entry is None:
                 continue
             stream, state = entry
-            out: list = []
-            while state.fatal is None:
-                work = stream.poll()
-                if work is None:
-                    break
-                todo, done = work
-                if todo is not None:
-                    track._submit(stream, todo, state)
-                if done is not None:
-                    out += track._respond(stream, done, state)
-                if state.refusals:
-                    out += track._refusals(stream, state)
-                if stream.counters.late > state.reported_late:
-                    state.reported_late = stream.counters.late
-                    out.append(track._counters(stream, pb.TrackResponse()))
-                if todo is None and done is None:
-                    break
-            else:
-                work = None
-            if state.refusals:  # the input ended (or the stream is ending): what was refused is still answered
-                out += track._refusals(stream, state)
-            replies += [encode_reply(stream_id, r if isinstance(r, bytes) else r.SerializeToString()) for r in out]
+            work = None
+            if state.fatal is None:
+                work = stream.poll()  # a posted image comes back through pass_done: never `done` here
+                if work is not None and work[0] is not None:
+                    todo.append((stream_id, stream, state, work[0]))
+            out = self.track._refusals(stream, state) if state.refusals else []
+            if stream.counters.late > state.reported_late:  # a late drop is reported at once
+                state.reported_late = stream.counters.late
+                out.append(self.track._counters(stream, pb.TrackResponse()))
+            replies += [encode_reply(stream_id, r.SerializeToString()) for r in out]
             if state.fatal is not None or work is None:
                 if state.fatal is not None and state.invalid:
                     self.server.count_invalid()
                 replies.append(encode_reply(stream_id, ended=state.fatal[1] if state.fatal else CLIENT_ENDED))
                 self._close(call, stream_id)
+        if todo:
+            Group(self, call, todo).start()
         return replies
 
     async def _write(self, call: ManyCall, replies: list[bytes]) -> None:

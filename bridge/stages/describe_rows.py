@@ -4,11 +4,12 @@ formulas (each written once over floats or rows: docs/ARCHITECTURE.md), so a str
 FaceDescriber would give (tests/stages/test_describe_rows.py holds the two together).
 
 Per pass, over all its rows together: head pose (SQPNP on a stream's first frame, then refined from its last pose),
-gaze, the expression regressor's outputs finished (ExpressionRows; each stream's own identity and its refreshes),
-blink against each stream's open eye, the emotion cadence and context, One-Euro filters, calibration, eye-look
-shapes, and what a lost face reads as (the last pose held, the expression relaxing). No calibration tap (RunControl's
-is FacePipeline's, one stream); `facebridge serve` runs this, `facebridge run` its single-stream FaceDescriber: one
-stream's formulas run on plain floats there, where numpy's per-call cost would be most of the arithmetic.
+gaze, the expression regressor's outputs finished (ExpressionRows: each stream's estimator's own arithmetic, its
+identity and its refreshes), blink against each stream's open eye, the emotion cadence and context, One-Euro
+filters, calibration, eye-look shapes, and what a lost face reads as (the last pose held, the expression relaxing).
+No calibration tap (RunControl's is FacePipeline's, one stream); `facebridge serve` runs this, `facebridge run` its
+single-stream FaceDescriber: one stream's formulas run on plain floats there, where numpy's per-call cost would be
+most of the arithmetic.
 """
 from __future__ import annotations
 

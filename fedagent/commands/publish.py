@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bridge.argparsing import folder_path, output_file, port_number
 from bridge.errors import FaceBridgeError
+from bridge.fsutil import atomic_write_bytes
 
 
 def adapter_out(text: str) -> str:
@@ -49,6 +50,7 @@ def add_parser(sub) -> None:
 
 
 def _specs(args):
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.publish import ReleaseSpec
 
     hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
@@ -75,6 +77,7 @@ def _specs(args):
 
 
 def _publish(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.publish import publish
 
     released = publish(args.keys, args.repo, _specs(args))
@@ -89,7 +92,7 @@ def _publish(args) -> int:
 
 
 def _export(args) -> int:
-    from bridge.fsutil import atomic_write_bytes
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.models.registry import ModelRegistry
 
     registry = ModelRegistry(args.state)
@@ -102,6 +105,7 @@ def _export(args) -> int:
 
 
 def _serve(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.repo_server import RepoServer
 
     if not (Path(args.repo) / "metadata").is_dir():

@@ -59,19 +59,40 @@ def test_bench_serve_refuses_a_negative_in_flight(tmp_path):
     assert run.returncode != 0 and "--in-flight -1 is negative" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_bench_serve_drives_the_batched_wire(tmp_path):
-    # --wire many: each client process's streams on one TrackMany call, the frames due together in one message;
-    # the same records and sums as the Track wire
+def test_bench_serve_drives_both_wires_in_turn_on_one_server(tmp_path):
+    # --wire track,many: a trial over Track, then one over TrackMany (each client process's streams on one call,
+    # the frames due together in one message), on the same server; each with the same records and sums, the
+    # server's CPU a frame by part, the client's, and many's share of track's
     out = tmp_path / "serve.json"
     run = subprocess.run(facebridge_cmd("bench", "serve", "--streams", "3", "--seconds", "6", "--warmup", "2",
-                                        "--fps", "10", "--in-flight", "1", "--deadline-ms", "60000", "--wire", "many",
-                                        "--json", str(out)),
+                                        "--fps", "10", "--in-flight", "1", "--deadline-ms", "60000",
+                                        "--wire", "track,many", "--json", str(out)),
                          capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
-    (trial,) = json.loads(out.read_text())["results"]["trials"]
-    assert trial["wire"] == "many" and trial["errors"] == [] and trial["streams"] == 3
-    assert trial["frames_sent"] + trial["dropped_at_client"] == 3 * 6 * 10
-    assert trial["frames_sent"] == (trial["frames_served"] + trial["dropped_stale"] + trial["dropped_late"]
-                                    + trial["bad_frames"] + trial["unanswered"])
-    assert trial["frames_served"] > 0 and trial["dropped_stale"] == 0
-    assert "serve-loop" in trial["server_thread_cpu_ms_per_frame"]
+    results = json.loads(out.read_text())["results"]
+    assert results["wires"] == ["track", "many"] and results["server_processes"] == 1
+    assert [t["wire"] for t in results["trials"]] == ["track", "many"]
+    for trial in results["trials"]:
+        assert trial["errors"] == [] and trial["streams"] == 3
+        assert trial["frames_sent"] + trial["dropped_at_client"] == 3 * 6 * 10
+        assert trial["frames_sent"] == (trial["frames_served"] + trial["dropped_stale"] + trial["dropped_late"]
+                                        + trial["bad_frames"] + trial["unanswered"])
+        assert trial["frames_served"] > 0 and trial["dropped_stale"] == 0
+        threads, part = trial["server_thread_cpu_ms_per_frame"], trial["server_cpu_ms_per_frame_by_part"]
+        assert "serve-loop" in threads and part["inference"] == threads["face-service"]
+        assert abs(sum(threads.values()) - part["host_path"] - part["inference"] - part["jpeg_decode"]
+                   - part["identity_refresh"]) < 0.01
+        assert part["host_path"] >= part["front_end"] >= threads["serve-loop"] > 0
+        latency = trial["latency_ms_per_stream"]
+        assert 0 < latency["p50_median_stream"] <= latency["p99_median_stream"] <= latency["p99_worst_stream"]
+        assert trial["client_cpu_ms_per_frame_sent"] > 0
+    (ratio,) = results["wire_ratios"]
+    assert ratio["streams"] == 3 and ratio["track"]["trials"] == ratio["many"]["trials"] == 1
+    assert ratio["many_over_track"]["host_path_ms"] == round(ratio["many"]["host_path_ms"]
+                                                             / ratio["track"]["host_path_ms"], 3)
+
+
+def test_bench_serve_refuses_an_unknown_wire(tmp_path):
+    run = subprocess.run(facebridge_cmd("bench", "serve", "--wire", "track,carrier-pigeon"), capture_output=True,
+                         text=True, env=subprocess_env(tmp_path / "home"), timeout=120)
+    assert run.returncode != 0 and "track,many" in run.stderr and "Traceback" not in run.stderr

@@ -2,12 +2,11 @@
 FaceFrames its own FaceDescriber (`facebridge run`) gives, on the sample as the batched tracker measures it, with
 passes of changing membership, lost faces, a calibrated subject and a row handed to a new stream.
 
-Head pose, gaze, blink and emotion context run the same formulas on both paths (over floats for one stream, arrays
-for many); what differs is the expression rows' finish (expression/rows.py against the estimator's) and the
-order of a few float32 sums. Measured: head pose bit-equal where numba is installed (both refine with
-head_pose_refine's loop), else within cv2's stop (the rows' guess from the rotation matrix, the estimator's from
-cv2's own rotation vector); 7e-5 degrees of gaze, 3e-6 of a blendshape; emotion, region confidence and morph
-blocks within 1e-5.
+Head pose, gaze, blink, emotion context and the expression result run the same formulas on both paths (over floats
+or one face for one stream, arrays or a loop over rows for many); what differs is the order of a few sums. Measured:
+head pose bit-equal where numba is installed (both refine with head_pose_refine's loop), else within cv2's stop (the
+rows' guess from the rotation matrix, the estimator's from cv2's own rotation vector); 7e-5 degrees of gaze, 3e-6 of
+a blendshape; emotion, region confidence and morph blocks within 1e-5.
 """
 from __future__ import annotations
 

@@ -33,6 +33,15 @@
 # The batched wire against Track (`wires`): one server (--prewarm), `bench serve --address` over WIRES ("track many")
 # at STREAMS_N (64,256), IN_FLIGHT (1), CLIENTS (4), SECS per count; wires-{track,many}.json.
 #
+# The engine process and its front ends (`fronts`, issue 43): `bench serve` starts one `facebridge serve --front-ends
+# FRONT_ENDS (8) --frame-slot-kib SLOT_KIB (48: the sample's JPEGs are 25-27 kB; /dev/shm holds the rings, 8 x 125
+# slots x 48 KiB = 47 MiB, and a container's /dev/shm may be 64 MiB) --updates off` (and bench's own --prewarm
+# 480x360, --max-streams the largest count) and drives it over WIRES (track; "track,many": both in turn on the same
+# server) at STREAMS_N (1000), SECS per count, IN_FLIGHT (1), CLIENTS (8), round-robin over the front ends'
+# addresses; server_cpu_ms_per_frame sums the engine's and every front end's CPU (their pids are on the ready line).
+# fronts.{json,log}; LOAD=1 adds the host's CPU and the GPU's activity. 1,000 streams for 60 s on both wires:
+#   LOAD=1 SECS=60 WIRES=track,many bash tools/measure/gpu_serve_bench.sh fronts
+#
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
 #   bash tools/measure/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
 #   or `two-gpu .gpuserve/part-ab` on nvidia-h200-x2.
@@ -194,6 +203,16 @@ case "$MODE" in
         --client-processes "${CLIENTS:-4}" --json "$OUT/wires-$wire.json" 2>&1 | grep -v " INFO " | tail -6
     done
     kill "$spid"; tail -3 "$OUT/wires-serve.log" ;;
+  fronts)  # the engine process and its front-end processes (issue 43), one server for every wire and count
+    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    preflight
+    df -h /dev/shm | tee -a "$OUT/env.txt"
+    load_start
+    IN_FLIGHT=${IN_FLIGHT:-1} bench fronts "${T_FRONTS:-540}" --streams "${STREAMS_N:-1000}" \
+      --client-processes "${CLIENTS:-8}" --wire "${WIRES:-track}" \
+      --serve-args "--front-ends ${FRONT_ENDS:-8} --frame-slot-kib ${SLOT_KIB:-48} --updates off ${SERVE_ARGS:-}"
+    load_stop
+    grep -E "front end|engine:" "$OUT/fronts.tlog" | tail -5 ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
   ray)
@@ -211,5 +230,5 @@ case "$MODE" in
       bench "serve-h200x2-$3" 200 --ray-replicas "$1" --ray-gpus-per-replica 1 --streams "$2" \
         --client-processes "${CLIENTS:-8}" "${extra[@]}"
     done ;;
-  *) echo "unknown mode $MODE: all | procs | describe | profile | stage DIR | ray [DIR] | two-gpu [DIR]"; exit 2 ;;
+  *) echo "unknown mode $MODE: all | procs | describe | profile | wires | fronts | stage DIR | ray [DIR] | two-gpu [DIR]"; exit 2 ;;
 esac

@@ -1,0 +1,239 @@
+"""`facebridge serve --front-ends N`: this process becomes the engine (serving/engine.py: the batched runners and so
+the CUDA context, every image's decode, every batched pass) and starts N front-end processes
+(runtime/serve_front_end.py: the gRPC streams, their state and the describe step), which reach it only through a
+shared-memory ring and a control socket each.
+
+Ports: front end i listens on PORT+i of --grpc (each on a free port of its own with port 0), as Ray Serve replicas
+do: a stream is one connection to one front end and never moves, and clients spread themselves over the addresses
+the ready line names (`bench serve` does, round-robin; one HAProxy in front gives one address). The streams a
+server takes (--max-streams) are split evenly over the front ends, each holding at most its share.
+
+A front end that dies loses only its streams (their clients see the connection drop and may reconnect): the engine
+drops whatever of it is still in a pass, and a new front end takes its place on the same ring and port; the others
+serve on. If the engine dies, every front end sees its control socket close and stops with one line.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+
+from bridge.errors import FaceBridgeError
+from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 240.0  # every front end listening (a loaded machine imports slowly)
+RESTART_AFTER_S = 1.0  # a front end that died is started again after this
+STOP_WAIT_S = 15.0
+
+
+def _ended(rc: int | None) -> str:
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit {rc}"
+
+
+def front_end_addresses(address: str, count: int) -> list[str]:
+    """Where each front end listens: PORT+i of HOST:PORT (a free port each with port 0)."""
+    from bridge.grpc import access
+
+    host, port = access.split_address(address)
+    return [f"{host}:{port + i if port else 0}" for i in range(count)]
+
+
+class FrontEnds:
+    """The front-end processes of one engine: started, restarted when one dies, stopped."""
+
+    def __init__(self, engine, config: ServeConfig, verbose: bool = False) -> None:
+        self.engine, self.config, self.verbose = engine, config, verbose
+        self.count = config.front_ends
+        self.addresses = front_end_addresses(config.grpc, self.count)
+        self.procs: list[subprocess.Popen | None] = [None] * self.count
+        self.started_at = [0.0] * self.count
+        self.restarts = 0
+        self.stopping = False
+        self.failed: str | None = None  # a front end that ended before they all listened
+        self.ready = False  # every front end listened once
+        self._listening = threading.Condition()
+        engine.on_listening = self._on_listening
+
+    def start(self, index: int) -> None:
+        from bridge.runtime.serve_front_end import CONFIG
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ring = self.engine.rings[index]
+        spec = {"index": index, "config": asdict(self.config), "ring": ring.name, "slots": ring.slots,
+                "slot_bytes": ring.slot_bytes, "address": self.addresses[index], "verbose": self.verbose}
+        ours.send(CONFIG + json.dumps(spec).encode())  # before the engine's first message
+        self.procs[index] = subprocess.Popen([sys.executable, "-m", "bridge.runtime.serve_front_end",
+                                              str(theirs.fileno())], pass_fds=[theirs.fileno()])
+        theirs.close()
+        self.started_at[index] = time.monotonic()
+        self.engine.attach(index, ours)
+
+    def _on_listening(self, index: int, hello: dict) -> None:
+        self.addresses[index] = hello["address"]  # a restart listens on the same port
+        if self.ready:
+            _report(f"front end {index} serves again on {hello['address']} (pid {hello['pid']})")
+        with self._listening:
+            self._listening.notify_all()
+
+    def wait_listening(self) -> None:
+        """Until every front end listens; FaceBridgeError when one ended first or they take too long."""
+        end = time.monotonic() + START_TIMEOUT_S
+        with self._listening:
+            while not all(self.engine.listening) and self.failed is None and time.monotonic() < end:
+                self._listening.wait(0.5)
+        if self.failed is not None:
+            raise FaceBridgeError(self.failed, "see the front end's line above")
+        if not all(self.engine.listening):
+            raise FaceBridgeError(f"the front ends did not start within {START_TIMEOUT_S:.0f} s",
+                                  "run with fewer --front-ends, or on a less loaded machine")
+        self.ready = True
+
+    def lost(self, index: int) -> None:
+        """Front end `index`'s socket closed (the engine's reader thread): it died, or stopped."""
+        proc = self.procs[index]
+        if self.stopping or proc is None:
+            return
+        try:
+            rc = proc.wait(5)
+        except subprocess.TimeoutExpired:  # alive but cut off (hung): it goes
+            proc.kill()
+            rc = proc.wait(10)
+        if not self.ready:  # it never served: the command fails with it
+            self.failed = f"front end {index} (pid {proc.pid}) ended before it listened ({_ended(rc)})"
+            with self._listening:
+                self._listening.notify_all()
+            return
+        _report(f"front end {index} (pid {proc.pid}, {self.addresses[index]}) ended ({_ended(rc)}): its streams are "
+                "lost, the other front ends serve on; starting another in its place")
+        self.restarts += 1
+        pause = RESTART_AFTER_S if time.monotonic() - self.started_at[index] > 10 else 5.0  # one that keeps dying
+        threading.Timer(pause, self._restart, args=(index,)).start()
+
+    def _restart(self, index: int) -> None:
+        if self.stopping:
+            return
+        try:
+            self.start(index)
+        except OSError as e:
+            _report(f"front end {index} could not be started again ({e}); its port stays closed")
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p is not None]
+
+    def stop(self) -> None:
+        self.stopping = True
+        procs = [p for p in self.procs if p is not None]
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        end = time.monotonic() + STOP_WAIT_S
+        for proc in procs:
+            try:
+                proc.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
+def build_engine(config: ServeConfig, verbose: bool = False):
+    """The engine and its running front ends (listening when this returns): (engine, front ends, models)."""
+    check_config(config)
+    if config.front_ends < 1:
+        raise FaceBridgeError(f"--front-ends {config.front_ends} starts no front end", "pass 1 or more")
+    from bridge.runtime.gc_pauses import settle as settle_heap
+    from bridge.serving.decode import ImageDecoder
+    from bridge.serving.engine import Engine
+    from bridge.serving.rings import RingShape, shm_room
+
+    each = -(-config.max_streams // config.front_ends)
+    slot_bytes = config.frame_slot_kib * 1024
+    room = shm_room(config.front_ends * RingShape(each, slot_bytes).nbytes)
+    if room is not None:
+        raise FaceBridgeError(room, "lower --max-streams or --frame-slot-kib, or give /dev/shm more room (e.g. "
+                                    "docker run --shm-size 2g)")
+    engine = None
+    models = batched_models(config, lambda: engine.services() if engine is not None else [],
+                            max_batch=config.front_ends * each)
+    decoder = ImageDecoder(models.device, allow_raw=True)
+    batched = decoder.gpu_jpeg if config.jpeg_batches is None else config.jpeg_batches
+    releases = models.releases
+    fronts = None
+    try:
+        engine = Engine(models.make_service, front_ends=config.front_ends, slots_each=each,
+                        slot_bytes=slot_bytes, decoder=decoder, jpeg_batches=batched,
+                        decode_workers=config.decode_workers or max(1, min(8, os.cpu_count() or 1)),
+                        max_frame_sizes=config.max_frame_sizes, versions=lambda: models.gate.versions,
+                        on_pass=releases.check_pass if releases is not None else None)
+        if releases is not None:
+            releases.start()  # releases installed before now serve from the first frame
+        for frame_hw in config.prewarm:
+            engine.prepare(frame_hw)
+        log.info("heap settled after start-up in %.0f ms", settle_heap())
+        fronts = FrontEnds(engine, config, verbose)
+        engine.on_lost = fronts.lost
+        for index in range(config.front_ends):
+            fronts.start(index)
+        fronts.wait_listening()
+    except BaseException:
+        if fronts is not None:
+            fronts.stop()
+        if engine is not None:
+            engine.close()
+        models.close()
+        raise
+    return engine, fronts, models
+
+
+def status_line(engine, fronts: FrontEnds) -> str:
+    s = engine.stats()
+    return (f"engine: {s['front_ends']}/{fronts.count} front ends (restarted {fronts.restarts}) | passes "
+            f"{s['passes']} | batch {s['mean_batch']:.1f} | images refused {s['refused']} | failed {s['failed']}")
+
+
+def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line: print(line, flush=True),
+                     verbose: bool = False) -> int:
+    """Serve until Ctrl-C or SIGTERM; `ready(line)` is told every front end's address once all listen."""
+    engine, fronts, models = build_engine(config, verbose)
+    stop = threading.Event()
+    previous = None
+    interrupted = False
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        each = engine.slots_each
+        pids = ", ".join(f"pid {p}" for p in fronts.pids())
+        ready(f"facebridge serve: listening on {', '.join(fronts.addresses)} ({fronts.count} front-end processes: "
+              f"{pids}; engine pid {os.getpid()}: {config.runners} runners, decode {engine.decoder_name}, up to "
+              f"{config.max_streams} streams, {each} a front end)")
+        last = time.monotonic()
+        while not stop.wait(0.5):
+            if status and time.monotonic() - last >= 5.0:
+                print(status_line(engine, fronts), file=sys.stderr, flush=True)
+                last = time.monotonic()
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        fronts.stop()
+        engine.close()
+        models.close()
+    if interrupted:
+        raise KeyboardInterrupt
+    return 0

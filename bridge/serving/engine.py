@@ -1,0 +1,294 @@
+"""Engine: the one process per GPU of `facebridge serve --front-ends N`. It owns the batched runners (and so the
+CUDA context), every stream's image decode and every batched pass; the front-end processes own the gRPC streams,
+each stream's state and the describe step, and reach the engine only through their SlotRing (serving/rings.py) and
+a control socket each (a SOCK_SEQPACKET pair: one message is one datagram, only slot numbers travel).
+
+Per frame: a front end writes the image into its stream's ring slot and names the slot (`F`). The engine's reader
+thread for that front end hands the image, read in place from the slot, to the decoder: on a GPU to JpegBatches
+(every JPEG waiting in one nvJPEG call), elsewhere to a pool of OpenCV workers; the decoded frame goes to the
+MultiStreamFaceService of its size, whose DeadlineBatcher runs a pass whenever the device is free over every frame
+waiting (a lone frame never waits for company; under load the frames that arrive during a pass form the next one,
+up to every slot of every front end). The service's finishing thread writes each frame's packed result row into its
+slot and names each front end's slots of the pass in one message (`R`, with the pass's size). An image that does not
+decode, or a pass that fails, is written as that slot's status with one line, and named the same way.
+
+A front end that dies (its socket closes) loses only its streams: its epoch moves on, so whatever of it is still in
+the engine is dropped when it comes back, and every one of its slots starts from detection for the next stream;
+`on_lost(index)` lets the supervisor start another front end in its place, on the same ring. The FaceFrames' model
+versions (which change when a signed release swaps in between two passes) go to every front end as `V` messages.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from bridge.serving import rings
+from bridge.serving.decode import JPEG, BadImage
+from bridge.serving.decode_batch import JpegBatches
+from bridge.serving.rings import SlotRing
+
+log = logging.getLogger(__name__)
+
+FRAMES, RESULTS, VERSIONS, LISTENING = b"F\0\0\0", b"R\0\0\0", b"V\0\0\0", b"L\0\0\0"  # control message kinds
+MAX_MESSAGE = 1 << 20
+SEND_TIMEOUT_S = 10.0  # a front end that takes no message for this long is cut off (it is hung)
+
+
+def slots_message(kind: bytes, slots, *head: int) -> bytes:
+    """A control message: its kind, then int32s (`head`, then the slots)."""
+    return kind + np.asarray([*head, *slots], np.int32).tobytes()
+
+
+def read_slots(message: bytes) -> np.ndarray:
+    """The int32s of a control message after its kind."""
+    return np.frombuffer(message, np.int32, offset=4)
+
+
+class Engine:
+    def __init__(self, make_service, *, front_ends: int, slots_each: int, slot_bytes: int, decoder,
+                 jpeg_batches: bool, decode_workers: int = 1, max_frame_sizes: int = 4, versions=lambda: {},
+                 on_pass=None, on_lost=None) -> None:
+        """make_service(frame_hw, num_streams, finish_pass) -> a MultiStreamFaceService of that size over every
+        front end's slots; decoder: an ImageDecoder on the runners' device; jpeg_batches: every JPEG waiting decoded
+        in one call (nvJPEG on a GPU), else each on one of `decode_workers` threads; versions() -> the model
+        versions the FaceFrames announce now; on_pass(faces): each pass's results (the releases' fallback);
+        on_lost(index): a front end's socket closed."""
+        self.front_ends, self.slots_each, self.total = front_ends, slots_each, front_ends * slots_each
+        self.rings = [SlotRing.create(slots_each, slot_bytes) for _ in range(front_ends)]
+        self._make_service, self._decoder = make_service, decoder
+        self._versions, self._on_pass, self.on_lost = versions, on_pass, on_lost
+        self.max_frame_sizes = max_frame_sizes
+        self._lock = threading.Lock()
+        self._socks: list[socket.socket | None] = [None] * front_ends
+        self._epochs = [0] * front_ends
+        self._generations = np.full(self.total, -1, np.int64)  # per slot: the stream whose state it holds
+        self._services: dict[tuple[int, int], object] = {}
+        self._services_lock = threading.Lock()
+        self._sent_versions = None
+        self.listening: list[dict | None] = [None] * front_ends
+        self.on_listening = lambda index, hello: None
+        self.refused = self.failed = 0
+        self._jpeg = JpegBatches(decoder, max(1, self.total), name="engine-jpeg") if jpeg_batches else None
+        # OpenCV's workers; with the JPEG batches, one for raw images (a copy each: they come from loopback only)
+        self._pool = ThreadPoolExecutor(1 if jpeg_batches else max(1, decode_workers),
+                                        thread_name_prefix="engine-decode")
+        self.decoder_name = f"{decoder.name}, batched" if jpeg_batches else decoder.name
+
+    # ---- front ends ------------------------------------------------------------------------------------------
+    def attach(self, index: int, sock: socket.socket) -> None:
+        """Front end `index`'s control socket (its first, or that of the one started in place of one that died)."""
+        sock.settimeout(SEND_TIMEOUT_S)
+        with self._lock:
+            self._epochs[index] += 1
+            epoch = self._epochs[index]
+            self._generations[index * self.slots_each:(index + 1) * self.slots_each] = -1
+            self._socks[index] = sock
+            self.listening[index] = None
+        self._send(index, VERSIONS + json.dumps(self._versions()).encode())
+        threading.Thread(target=self._read, args=(index, sock, epoch), name=f"engine-link-{index}",
+                         daemon=True).start()
+
+    def _read(self, index: int, sock: socket.socket, epoch: int) -> None:
+        while True:
+            try:
+                message = sock.recv(MAX_MESSAGE)
+            except TimeoutError:
+                continue
+            except OSError:
+                message = b""
+            if not message or self._epochs[index] != epoch:
+                break
+            kind = message[:4]
+            if kind == FRAMES:
+                for slot in read_slots(message).tolist():
+                    self._take(index, epoch, slot)
+            elif kind == LISTENING:
+                self.listening[index] = hello = json.loads(message[4:])
+                self.on_listening(index, hello)
+        self._lost(index, epoch)
+
+    def _lost(self, index: int, epoch: int) -> None:
+        with self._lock:
+            if self._epochs[index] != epoch:
+                return
+            self._epochs[index] += 1  # what of it is still in a pass is dropped when it comes back
+            self._generations[index * self.slots_each:(index + 1) * self.slots_each] = -1
+            sock, self._socks[index] = self._socks[index], None
+        if sock is not None:
+            sock.close()
+        if self.on_lost is not None:
+            self.on_lost(index)
+
+    def _send(self, index: int, message: bytes) -> None:
+        sock = self._socks[index]
+        if sock is None:
+            return
+        try:
+            sock.send(message)
+        except TimeoutError:  # hung: cut it off (it sees the engine gone and ends; its reader here ends too)
+            log.warning("front end %d took no message for %.0f s; cutting it off", index, SEND_TIMEOUT_S)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        except OSError:
+            pass  # it died: its reader thread sees the socket closed
+
+    # ---- one frame -------------------------------------------------------------------------------------------
+    def _take(self, index: int, epoch: int, slot: int) -> None:
+        ring = self.rings[index]
+        if not 0 <= slot < ring.slots:
+            log.warning("front end %d named slot %d of %d; ignored", index, slot, ring.slots)
+            return
+        request = ring.requests[slot]
+        nbytes, height, width, encoding, generation = request.tolist()
+        hw = (height, width)
+        tag = (index, epoch, slot, generation)
+        if not 0 < nbytes <= ring.slot_bytes:
+            self._refuse(tag, f"the engine read {nbytes} bytes for this image; send it again")
+            return
+        data = ring.images[slot, :nbytes]  # read in place: the slot is this stream's until its result is back
+        if encoding == JPEG and self._jpeg is not None:
+            self._jpeg.submit(data, hw, self._decoded, tag)
+        else:
+            self._pool.submit(self._decode, tag, encoding, data, hw)
+
+    def _decode(self, tag: tuple, encoding: int, data, hw: tuple[int, int]) -> None:
+        t0 = time.perf_counter()
+        try:
+            frame, hw = self._decoder.decode_measured(encoding, data, hw)
+        except BadImage as e:
+            self._refuse(tag, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - one broken image never takes a worker down
+            self._refuse(tag, f"the image could not be decoded ({str(e).splitlines()[0][:120] if str(e) else e!r})")
+            return
+        self._submit(tag, frame, hw, (time.perf_counter() - t0) * 1000.0)
+
+    def _decoded(self, decoded, times, tag: tuple) -> None:
+        """A JPEG decoded with the others waiting (JpegBatches' thread)."""
+        if isinstance(decoded, BadImage):
+            self._refuse(tag, str(decoded))
+            return
+        frame, hw = decoded
+        self._submit(tag, frame, hw, times.ms)
+
+    def _submit(self, tag: tuple, frame, hw: tuple[int, int], decode_ms: float) -> None:
+        index, epoch, slot, generation = tag
+        if self._epochs[index] != epoch:
+            return  # its front end is gone
+        try:
+            service = self._service(hw)
+        except ValueError as e:
+            self._refuse(tag, str(e))
+            return
+        row = index * self.slots_each + slot
+        if self._generations[row] != generation:  # a new stream in this slot: it starts from detection
+            service.reset_stream(row)
+            self._generations[row] = generation
+        self.rings[index].info[slot, rings.DECODE_MS] = decode_ms
+        try:
+            service.post_many([row], [frame], [tag], self._failed)  # no future: the pass's finish is the result
+        except ValueError as e:
+            self._refuse(tag, str(e))
+
+    def _service(self, hw: tuple[int, int]):
+        with self._services_lock:
+            service = self._services.get(hw)
+            if service is None:
+                if len(self._services) >= self.max_frame_sizes:
+                    sizes = ", ".join(f"{w}x{h}" for h, w in self._services)
+                    raise ValueError(f"this server already serves {self.max_frame_sizes} frame sizes ({sizes}); "
+                                     "send one of them")
+                service = self._services[hw] = self._make_service(hw, self.total, self._finish)
+            return service
+
+    def prepare(self, hw: tuple[int, int]) -> None:
+        """Build the batched service of one frame size now (--prewarm)."""
+        self._service(tuple(hw))
+
+    # ---- results ---------------------------------------------------------------------------------------------
+    def _finish(self, _rows, tags: list, faces) -> list:
+        """A pass's results (the service's finishing thread): each frame's row into its slot, one message a front
+        end naming its slots."""
+        if self._on_pass is not None:
+            self._on_pass(faces)
+        versions = self._versions()
+        if versions is not self._sent_versions:  # a release swapped in: the front ends announce it from now on
+            self._sent_versions = versions
+            message = VERSIONS + json.dumps(versions).encode()
+            for index in range(self.front_ends):
+                self._send(index, message)
+        by_front_end: dict[int, list[int]] = {}
+        for i, (index, epoch, _slot, _generation) in enumerate(tags):
+            if self._epochs[index] == epoch:
+                by_front_end.setdefault(index, []).append(i)
+        timing = faces.timing
+        for index, picked in by_front_end.items():
+            ring = self.rings[index]
+            slots = [tags[i][2] for i in picked]
+            ring.results[slots] = faces.rows[picked]
+            info = ring.info
+            info[slots, rings.STATUS] = rings.OK
+            if timing is not None:
+                info[slots, rings.PASS_START] = timing[picked, 0]
+                info[slots, rings.PASS_END] = timing[picked, 1]
+                info[slots, rings.GPU_MS] = timing[picked, 2]
+            self._send(index, slots_message(RESULTS, slots, len(tags)))
+        return [None] * len(tags)
+
+    def _refuse(self, tag: tuple, reason: str, status: int = rings.REFUSED) -> None:
+        index, epoch, slot, _generation = tag
+        if self._epochs[index] != epoch:
+            return
+        if status == rings.REFUSED:
+            self.refused += 1
+        else:
+            self.failed += 1
+        self.rings[index].set_error(slot, status, reason)
+        self._send(index, slots_message(RESULTS, [slot], 0))
+
+    def _failed(self, tags: list, error: Exception) -> None:
+        """Frames whose pass (or its finishing) failed: theirs only, each answered with the error."""
+        text = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        for tag in tags:
+            self._refuse(tag, text, rings.FAILED)
+
+    # ---- reports ---------------------------------------------------------------------------------------------
+    def services(self) -> list:
+        with self._services_lock:
+            return list(self._services.values())
+
+    def stats(self) -> dict:
+        services = self.services()
+        passes = sum(s.passes for s in services)
+        frames = sum(s.frames for s in services)
+        return {"passes": passes, "frames": frames, "mean_batch": frames / passes if passes else 0.0,
+                "refused": self.refused, "failed": self.failed,
+                "front_ends": sum(s is not None for s in self._socks),
+                "frame_sizes": [f"{w}x{h}" for h, w in (tuple(s.frame_hw) for s in services)]}
+
+    def close(self) -> None:
+        with self._lock:
+            socks, self._socks = self._socks, [None] * self.front_ends
+            self._epochs = [e + 1 for e in self._epochs]
+        for sock in socks:
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+        if self._jpeg is not None:
+            self._jpeg.close()
+        self._pool.shutdown(wait=True)
+        for service in self.services():
+            service.close()
+        for ring in self.rings:
+            ring.close()

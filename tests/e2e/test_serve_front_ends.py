@@ -1,0 +1,159 @@
+"""`facebridge serve --front-ends 2` as real processes on 127.0.0.1 with the CPU runners: an engine process (runners,
+decode, batched passes) and two front-end processes (the gRPC streams, their describe step) sharing frames and
+results through shared memory. Eight streams over both wires get the FaceFrames `facebridge run` gives (the
+tolerances of tests/e2e/test_serve.py, the one-process server's), and a front end killed with SIGKILL loses only
+its streams: the other front end's keep being served, and the one started in its place serves new streams in the
+dead one's slots. The engine killed takes the server down: every front end stops, each with one line."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+
+import pytest
+
+from tests.e2e.test_serve import (
+    FRAMES,
+    LOCKSTEP_DEADLINE_MS,
+    _lockstep,
+    _served_are_the_run_frames,
+    _status,
+    clip,  # noqa: F401 - the sample as JPEG, a fixture
+)
+from tests.helpers import LockstepStream, serve_process, wait_until
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+STREAMS = 8
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    with serve_process("--grpc", "127.0.0.1:0", "--max-streams", str(STREAMS), "--front-ends", "2",
+                       "--updates", "off", home=home) as (proc, addresses):
+        yield proc, addresses
+
+
+def _front_end_pids(proc) -> list[int]:
+    line = next(line for line in proc.lines if "listening on" in line)
+    return [int(p) for p in re.findall(r"pid (\d+)", line.split("engine pid")[0])]
+
+
+def test_eight_streams_over_both_wires_through_two_front_ends_get_the_facebridge_run_frames(server, clip):  # noqa: F811
+    """Four Track calls and two TrackMany calls of two streams, each front end holding four streams (its share of
+    --max-streams 8), all in the engine's passes at once."""
+    from bridge.serving.client import TrackClient, TrackManyClient
+
+    proc, addresses = server
+    assert len(addresses) == 2 and "2 front-end processes" in next(x for x in proc.lines if "listening on" in x)
+    jpegs, _ = clip
+    clips = [jpegs[:FRAMES], jpegs[FRAMES:]]  # even streams one half of the clip, odd streams the other
+    served: dict[int, list] = {}
+
+    def track(i):  # streams 0-3: Track, alternating front ends
+        client = TrackClient(addresses[i % 2], subject=f"Subject{i}", deadline_ms=LOCKSTEP_DEADLINE_MS)
+        try:
+            served[i] = _lockstep(client, clips[i % 2], first_seq=(i % 2) * FRAMES)
+        finally:
+            client.close()
+
+    def many(front_end):  # streams 4-7: one TrackMany call a front end, two streams each (one of each half)
+        ids = [4 + 2 * front_end, 5 + 2 * front_end]
+        client = TrackManyClient(addresses[front_end])
+        try:
+            for i in ids:
+                served[i] = []
+            for k in range(FRAMES):
+                seqs = {i: (i % 2) * FRAMES + k for i in ids}
+                client.send([client.item(i, clips[i % 2][k], subject=f"Subject{i}", seq=seqs[i],
+                                         capture_time=1000.0 + seqs[i] / 30, source_time=seqs[i] / 30,
+                                         media_time=seqs[i] / 30, deadline_ms=LOCKSTEP_DEADLINE_MS) for i in ids])
+                for i in ids:
+                    face, dropped, replica = client.results[i].get(timeout=240)
+                    assert face is not None and face.seq == seqs[i] and dropped == 0
+                    served[i].append((face, replica))
+            assert client.error is None
+        finally:
+            client.close()
+
+    threads = [threading.Thread(target=track, args=(i,)) for i in range(4)]
+    threads += [threading.Thread(target=many, args=(f,)) for f in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    replicas = {i: faces[0][1] for i, faces in served.items()}
+    assert {replicas[i] for i in (0, 2, 4, 5)} == {addresses[0]} and {replicas[i] for i in (1, 3, 6, 7)} == \
+        {addresses[1]}  # each stream on the front end it connected to
+    _served_are_the_run_frames(served, clip, STREAMS)
+    for address in addresses:  # every frame's pass ran in the engine: the front ends saw passes, decoded nothing
+        status = _status(address)
+        assert status.passes > 0 and status.frames_served >= 4 * FRAMES and status.decoder == "in the engine process"
+
+
+def test_a_killed_front_end_loses_only_its_streams(server, clip):  # noqa: F811
+    proc, addresses = server
+    jpegs, _ = clip
+    pids = _front_end_pids(proc)
+    survivor = LockstepStream(addresses[0], jpegs[0], "Survivor")
+    doomed = LockstepStream(addresses[1], jpegs[1], "Doomed")
+    newcomers = []
+    try:
+        survivor.start()
+        doomed.start()
+        assert survivor.keeps_serving(2) and doomed.keeps_serving(2)
+        os.kill(pids[1], signal.SIGKILL)  # no goodbye: its connections drop with it
+        assert wait_until(lambda: doomed.failure is not None, 60, 0.1), "the dead front end's stream went on"
+        assert survivor.keeps_serving(3), survivor.failure  # the other front end's stream never noticed
+        assert wait_until(lambda: any("front end 1" in x and "killed by SIGKILL" in x for x in proc.lines), 30, 0.1)
+        # the front end started in its place listens on the same port; every one of the dead one's slots (its
+        # share: 4) serves a new stream, each from detection
+        assert wait_until(lambda: _answers(addresses[1]), 240, 0.5), "no front end took the dead one's place"
+        assert wait_until(lambda: any("front end 1 serves again" in x for x in proc.lines), 30, 0.1)
+        for i in range(STREAMS // 2):
+            from bridge.serving.client import TrackClient
+
+            newcomers.append(TrackClient(addresses[1], subject=f"Newcomer{i}", deadline_ms=LOCKSTEP_DEADLINE_MS))
+            face, _ = _lockstep(newcomers[-1], jpegs[:1])[0]
+            assert face.face_found and face.subject == f"Newcomer{i}"
+        assert _status(addresses[1]).streams == STREAMS // 2
+        assert survivor.keeps_serving(1), survivor.failure
+        assert proc.poll() is None  # the engine served on throughout
+    finally:
+        survivor.close()
+        doomed.close()
+        for client in newcomers:
+            client.close()
+
+
+def _answers(address: str) -> bool:
+    import grpc
+
+    try:
+        return _status(address).max_streams == STREAMS // 2
+    except grpc.RpcError:
+        return False
+
+
+def test_the_engine_killed_stops_every_front_end_with_one_line(server):
+    """Last in this module: it takes the module's server down."""
+    import grpc
+
+    proc, addresses = server
+    assert all(_answers(address) for address in addresses)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    ended = lambda: sum("the engine process ended" in x for x in proc.lines) == 2  # noqa: E731
+    assert wait_until(ended, 60, 0.1), proc.lines[-10:]
+
+    def down(address: str) -> bool:
+        try:
+            _status(address)
+        except grpc.RpcError as e:
+            return e.code() == grpc.StatusCode.UNAVAILABLE
+        return False
+
+    assert wait_until(lambda: all(down(a) for a in addresses), 60, 0.2)
+    assert not any("Traceback" in x for x in proc.lines)
