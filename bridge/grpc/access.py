@@ -18,6 +18,7 @@ from grpc_reflection.v1alpha import reflection
 
 from bridge.errors import FaceBridgeError, SinkError
 from bridge.listeners import bearer_matches, is_loopback  # noqa: F401 (is_loopback: the gRPC policy's name)
+from bridge.listeners import split_address as split_listener_address
 
 
 def check_token(token: str | None) -> None:
@@ -99,10 +100,8 @@ def peer_host(peer: str) -> str:
 
 def split_address(address: str, option: str = "--grpc") -> tuple[str, int]:
     """HOST:PORT of a gRPC listener, read as every listener's address is (bridge/listeners.py)."""
-    from bridge.listeners import split_address as split
-
     try:
-        return split(address, option, "127.0.0.1:50051")
+        return split_listener_address(address, option, "127.0.0.1:50051")
     except FaceBridgeError as e:
         raise SinkError(e.problem, e.fix) from None
 

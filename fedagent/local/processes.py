@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bridge import ports
 from bridge.errors import FaceBridgeError
+from bridge.listeners import split_address as split_listener_address
 
 BIN = Path(sys.executable).parent
 
@@ -134,9 +135,7 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    from bridge.listeners import split_address as split
-
-    return split(address, "--superlink", ports.SUPERLINK)
+    return split_listener_address(address, "--superlink", ports.SUPERLINK)
 
 
 def check_superlink(address: str, root_ca: Path | None) -> None:
