@@ -46,13 +46,7 @@ def add_parser(sub) -> None:
     for kind, (module_name, help_text) in BENCHES.items():
         kp = kinds.add_parser(kind, help=help_text, description=help_text)
         kp.add_argument("--json", metavar="OUT", type=output_file, help="write the results to this JSON file")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name != module_name:
-                raise
-            kp.set_defaults(func=lambda args, k=kind: print(f"bench {k}: not built yet") or 2)
-            continue
+        module = importlib.import_module(module_name)
         module.add_arguments(kp)
         kp.set_defaults(func=lambda args, m=module, k=kind: _run(k, m, args))
     p.set_defaults(func=lambda args: p.print_help() or 2)
