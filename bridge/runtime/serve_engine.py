@@ -27,6 +27,7 @@ from dataclasses import asdict
 
 from bridge.errors import FaceBridgeError
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
+from bridge.runtime.thread_cpu import cpu_between, thread_cpu_seconds
 
 log = logging.getLogger(__name__)
 
@@ -200,10 +201,13 @@ def build_engine(config: ServeConfig, verbose: bool = False):
     return engine, fronts, models
 
 
-def status_line(engine, fronts: FrontEnds) -> str:
+def status_line(engine, fronts: FrontEnds, cpu: dict[str, float] | None = None) -> str:
+    """The engine's 5-second line; cpu: its threads' CPU seconds since the last line (the busiest first)."""
     s = engine.stats()
+    busiest = ", ".join(f"{k} {v:.2f}" for k, v in sorted((cpu or {}).items(), key=lambda kv: -kv[1])[:4])
     return (f"engine: {s['front_ends']}/{fronts.count} front ends (restarted {fronts.restarts}) | passes "
-            f"{s['passes']} | batch {s['mean_batch']:.1f} | images refused {s['refused']} | failed {s['failed']}")
+            f"{s['passes']} | batch {s['mean_batch']:.1f} | images refused {s['refused']} | failed {s['failed']}"
+            + (f" | cpu s {busiest}" if busiest else ""))
 
 
 def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line: print(line, flush=True),
@@ -221,11 +225,12 @@ def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line
         ready(f"facebridge serve: listening on {', '.join(fronts.addresses)} ({fronts.count} front-end processes: "
               f"{pids}; engine pid {os.getpid()}: {config.runners} runners, decode {engine.decoder_name}, up to "
               f"{config.max_streams} streams, {each} a front end)")
-        last = time.monotonic()
+        last, cpu = time.monotonic(), thread_cpu_seconds()
         while not stop.wait(0.5):
             if status and time.monotonic() - last >= 5.0:
-                print(status_line(engine, fronts), file=sys.stderr, flush=True)
-                last = time.monotonic()
+                now = thread_cpu_seconds()
+                print(status_line(engine, fronts, cpu_between(cpu, now)), file=sys.stderr, flush=True)
+                last, cpu = time.monotonic(), now
     except KeyboardInterrupt:
         interrupted = True
     finally:
