@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 240.0  # every front end listening (a loaded machine imports slowly)
 RESTART_AFTER_S = 1.0  # a front end that died is started again after this
+QUICK_END_S, MAX_QUICK_ENDS = 10.0, 5  # one that ends this soon after its start this many times in a row stays down
 STOP_WAIT_S = 15.0
 
 
@@ -64,6 +65,7 @@ class FrontEnds:
         self.addresses = front_end_addresses(config.grpc, self.count)
         self.procs: list[subprocess.Popen | None] = [None] * self.count
         self.started_at = [0.0] * self.count
+        self.quick_ends = [0] * self.count  # ends within QUICK_END_S of the start, in a row
         self.restarts = 0
         self.stopping = False
         self.failed: str | None = None  # a front end that ended before they all listened
@@ -120,10 +122,17 @@ class FrontEnds:
             with self._listening:
                 self._listening.notify_all()
             return
+        quick = time.monotonic() - self.started_at[index] < QUICK_END_S
+        self.quick_ends[index] = self.quick_ends[index] + 1 if quick else 0
+        if self.quick_ends[index] >= MAX_QUICK_ENDS:
+            _report(f"front end {index} (pid {proc.pid}) ended ({_ended(rc)}) within {QUICK_END_S:.0f} s of its start "
+                    f"{MAX_QUICK_ENDS} times in a row: not starting it again ({self.addresses[index]} stays closed; "
+                    "the other front ends serve on)")
+            return
         _report(f"front end {index} (pid {proc.pid}, {self.addresses[index]}) ended ({_ended(rc)}): its streams are "
                 "lost, the other front ends serve on; starting another in its place")
         self.restarts += 1
-        pause = RESTART_AFTER_S if time.monotonic() - self.started_at[index] > 10 else 5.0  # one that keeps dying
+        pause = 5.0 if quick else RESTART_AFTER_S  # one that keeps ending waits longer
         threading.Timer(pause, self._restart, args=(index,)).start()
 
     def _restart(self, index: int) -> None:
