@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from bridge.errors import FaceBridgeError
+from bridge.paths import user_dir
 
 EXIT_ERROR, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 1, 2, 70, 130
 LOG_ONLY = {"console": False}  # logging `extra=`: to the log file, not to stderr
@@ -56,8 +57,6 @@ def was_interrupted() -> bool:
 
 def log_path(prog: str) -> Path:
     """Where `prog` writes its log: $FACEBRIDGE_HOME/logs (or the per-user data folder), else the temp folder."""
-    from bridge.paths import user_dir
-
     return user_dir("logs") / f"{prog}.log"
 
 

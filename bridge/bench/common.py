@@ -8,6 +8,7 @@ doing while it runs and ends with a table a person can read (the JSON holds ever
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -53,6 +54,7 @@ def reporter(bench: str):
 def torch_cuda():
     """torch when it is installed and sees a CUDA GPU, else None."""
     try:
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
     except ImportError:
         return None
@@ -103,8 +105,6 @@ def cost_text(pct: float | None) -> str:
 
 def exit_text(rc: int | None) -> str:
     """A child process's ending in words: 'exit 0', 'killed by SIGTERM' (not 'exit -15'), 'still running'."""
-    import signal
-
     if rc is None:
         return "still running"
     if rc < 0:

@@ -5,6 +5,7 @@ import sys
 import time
 
 from bridge.engines.base import EngineError
+from bridge.errors import FaceBridgeError
 
 
 def add_parser(sub) -> None:
@@ -38,6 +39,7 @@ def add_parser(sub) -> None:
 
 
 def _build(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.cache import EngineCache
     from bridge.engines.shipped import NOT_BUILDABLE, find_model, shipped_models
     from bridge.engines.tensorrt.flavour import load_flavour
@@ -71,6 +73,7 @@ def _build(args) -> int:
 
 
 def _list(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.cache import EngineCache
     from bridge.engines.select import explain
     from bridge.serving.runners import runner_availability
@@ -97,6 +100,7 @@ def _list(args) -> int:
 
 
 def _verify(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.tensorrt.verify import verify_cache
 
     problems = 0
@@ -107,9 +111,9 @@ def _verify(args) -> int:
 
 
 def _clear(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.cache import EngineCache
     from bridge.engines.shipped import shipped_models
-    from bridge.errors import FaceBridgeError
 
     cache = EngineCache(args.cache_dir)
     known = {m.name for m in shipped_models()} | {e.model for e in cache.entries()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bridge import ports
 from bridge.argparsing import input_file
+from bridge.errors import FaceBridgeError
 
 
 def add_parser(sub) -> None:
@@ -21,7 +22,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.grpc.check import check_stream, report_lines
 
     if args.frames < 1 or not args.timeout > 0:

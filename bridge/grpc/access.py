@@ -8,7 +8,9 @@ sink) and grpc.aio (`facebridge serve`): `BearerTokenInterceptor` / `AioBearerTo
 from __future__ import annotations
 
 import logging
+import ssl
 from pathlib import Path
+from urllib.parse import unquote
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
@@ -90,7 +92,6 @@ def peer_host(peer: str) -> str:
     kind, _, rest = peer.partition(":")
     if kind not in ("ipv4", "ipv6"):
         return ""
-    from urllib.parse import unquote
 
     host = unquote(rest).rpartition(":")[0]
     return host.strip("[]")
@@ -163,8 +164,6 @@ def read_pem(path: str, option: str, kind: str) -> bytes:
 
 def check_pair(cert: str, key: str) -> None:
     """The certificate and key load together (the key is the certificate's), checked by Python's ssl."""
-    import ssl
-
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
     except ssl.SSLError as e:

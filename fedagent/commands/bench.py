@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bridge.argparsing import output_file
+from bridge.errors import FaceBridgeError
+from bridge.fsutil import atomic_write_json
 
 
 def add_parser(sub) -> None:
@@ -27,8 +29,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bridge.errors import FaceBridgeError
-    from bridge.fsutil import atomic_write_json
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.local.bench import run_bench
 
     try:

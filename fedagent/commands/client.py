@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from bridge import ports
+from bridge.errors import FaceBridgeError
 
 
 def add_parser(sub) -> None:
@@ -36,7 +37,7 @@ def _loopback(host: str) -> bool:
 
 
 def run(args) -> int:
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.app.data_store import load_device_data, open_store
     from fedagent.local.processes import (
         check_superlink,

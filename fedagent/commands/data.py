@@ -24,12 +24,14 @@ def add_parser(sub) -> None:
 
 
 def _store(args):
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.app.data_store import open_store
 
     return open_store(args.store)
 
 
 def _stats(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.app.data_store import stats
 
     info = stats(_store(args))
@@ -43,6 +45,7 @@ def _stats(args) -> int:
 
 
 def _clear(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.app.data_store import clear
 
     store = _store(args)

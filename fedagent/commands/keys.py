@@ -53,6 +53,7 @@ def add_parser(sub) -> None:
 
 
 def _init(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.keys import KeyRing
 
     expires = {}
@@ -70,6 +71,7 @@ def _init(args) -> int:
 
 
 def _show(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.keys import KeyRing
 
     print(json.dumps(KeyRing(args.dir).describe(), indent=2))
@@ -77,6 +79,7 @@ def _show(args) -> int:
 
 
 def _change(args, change, rotated: str | None = None) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.keys import KeyRing
 
     version = change(KeyRing(args.dir))

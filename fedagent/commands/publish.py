@@ -9,6 +9,7 @@ from pathlib import Path
 
 from bridge.argparsing import output_file, port_number
 from bridge.errors import FaceBridgeError
+from bridge.fsutil import atomic_write_bytes
 
 
 def adapter_out(text: str) -> str:
@@ -48,6 +49,7 @@ def add_parser(sub) -> None:
 
 
 def _specs(args):
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.publish import ReleaseSpec
 
     specs = []
@@ -64,6 +66,7 @@ def _specs(args):
 
 
 def _publish(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.publish import publish
 
     released = publish(args.keys, args.repo, _specs(args))
@@ -78,7 +81,7 @@ def _publish(args) -> int:
 
 
 def _export(args) -> int:
-    from bridge.fsutil import atomic_write_bytes
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.models.registry import ModelRegistry
 
     registry = ModelRegistry(args.state)
@@ -91,6 +94,7 @@ def _export(args) -> int:
 
 
 def _serve(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.repo_server import RepoServer
 
     if not (Path(args.repo) / "metadata").is_dir():

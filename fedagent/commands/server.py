@@ -5,6 +5,7 @@ import ipaddress
 from pathlib import Path
 
 from bridge import ports
+from bridge.errors import FaceBridgeError
 from fedagent.app.project import RUN_CONFIG
 
 
@@ -44,7 +45,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.commands.simulate import parse_settings
     from fedagent.local.federation import LocalFederation
     from fedagent.local.processes import Tls, interrupt_on_sigterm

@@ -1,9 +1,12 @@
 """`fedagent simulate --clients N --rounds R`: a real SuperLink and N real SuperNodes on 127.0.0.1."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from bridge.argparsing import output_file
+from bridge.errors import FaceBridgeError
+from bridge.fsutil import atomic_write_json
 from fedagent.app.project import RUN_CONFIG
 
 
@@ -35,8 +38,6 @@ def add_parser(sub) -> None:
 def parse_settings(items: list[str]) -> dict:
     import tomllib
 
-    from bridge.errors import FaceBridgeError
-
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -50,9 +51,7 @@ def parse_settings(items: list[str]) -> dict:
 
 
 def run(args) -> int:
-    import tempfile
-
-    from bridge.fsutil import atomic_write_json
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.local.processes import interrupt_on_sigterm
     from fedagent.local.simulation import simulate, summary_lines
     from fedagent.publisher.signing_setup import simulation_publishing

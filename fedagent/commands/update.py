@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from bridge.argparsing import input_file, output_file
+from bridge.fsutil import atomic_write_text
 
 
 def trust_file(text: str) -> str:
@@ -59,6 +60,7 @@ class _ProgressLine:
 
 
 def _refused_as_json(args, run):
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.updates.reasons import UpdateRefused
 
     try:
@@ -70,6 +72,7 @@ def _refused_as_json(args, run):
 
 
 def _install(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.updates.install import Limits, install
     from bridge.updates.reasons import SomeRefused
 
@@ -97,6 +100,7 @@ def _install(args) -> int:
 
 
 def _status(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.updates.status import status
 
     report = status(args.state, args.model)
@@ -120,6 +124,7 @@ def _status(args) -> int:
 
 
 def _rollback(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.updates.rollback import rollback
 
     result = _refused_as_json(args, lambda: rollback(args.state, args.model))
@@ -132,13 +137,12 @@ def _rollback(args) -> int:
 
 
 def _bench(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.bench_update import run
 
     result = run(repeats=args.repeats)
     text = json.dumps(result, indent=1)
     if args.out:
-        from bridge.fsutil import atomic_write_text
-
         atomic_write_text(args.out, text + "\n")
     print(text)
     return 0
