@@ -26,8 +26,14 @@ import time
 from dataclasses import asdict
 
 from bridge.errors import FaceBridgeError
+from bridge.grpc import access
+from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
+from bridge.runtime.serve_front_end import CONFIG
 from bridge.runtime.thread_cpu import cpu_between, thread_cpu_seconds
+from bridge.serving.decode import ImageDecoder
+from bridge.serving.engine import Engine
+from bridge.serving.rings import RingShape, shm_room
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +56,6 @@ def _ended(rc: int | None) -> str:
 
 def front_end_addresses(address: str, count: int) -> list[str]:
     """Where each front end listens: PORT+i of HOST:PORT (a free port each with port 0)."""
-    from bridge.grpc import access
-
     host, port = access.split_address(address)
     return [f"{host}:{port + i if port else 0}" for i in range(count)]
 
@@ -74,8 +78,6 @@ class FrontEnds:
         engine.on_listening = self._on_listening
 
     def start(self, index: int) -> None:
-        from bridge.runtime.serve_front_end import CONFIG
-
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ring = self.engine.rings[index]
         spec = {"index": index, "config": asdict(self.config), "ring": ring.name, "slots": ring.slots,
@@ -166,11 +168,6 @@ def build_engine(config: ServeConfig, verbose: bool = False):
     check_config(config)
     if config.front_ends < 1:
         raise FaceBridgeError(f"--front-ends {config.front_ends} starts no front end", "pass 1 or more")
-    from bridge.runtime.gc_pauses import settle as settle_heap
-    from bridge.serving.decode import ImageDecoder
-    from bridge.serving.engine import Engine
-    from bridge.serving.rings import RingShape, shm_room
-
     each = -(-config.max_streams // config.front_ends)
     slot_bytes = config.frame_slot_kib * 1024
     room = shm_room(config.front_ends * RingShape(each, slot_bytes).nbytes)
