@@ -14,6 +14,8 @@ import time
 
 import numpy as np
 
+from bridge.argparsing import positive_float, positive_int  # noqa: F401 (the bench options' types)
+
 
 def percentiles(values, qs=(50, 99), digits: int = 3) -> list[float | None]:
     """The `qs` percentiles of `values`, rounded; None for each when there are no values."""
@@ -59,28 +61,6 @@ def torch_cuda():
     except ImportError:
         return None
     return torch if torch.cuda.is_available() else None
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number (give 1 or more)")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
 
 
 def comma_list(allowed, what: str = "value", allow_empty: bool = False):

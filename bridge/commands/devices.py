@@ -11,8 +11,11 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
+    from bridge.errors import FaceBridgeError
     from bridge.sources.camera import list_cameras
 
+    if not 1 <= args.max_camera_index <= 64:
+        raise FaceBridgeError(f"--max-camera-index {args.max_camera_index} is out of range", "give 1 to 64")
     cameras = list_cameras(args.max_camera_index)
     print("Cameras:")
     if not cameras:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 import time
 
+from bridge.argparsing import folder_path
 from bridge.engines.base import EngineError
 from bridge.errors import FaceBridgeError
 
@@ -16,7 +17,8 @@ def add_parser(sub) -> None:
 
     def common(q):
         q.add_argument("--backend", choices=("tensorrt-rtx", "tensorrt"), default="tensorrt-rtx")
-        q.add_argument("--cache-dir", metavar="DIR", help="engine cache (default ~/.cache/facebridge/engines)")
+        q.add_argument("--cache-dir", type=folder_path, metavar="DIR",
+                       help="engine cache (default ~/.cache/facebridge/engines)")
 
     b = verbs.add_parser("build", help="build engines for shipped models (all by default)")
     b.add_argument("models", nargs="*", help="model names or ONNX paths (default: every shipped model)")

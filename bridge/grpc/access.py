@@ -16,8 +16,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from bridge.errors import SinkError
+from bridge.errors import FaceBridgeError, SinkError
 from bridge.listeners import bearer_matches, is_loopback  # noqa: F401 (is_loopback: the gRPC policy's name)
+from bridge.listeners import split_address as split_listener_address
 
 
 def check_token(token: str | None) -> None:
@@ -97,11 +98,12 @@ def peer_host(peer: str) -> str:
     return host.strip("[]")
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise SinkError(f"gRPC address {address!r} is not HOST:PORT", "use e.g. --grpc 127.0.0.1:50051")
-    return host, int(port)
+def split_address(address: str, option: str = "--grpc") -> tuple[str, int]:
+    """HOST:PORT of a gRPC listener, read as every listener's address is (bridge/listeners.py)."""
+    try:
+        return split_listener_address(address, option, "127.0.0.1:50051")
+    except FaceBridgeError as e:
+        raise SinkError(e.problem, e.fix) from None
 
 
 class Malformed:

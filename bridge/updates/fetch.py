@@ -68,6 +68,10 @@ class Source:
             raise reasons.NotFound(f"{text} is not a repository folder (it has no metadata/ folder)")
         return cls("file://" + quote(str(folder)) + "/", folder)
 
+    def __str__(self) -> str:
+        """As the user named it: the folder, or the URL (state.json's last check and refusal say this)."""
+        return str(self.folder) if self.folder is not None else self.url
+
     @property
     def metadata_url(self) -> str:
         return self.url + "metadata/"

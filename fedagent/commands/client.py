@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from bridge import ports
+from bridge.argparsing import folder_path
 from bridge.errors import FaceBridgeError
 
 
@@ -22,7 +23,7 @@ def add_parser(sub) -> None:
                    "server with `fedagent server --register-key KEY.pub`")
     p.add_argument("--store", metavar="DIR", help="learning store (default $FACEBRIDGE_HOME/learn)")
     p.add_argument("--personal", metavar="FILE.npz", help="where the personalised adapter is kept")
-    p.add_argument("--work", metavar="DIR", help="Flower home and logs (default: beside the store)")
+    p.add_argument("--work", type=folder_path, metavar="DIR", help="Flower home and logs (default: beside the store)")
     p.add_argument("--flower-default", action="store_true",
                    help="start a new ClientApp process per message (Flower's default) instead of a warm host")
     p.add_argument("--connect-timeout", type=float, default=120.0, help="seconds to wait for the SuperLink")
@@ -52,6 +53,8 @@ def run(args) -> int:
     )
 
     interrupt_on_sigterm()
+    if not args.connect_timeout > 0:
+        raise FaceBridgeError(f"--connect-timeout {args.connect_timeout:g} is not positive", "for example 120")
     host, _ = split_address(args.superlink)
     ca = Path(args.root_certificates) if args.root_certificates else None
     if ca is None and not _loopback(host):

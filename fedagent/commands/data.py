@@ -38,6 +38,9 @@ def _stats(args) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
+    if info["mode"] is None:  # no folder: nothing was ever recorded here
+        print(f"{info['store']}: nothing recorded yet (no such folder; `facebridge run --audio mic --learn` makes it)")
+        return 0
     print(f"{info['store']}: {info['windows']} windows, {info['seconds'] / 60:.1f} min of speech, "
           f"{info['bytes'] / 2**20:.1f} of {info['max_bytes'] / 2**20:.0f} MiB, {info['windows_with_audio']} with raw "
           f"audio, folder mode {info['mode']}")

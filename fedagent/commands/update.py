@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from bridge.argparsing import input_file, output_file
+from bridge.argparsing import input_file, output_file, positive_float, positive_int
 from bridge.fsutil import atomic_write_text
 
 
@@ -23,8 +23,8 @@ def add_parser(sub) -> None:
                    help="trust.json from `fedagent keys init` (first install only; later the device keeps the newest "
                         "root it verified and ignores this)")
     i.add_argument("--model", action="append", help="only this model (repeatable; default: all this device has)")
-    i.add_argument("--max-bytes", type=int, default=512 * 1024 * 1024, help="largest release accepted")
-    i.add_argument("--deadline", type=float, default=600.0, help="seconds the whole check may take")
+    i.add_argument("--max-bytes", type=positive_int, default=512 * 1024 * 1024, help="largest release accepted")
+    i.add_argument("--deadline", type=positive_float, default=600.0, help="seconds the whole check may take")
     i.add_argument("--json", action="store_true", help="print the result (or the refusal) as JSON")
     i.set_defaults(func=_install)
     s = actions.add_parser("status", help="installed release, files, previous release, last check and refusal")
@@ -40,7 +40,7 @@ def add_parser(sub) -> None:
 
     b = sub.add_parser("bench-update", help="time each install step of a 1 MB release from a loopback repository")
     b.add_argument("--json", dest="out", type=output_file, help="write the result JSON here")
-    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--repeats", type=positive_int, default=5)
     b.set_defaults(func=_bench)
 
 
@@ -90,7 +90,8 @@ def _install(args) -> int:
         if r.status == "refused":
             print(f"{r.model}: refused ({r.refusal.reason}): {r.refusal}; release {r.release} stays active")
         elif r.status != "no-release":
-            print(f"{r.model}: {r.status}, release {r.release} active (previous {r.previous_release})")
+            previous = f"release {r.previous_release}" if r.previous_release else "the shipped model"
+            print(f"{r.model}: {r.status}, release {r.release} active (previous: {previous})")
     if all(r.status == "no-release" for r in results):
         print("the repository has no release for this device's models")
     if refused:
