@@ -198,6 +198,9 @@ def run_command(prog: str, func, args, log: Path | None) -> int:
     try:
         return int(func(args) or 0)
     except FaceBridgeError as e:
+        if was_interrupted():  # a failure Ctrl-C caused (a load it cut short, read as a bad file) is Ctrl-C's
+            logging.getLogger(prog).debug("after Ctrl-C: %s", e, extra=LOG_ONLY)
+            return interrupted(prog)
         print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
         return getattr(e, "exit_code", EXIT_ERROR)
     except KeyboardInterrupt:
