@@ -39,6 +39,7 @@ def _loopback(host: str) -> bool:
 
 def run(args) -> int:
     # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
+    from bridge.grpc.access import read_pem
     from fedagent.app.data_store import load_device_data, open_store
     from fedagent.local.processes import (
         check_superlink,
@@ -60,8 +61,11 @@ def run(args) -> int:
     if ca is None and not _loopback(host):
         raise FaceBridgeError(f"the SuperLink {args.superlink} is not on this machine and no TLS CA was given",
                               "pass --root-certificates CA.pem (updates must not travel in the clear)")
+    if ca is not None:
+        read_pem(str(ca), "--root-certificates", "CERTIFICATE")  # named now, not as a failed handshake later
     if args.auth_key and not Path(args.auth_key).is_file():
-        raise FaceBridgeError(f"device key {args.auth_key} does not exist", "create one with ssh-keygen -t ecdsa")
+        what = "is a folder, not a key file" if Path(args.auth_key).is_dir() else "does not exist"
+        raise FaceBridgeError(f"device key {args.auth_key} {what}", "create one with ssh-keygen -t ecdsa")
     store = open_store(args.store)
     data = load_device_data(store)  # a clear error now rather than a failed round later
     check_superlink(args.superlink, ca)

@@ -48,6 +48,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
+    from bridge.grpc.access import read_pem
     from fedagent.commands.simulate import parse_settings
     from fedagent.local.federation import LocalFederation
     from fedagent.local.processes import Tls, interrupt_on_sigterm
@@ -58,8 +59,14 @@ def run(args) -> int:
     if args.tls_cert or args.tls_key or args.tls_ca:
         if not (args.tls_cert and args.tls_key and args.tls_ca):
             raise FaceBridgeError("TLS needs --tls-cert, --tls-key and --tls-ca together", "pass all three")
+        for option, path, kind in (("--tls-cert", args.tls_cert, "CERTIFICATE"), ("--tls-key", args.tls_key,
+                                   "PRIVATE KEY"), ("--tls-ca", args.tls_ca, "CERTIFICATE")):
+            read_pem(path, option, kind)  # a file that is not PEM is named now, not as the SuperLink's exit
         tls = Tls(Path(args.tls_ca).resolve(), Path(args.tls_cert).resolve(), Path(args.tls_key).resolve())
     node_auth = args.node_auth or bool(args.register_key)
+    for key in args.register_key:
+        if not Path(key).is_file():
+            raise FaceBridgeError(f"--register-key {key} is not a file", "pass a device's public key (KEY.pub)")
     try:
         loopback = ipaddress.ip_address(args.host).is_loopback
     except ValueError:
