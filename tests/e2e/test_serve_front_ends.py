@@ -93,6 +93,40 @@ def test_eight_streams_over_both_wires_through_two_front_ends_get_the_facebridge
         assert status.passes > 0 and status.frames_served >= 4 * FRAMES and status.decoder == "in the engine process"
 
 
+def test_an_image_the_engine_cannot_decode_or_a_slot_cannot_hold_costs_only_itself(server, clip):  # noqa: F811
+    """A JPEG whose header passes the front end's checks but has no image data is refused where it is decoded (the
+    engine), a raw frame larger than a ring slot where it is copied (the front end); each answered with one line,
+    and the stream's next image is served."""
+    import numpy as np
+
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.serving.client import TrackClient
+
+    proc, addresses = server
+    jpegs, _ = clip
+    good = jpegs[0]
+    start_of_scan = good.index(b"\xff\xda")
+    headers_only = good[:start_of_scan] + b"\xff\xd9"  # a start of frame (its size), no scan: nothing to decode
+    client = TrackClient(addresses[0], subject="Careless", deadline_ms=LOCKSTEP_DEADLINE_MS)
+    raw_client = TrackClient(addresses[1], subject="Raw", deadline_ms=LOCKSTEP_DEADLINE_MS)  # loopback: raw is fine
+    try:
+        assert _lockstep(client, [good])[0][0].face_found
+        client.send_encoded(headers_only, seq=1)
+        assert client.results.get(timeout=240)[0] is None
+        face, _ = _lockstep(client, [good], first_seq=2)[0]
+        assert face.face_found and face.seq == 2
+        assert "image 1" in dict(client.refused)[1] and "decode" in dict(client.refused)[1], client.refused
+        assert client.report.bad_frames == 1
+        raw = np.zeros((480, 640, 3), np.uint8).tobytes()  # 900 kB: over a 512 KiB slot
+        raw_client.send_encoded(raw, encoding=pb.ImageFrame.RAW_RGB, width=640, height=480, seq=7)
+        assert raw_client.results.get(timeout=240)[0] is None
+        assert "--frame-slot-kib" in dict(raw_client.refused)[7], raw_client.refused
+    finally:
+        client.close()
+        raw_client.close()
+    assert not any("Traceback" in x for x in proc.lines)
+
+
 def test_a_killed_front_end_loses_only_its_streams(server, clip):  # noqa: F811
     proc, addresses = server
     jpegs, _ = clip
