@@ -3,7 +3,8 @@ decode, batched passes) and two front-end processes (the gRPC streams, their des
 results through shared memory. Eight streams over both wires get the FaceFrames `facebridge run` gives (the
 tolerances of tests/e2e/test_serve.py, the one-process server's), and a front end killed with SIGKILL loses only
 its streams: the other front end's keep being served, and the one started in its place serves new streams in the
-dead one's slots. The engine killed takes the server down: every front end stops, each with one line."""
+dead one's slots. The engine killed takes the server down: every front end stops, each with one line. The token and
+TLS hold on every front end as in one process."""
 from __future__ import annotations
 
 import os
@@ -172,7 +173,7 @@ def _answers(address: str) -> bool:
 
 
 def test_the_engine_killed_stops_every_front_end_with_one_line(server):
-    """Last in this module: it takes the module's server down."""
+    """The last test of the module's server: it takes it down."""
     import grpc
 
     proc, addresses = server
@@ -191,3 +192,35 @@ def test_the_engine_killed_stops_every_front_end_with_one_line(server):
 
     assert wait_until(lambda: all(down(a) for a in addresses), 60, 0.2), proc.lines[-10:]
     assert not any("Traceback" in x for x in proc.lines), proc.lines
+
+
+def test_front_ends_take_the_same_token_and_tls_as_one_process(tmp_path, clip):  # noqa: F811
+    """The token and TLS reach every front end (sent on its control socket, never on a command line): a client over
+    TLS with the token is served, a wrong token refused with UNAUTHENTICATED, as tests/e2e/test_serve_access.py
+    checks of one process."""
+    import grpc
+
+    from bridge.serving.client import TrackClient
+    from tests.e2e.test_serve_access import TOKEN
+    from tests.helpers import tls_files
+
+    ca, cert, key = tls_files(tmp_path / "tls", "serve")
+    jpegs, _ = clip
+    with serve_process("--grpc", "127.0.0.1:0", "--grpc-token", TOKEN, "--grpc-tls-cert", str(cert),
+                       "--grpc-tls-key", str(key), "--max-streams", "2", "--front-ends", "1", "--updates", "off",
+                       home=tmp_path / "home") as (proc, addresses):
+        good = TrackClient(addresses[0], subject="Good", token=TOKEN, tls_ca=str(ca), deadline_ms=600_000)
+        wrong = TrackClient(addresses[0], subject="Wrong", token="not-the-token", tls_ca=str(ca), deadline_ms=600_000)
+        try:
+            good.send_encoded(jpegs[0], seq=0)
+            wrong.send_encoded(jpegs[0], seq=0)
+            face, _, _ = good.results.get(timeout=240)
+            assert face is not None and face.face_found, good.error
+            assert wrong.results.get(timeout=120) is None
+            assert wrong.error is not None and wrong.error.code() == grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            good.close()
+            wrong.close()
+        front_end = _front_end_pids(proc)[0]
+        with open(f"/proc/{front_end}/cmdline", "rb") as f:
+            assert TOKEN.encode() not in f.read()
