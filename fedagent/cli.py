@@ -4,6 +4,11 @@ that does it: with even the small ones at the top (the repository server, the pr
 took 0.76 s instead of 0.36 s (http.server, email, asyncio; medians of 9, loaded 2-core VM)."""
 from __future__ import annotations
 
+from bridge import early_ctrl_c
+
+# ruff: noqa: E402 (the call below comes before the other imports)
+early_ctrl_c.remember_from_now()  # first: a Ctrl-C while the imports below load ends in one line, no traceback
+
 import argparse
 import importlib
 import sys

@@ -256,3 +256,14 @@ def test_fedagent_server_and_client_stop_on_ctrl_c_while_they_wait_and_leave_no_
     for folder in ("client", "server"):
         left = subprocess.run(["pgrep", "-f", str(tmp_path / folder)], capture_output=True, text=True).stdout.split()
         assert not left, (folder, left)
+
+
+@pytest.mark.parametrize("prog, command", [("bridge.cli", ("models", "list")), ("fedagent.cli", ("data", "stats"))])
+def test_a_ctrl_c_while_the_command_line_still_loads_ends_in_one_line(prog, command, tmp_path):
+    """Ctrl-C typed while the command line's own modules load (-X importtime shows when bridge.console has
+    loaded; more follow before the command runs) is answered once it runs: one line, 130, no traceback."""
+    rc, out, took = pty_run([sys.executable, "-X", "importtime", "-m", prog, *command],
+                            subprocess_env(tmp_path / "home"), ctrl_c_when="| bridge.console")
+    if rc == 0:  # it ran to its end before the Ctrl-C landed (a fast machine)
+        return
+    _stopped(rc, out, took)
