@@ -14,19 +14,27 @@ camera's hardware encoder would; `encode_ms` says what a software encode costs h
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
+import concurrent.futures
 import heapq
 import multiprocessing as mp
 import os
 import re
 import resource
 import shlex
+import signal
+import subprocess
+import sys
 import threading
 import time
 
+import cv2
 import numpy as np
 
 from bridge.bench.common import exit_text, percentiles, reporter
+from bridge.engines.shipped import sample_frames
+from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_json
 
 P99_LIMIT_MS = 20.0
@@ -41,10 +49,11 @@ MIN_SERVED_SHARE = 0.95
 STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_decode", "decode_queue",
           "decode_batch", "decode_batch_cpu", "to_service", "queue", "pass", "gpu", "to_describe")
 WIRES = ("track", "many")
+MESSAGE_BYTES = 4 * 1024 * 1024  # a TrackManyRequest of the load generator at most (the server takes 8 MiB)
 # the server's thread groups (bridge/runtime/thread_cpu.py) by what they do: a library's unnamed threads (gRPC's
 # poller: "Thread (_poll_wrapper)") count as the front end, any other as "other"
 _PART = {"serve-loop": "front_end", "native": "front_end", "face-service-finish": "describe_and_replies",
-         "identity-refresh": "describe_and_replies", "face-service": "inference", "serve-decode": "jpeg_decode",
+         "identity-refresh": "identity_refresh", "face-service": "inference", "serve-decode": "jpeg_decode",
          "serve-jpeg": "jpeg_decode"}
 _STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
@@ -87,18 +96,19 @@ def add_arguments(p) -> None:
 def _wires(text: str) -> list[str]:
     wires = [w.strip() for w in text.split(",") if w.strip()]
     if not wires or any(w not in WIRES for w in wires):
-        import argparse
-
         raise argparse.ArgumentTypeError(f"{text!r}: give track, many, or both as track,many")
     return list(dict.fromkeys(wires))
 
 
 def _host_path(threads: dict) -> dict:
     """The server's CPU a frame (ms) by what it did, from its CPU by thread group: the host path (the gRPC front end
-    and its native threads; describing the passes and building the replies, with the identity refresher; the rest:
-    the release watch, the main thread) apart from inference (the batched passes: on CPU runners the models run
-    there, identical for either wire) and JPEG decode (OpenCV here, nvJPEG with GPU runners)."""
-    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "other": 0.0, "inference": 0.0, "jpeg_decode": 0.0}
+    and its native threads; describing the passes and building the replies; the rest: the release watch, the main
+    thread) apart from inference (the batched passes: on CPU runners the models run there, identical for either
+    wire), JPEG decode (OpenCV here, nvJPEG with GPU runners) and the identity refresher (a new stream refreshes
+    on each of its first 30 frames, then every 30th: a short trial of new streams is mostly that, the same for
+    either wire)."""
+    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "other": 0.0, "inference": 0.0, "jpeg_decode": 0.0,
+             "identity_refresh": 0.0}
     for group, ms in threads.items():
         parts[_PART.get(group, "front_end" if group.startswith("Thread") else "other")] += ms
     host = parts["front_end"] + parts["describe_and_replies"] + parts["other"]
@@ -107,6 +117,7 @@ def _host_path(threads: dict) -> dict:
 
 def _cpu_seconds(pids: list[int]) -> dict[int, float]:
     """User + system CPU seconds of each process still alive (a killed replica drops out of the sum)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.runtime.thread_cpu import stat_cpu_seconds
 
     out = {}
@@ -123,6 +134,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     """One face stream for the whole trial; when its call breaks (a replica killed) it reconnects to the next
     address and goes on. `moved` counts replica changes inside one call: it must stay 0. With `in_flight` K, a
     frame due while K of this call's frames are unanswered (served, or reported dropped) is not sent: `held`."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
@@ -216,6 +228,7 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
     as `_one_stream` (no reconnects: a broken call is reported in every stream's `error`). The load generator of
     the batched wire keeps its own Python small: requests are built as bytes (client.ManyRequests: no message
     object an item) and sent as they are, responses parsed in one call each."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.serving.client import TRACK_MANY, ManyRequests
 
@@ -224,6 +237,7 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
     loop = asyncio.get_running_loop()
     call = channel.stream_stream(TRACK_MANY)()  # bytes both ways
     requests = ManyRequests(deadline_ms, fps, {s: f"bench{s}" for s in stream_ids})
+    per_message = max(1, MESSAGE_BYTES // max(len(j) + 128 for j in jpegs))
 
     async def writer():
         k = 0
@@ -241,8 +255,8 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
                 out["sent"] += 1
                 this[0] += 1
                 out["sent_measured"] += measured
-            if items:
-                await call.write(requests.request(items))
+            for at in range(0, len(items), per_message):  # within the server's message limit (8 MiB)
+                await call.write(requests.request(items[at:at + per_message]))
             k += 1
             while start + k / fps <= loop.time() - batch_ms / 1000.0:  # behind: the missed ticks' frames are skipped
                 k += 1
@@ -282,7 +296,11 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
 
 def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results, in_flight=0,
                     wire="track"):
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
+
+    import bridge.grpc.gen.facebridge_pb2_grpc  # noqa: F401 - imported before the CPU count starts: the client's
+    import bridge.serving.client  # noqa: F401 - CPU a frame is what sending and receiving cost, not start-up
 
     async def main():
         channels = {a: grpc.aio.insecure_channel(a, options=[("grpc.max_receive_message_length", 64 << 20)])
@@ -314,6 +332,7 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
 def _status_snapshot(addresses) -> dict:
     """Each server's garbage-collector counters and CPU by thread (GetServeStatus), by address; a server that does
     not answer is left out (a replica killed on purpose, an older server)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
 
     from bridge.grpc.gen import facebridge_pb2 as pb
@@ -334,6 +353,7 @@ def _status_snapshot(addresses) -> dict:
 
 def _threads_during(before: dict, after: dict, frames: int) -> dict:
     """The servers' CPU in the measured window by thread group, in ms a frame served (summed over the servers)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.runtime.thread_cpu import cpu_between
 
     total: dict[str, float] = {}
@@ -375,9 +395,6 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     measured_unix = [round(t0 + args.warmup + to_unix, 3), round(t0 + args.seconds + to_unix, 3)]
     killed = None
     if args.kill_replica_at is not None and len(pids) > 1:
-        import signal
-        import threading
-
         def kill():
             nonlocal killed
             killed = pids[1]
@@ -415,8 +432,8 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
         "measured_unix": measured_unix,
         "server_gc": _gc_during(status_start, status_end),
         "server_thread_cpu_ms_per_frame": threads,
-        # the same by what it did: host_path = front end + describe and replies + other (inference and JPEG decode
-        # apart: on CPU runners inference is most of a frame and the same for either wire)
+        # the same by what it did: host_path = front end + describe and replies + other (inference, JPEG decode and
+        # identity refreshes apart: on CPU runners inference is most of a frame; all three the same for either wire)
         "server_cpu_ms_per_frame_by_part": _host_path(threads),
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
@@ -479,8 +496,9 @@ def _wire_ratios(trials: list[dict]) -> list[dict]:
                 "host_path_ms": round(float(np.mean([t["server_cpu_ms_per_frame_by_part"]["host_path"]
                                                      for t in got])), 4),
                 "all_but_inference_ms": round(float(np.mean([
-                    t["server_cpu_ms_per_frame_by_part"]["host_path"] + t["server_cpu_ms_per_frame_by_part"][
-                        "jpeg_decode"] for t in got])), 4),
+                    sum(v for k, v in t["server_cpu_ms_per_frame_by_part"].items() if k not in ("host_path",
+                                                                                           "inference"))
+                    for t in got])), 4),
                 "client_ms": round(float(np.mean([t["client_cpu_ms_per_frame_sent"] for t in got])), 4)}
         else:
             track, many = means["track"], means["many"]
@@ -495,7 +513,6 @@ def _start_servers(args, max_streams: int):
     by side: (processes, addresses, server pids)."""
     count = 1 if args.ray_replicas else max(1, args.server_processes)
     share = -(-max_streams // count)  # each takes its share of the streams (round-robin over the addresses)
-    import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(count) as pool:  # models load and compile in parallel
         started = list(pool.map(lambda i: _start_server(args, share, tag=f"[{i}] " if count > 1 else ""),
@@ -506,9 +523,6 @@ def _start_servers(args, max_streams: int):
 
 def _start_server(args, max_streams: int, tag: str = ""):
     """A `facebridge serve` process (or Ray replicas): (process, addresses, server pids)."""
-    import subprocess
-    import sys
-
     extra = shlex.split(args.serve_args)
     defaults = [("--quiet",), ("--grpc", "127.0.0.1:0" if not args.ray_replicas else "127.0.0.1:50461"),
                 ("--runners", args.runners), ("--max-streams", str(max_streams)),
@@ -538,22 +552,17 @@ def _start_server(args, max_streams: int, tag: str = ""):
 
 
 def run(args) -> dict:
-    import cv2
-
-    from bridge.engines.shipped import sample_frames
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.serving.client import encode_jpeg
 
     counts = [int(x) for x in args.streams.split(",") if x.strip()]
     if args.in_flight < 0:
-        from bridge.errors import FaceBridgeError
-
         raise FaceBridgeError(f"--in-flight {args.in_flight} is negative",
                               "give 0 to send every frame, or K >= 1 frames unanswered at most")
     clip = [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in sample_frames(60, step=1)]
     t = time.perf_counter()
     jpegs = [encode_jpeg(f, args.quality) for f in clip]
     encode_ms = (time.perf_counter() - t) * 1000.0 / len(clip)
-    import signal
 
     def stop_on_sigterm(*_):  # a time limit's SIGTERM still stops the servers (they run in their own sessions)
         raise SystemExit(143)
@@ -586,15 +595,17 @@ def run(args) -> dict:
                     f" within {P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
                     f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
                     f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame (host path "
-                    f"{part['host_path']}, inference {part['inference']}, JPEG {part['jpeg_decode']}), client "
+                    f"{part['host_path']}, inference {part['inference']}, JPEG {part['jpeg_decode']}, identity "
+                    f"{part['identity_refresh']}), client "
                     f"{trial['client_cpu_ms_per_frame_sent']} ms a frame sent")
                 trials.append(trial)
                 if args.json:  # every trial on disk as it ends: a run cut short keeps what it measured
                     atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})
         for r in results()["wire_ratios"]:
             say(f"{r['streams']} streams: many / track = {r['many_over_track']['host_path_ms']} of the server's host "
-                f"path a frame ({r['many']['host_path_ms']} / {r['track']['host_path_ms']} ms, inference and JPEG "
-                f"decode apart), {r['many_over_track']['all_but_inference_ms']} with JPEG decode, client "
+                f"path a frame ({r['many']['host_path_ms']} / {r['track']['host_path_ms']} ms, inference, JPEG "
+                f"decode and identity refreshes apart), {r['many_over_track']['all_but_inference_ms']} with the "
+                f"last two, client "
                 f"{r['many_over_track']['client_ms']}")
     finally:
         _stop_all()
@@ -604,8 +615,6 @@ def run(args) -> dict:
 def _stop_all(grace_s: float = 15.0) -> None:
     """SIGTERM to every server this bench started, at once; what has not ended within `grace_s` is killed with
     its process group."""
-    import signal
-
     procs = [p for p in _STARTED if p.poll() is None]
     _STARTED.clear()
     for proc in procs:
@@ -622,6 +631,7 @@ def _stop_all(grace_s: float = 15.0) -> None:
 def _gpu_name(runners: str) -> str | None:
     if runners == "cpu":
         return None
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.gpu import probe_gpu
 
     gpu = probe_gpu().gpu

@@ -12,6 +12,7 @@ import threading
 
 from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError
+from bridge.runtime.pipeline_protocol import Pipeline
 
 CALIBRATION_FRAMES = 45  # frames measured when they come in time
 CALIBRATION_MIN_FRAMES = 15  # enough for a median when a busy machine delivers fewer within the timeout
@@ -24,7 +25,7 @@ class RunControl:
         self.all_subjects: list[str] | None = None  # every face's subject with --faces N (the first is `subject`)
         self.backend_requested = backend_requested
         self.source = None  # set by the session as each part opens; None while starting
-        self.pipeline = None
+        self.pipeline: Pipeline | None = None
         self.stats = None
         self.last_versions: dict[str, str] | None = None  # model versions of the last frame sent (after swaps)
         self.runner = None  # set when the threads start; its `stopping` says the run is ending
@@ -113,7 +114,7 @@ class RunControl:
             profile = CalibrationProfile.from_frames(subject, frames, pipeline.expression.identity)
         except FaceBridgeError as e:
             return False, f"{e} The calibration in use is kept."
-        if getattr(self.source, "name", "") == "sample":
+        if self.source is not None and self.source.name == "sample":
             pipeline.profile = profile
             return True, (f"calibrated from {profile.frames} frames of the bundled sample, for this run only "
                           "(the sample is not your face: the stored profile is kept)")

@@ -14,14 +14,14 @@ below runtime/ never imports runtime/.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from bridge.frame import FaceFrame, Frame
     from bridge.pipeline import FaceModels, FacePipeline
     from bridge.runtime.swap import ModelSwapper
 
-Step = Callable[[object], object]
+Step = Callable[[Any], Any]
 
 
 @runtime_checkable
@@ -30,11 +30,11 @@ class Pipeline(Protocol):
     def process(self, frame: Frame) -> FaceFrame | list[FaceFrame]:
         """One frame in, its FaceFrame out (several faces: a list, slot 0 first): `describe(track(frame))`."""
 
-    def track(self, frame: Frame) -> object:
+    def track(self, frame: Frame) -> Any:
         """Stage 1, the only one that carries state from one frame to the next (a kind that runs in one step hands
         the frame on unchanged; `overlaps()` is False for it, so the runner never runs it alone)."""
 
-    def describe(self, tracked: object) -> FaceFrame | list[FaceFrame]:
+    def describe(self, tracked: Any) -> FaceFrame | list[FaceFrame]:
         """Stage 2: what `track` handed on, described (a kind that runs in one step: `process` of the frame)."""
 
     def overlaps(self) -> bool:
@@ -73,7 +73,7 @@ class Pipeline(Protocol):
         """Take new sessions of `swappable_models()` from the run's swapper, each in the thread that runs the model,
         between two frames; a kind without swappable models keeps nothing."""
 
-    def build_session(self, component: str) -> object:
+    def build_session(self, component: str) -> Any:
         """A new session for a component's model (bridge/pipeline.py SWAP_POINTS), opened as at the start: the
         guard's recreation of a model that came with the pipeline. None for a kind without swappable models (never
         asked: the recreation asks only for `swappable_models()`)."""

@@ -19,6 +19,7 @@ import threading
 import numpy as np
 
 from bridge.pipeline import SWAP_POINTS
+from bridge.runtime.pipeline_protocol import Pipeline
 from bridge.runtime.swap import SwapRefused, SwapRequest
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class SessionRecreator:
     the swapper) counts the recreations that swapped in, in `stats` (a RunStats). The pipeline (a
     runtime/pipeline_protocol.py `Pipeline`) takes its new sessions from the same swapper (`use_swapper`)."""
 
-    def __init__(self, pipeline, swapper, stats=None, fallback=None) -> None:
+    def __init__(self, pipeline: Pipeline, swapper, stats=None, fallback=None) -> None:
         self.pipeline, self.swapper, self.stats = pipeline, swapper, stats
         self.fallback = fallback  # fallback(model, release, version, why) -> bool, for a release that failed again
         self._asked: dict[str, str] = {}  # model -> the guard's stage, while on its way

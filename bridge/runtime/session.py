@@ -46,6 +46,7 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     llf_targets,
     update_state_dir,
 )
+from bridge.runtime.pipeline_protocol import Pipeline
 from bridge.runtime.recording import RecordSwitch
 from bridge.runtime.recreate import SessionRecreator
 from bridge.runtime.releases import ReleaseWatch
@@ -127,7 +128,8 @@ class BridgeSession:
         self.control = RunControl(self.subjects[0], config.pipeline.backend)
         self.control.all_subjects = list(self.subjects)
         self.control.stats = self.stats
-        self.audio = self.source = self.pipeline = self.profile = self.monitor = self.feed = None
+        self.audio = self.source = self.profile = self.monitor = self.feed = None
+        self.pipeline: Pipeline | None = None  # asked only what the protocol names
         self.audio_duration: float | None = None
         self.recording: RecordSwitch | None = None
         self.recreator: SessionRecreator | None = None
@@ -236,7 +238,7 @@ class BridgeSession:
         return open_source(config.source, realtime=not config.fast, size=config.camera_size, fps=config.camera_fps,
                            mirror=config.mirror)
 
-    def _build_pipeline(self):
+    def _build_pipeline(self) -> Pipeline:
         config = self.config
         if config.audio_only:
             from bridge.audio.run_audio import AudioOnlyPipeline
@@ -328,8 +330,7 @@ class BridgeSession:
         the calibration in use. Two short lines; `verbose` (-v) adds each model's backend and why."""
         outs = ", ".join(s.label() for s in self.sinks if s is not self.recording or self.recording.recording)
         lossless = ", every frame kept" if self._lossless() and self.source.mode is SourceMode.PACED else ""
-        fallback = getattr(self.source, "fallback", None)  # plain `facebridge run` without a camera says so
-        source = fallback or self.source.name
+        source = self.source.fallback or self.source.name  # plain `facebridge run` without a camera says so
         monitor = f"; monitor {self.monitor.url}" if self.monitor is not None else ""
         if self.osc_remote is not None:
             monitor += "; OSC remote control on {}:{}".format(*self.osc_remote.address)
@@ -362,7 +363,7 @@ class BridgeSession:
             lines.append(f"monitor token (made for this run): {self.monitor.token}; open "
                          f"{self.monitor.url}?token={self.monitor.token}")
         lines += [f"gRPC token (made for this run): {s.token}; clients send 'authorization: Bearer {s.token}'"
-                  for s in self.sinks if getattr(s, "generated_token", False)]
+                  for s in self.sinks if s.generated_token]
         return lines
 
     def grpc_address(self) -> str:

@@ -25,7 +25,6 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 
 import numpy as np
 
@@ -76,8 +75,9 @@ class Engine:
         self.on_listening = lambda index, hello: None
         self.refused = self.failed = 0
         self._jpeg = JpegBatches(decoder, max(1, self.total), name="engine-jpeg") if jpeg_batches else None
-        self._pool = None if jpeg_batches else ThreadPoolExecutor(max(1, decode_workers),
-                                                                  thread_name_prefix="engine-decode")
+        # OpenCV's workers; with the JPEG batches, one for raw images (a copy each: they come from loopback only)
+        self._pool = ThreadPoolExecutor(1 if jpeg_batches else max(1, decode_workers),
+                                        thread_name_prefix="engine-decode")
         self.decoder_name = f"{decoder.name}, batched" if jpeg_batches else decoder.name
 
     # ---- front ends ------------------------------------------------------------------------------------------
@@ -194,11 +194,9 @@ class Engine:
             self._generations[row] = generation
         self.rings[index].info[slot, rings.DECODE_MS] = decode_ms
         try:
-            future = service.submit(row, frame, tag=tag)
+            service.post_many([row], [frame], [tag], self._failed)  # no future: the pass's finish is the result
         except ValueError as e:
             self._refuse(tag, str(e))
-            return
-        future.add_done_callback(partial(self._check_failed, tag))
 
     def _service(self, hw: tuple[int, int]):
         with self._services_lock:
@@ -256,10 +254,10 @@ class Engine:
         self.rings[index].set_error(slot, status, reason)
         self._send(index, slots_message(RESULTS, [slot], 0))
 
-    def _check_failed(self, tag: tuple, future) -> None:
-        error = future.exception()
-        if error is not None:  # the pass (or its finishing) failed: its frames only
-            text = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+    def _failed(self, tags: list, error: Exception) -> None:
+        """Frames whose pass (or its finishing) failed: theirs only, each answered with the error."""
+        text = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        for tag in tags:
             self._refuse(tag, text, rings.FAILED)
 
     # ---- reports ---------------------------------------------------------------------------------------------
@@ -289,8 +287,7 @@ class Engine:
                 sock.close()
         if self._jpeg is not None:
             self._jpeg.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+        self._pool.shutdown(wait=True)
         for service in self.services():
             service.close()
         for ring in self.rings:

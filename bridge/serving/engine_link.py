@@ -35,7 +35,8 @@ class EngineLink:
         self._lock = threading.Lock()
         self._free = list(range(ring.slots - 1, -1, -1))
         self._slot_of: dict[tuple, int] = {}  # (service, its slot) -> ring slot
-        self._waiting: list[tuple | None] = [None] * ring.slots  # ring slot -> (service, its slot, future, tag)
+        # ring slot -> (service, its slot, future (None: posted), tag, failed (posted: told of a failure))
+        self._waiting: list[tuple | None] = [None] * ring.slots
         self._generation = np.zeros(ring.slots, np.int64)
         self._thread = threading.Thread(target=self._read, name="engine-link", daemon=True)
         self._thread.start()
@@ -44,25 +45,44 @@ class EngineLink:
     def submit(self, service, slot: int, image, tag) -> Future:
         """Send `image` (a facebridge.v1.ImageFrame, measured on arrival as the service's size) of the stream in
         `slot` of `service` to the engine; the future gives what `service.finish_pass` makes of its result."""
+        future: Future = Future()
+        ring_slot = self._write(service, slot, image, (service, slot, future, tag, None))
+        self.sock.send(slots_message(FRAMES, [ring_slot]))
+        return future
+
+    def post_many(self, service, slots: list[int], images: list, tags: list, failed) -> None:
+        """submit of many images at once with no future (TrackMany's groups): one message to the engine; each
+        pass's results reach the tags through `service.finish_pass` alone, a failure through failed(tags, error)
+        (an image too large for a slot: at once, that image only)."""
+        ring_slots = []
+        for slot, image, tag in zip(slots, images, tags):
+            try:
+                ring_slots.append(self._write(service, slot, image, (service, slot, None, tag, failed)))
+            except (BadImage, ValueError) as e:
+                failed([tag], e)
+        if ring_slots:
+            self.sock.send(slots_message(FRAMES, ring_slots))
+
+    def _write(self, service, slot: int, image, entry: tuple) -> int:
+        """The image into the ring slot of the stream in `slot` of `service` (taken on its first image): its
+        ring slot."""
         data, ring = image.data, self.ring
         if len(data) > ring.slot_bytes:
             raise BadImage(f"the image of {len(data)} bytes is larger than this server's frame slots "
                            f"({ring.slot_bytes} bytes); send a smaller JPEG, or start the server with a larger "
                            "--frame-slot-kib")
         key = (service, slot)
-        future: Future = Future()
         with self._lock:
             ring_slot = self._slot_of.get(key)
             if ring_slot is None:
                 if not self._free:  # one slot a stream: cannot happen while the table keeps its limit
                     raise ValueError("this front end has no frame slot free; try again later")
                 ring_slot = self._slot_of[key] = self._free.pop()
-            self._waiting[ring_slot] = (service, slot, future, tag)
+            self._waiting[ring_slot] = entry
         ring.images[ring_slot, :len(data)] = np.frombuffer(data, np.uint8)
         h, w = service.frame_hw
         ring.requests[ring_slot] = (len(data), h, w, image.encoding, self._generation[ring_slot])
-        self.sock.send(slots_message(FRAMES, [ring_slot]))
-        return future
+        return ring_slot
 
     def free(self, service, slot: int) -> None:
         """The stream in `slot` of `service` ended and its image is back: its ring slot goes to the next stream,
@@ -104,46 +124,58 @@ class EngineLink:
         for i, (slot, entry, code) in enumerate(zip(slots, entries, status)):
             if entry is None:
                 continue
-            service, _, future, _ = entry
             if code == rings.OK:
-                groups.setdefault(service, []).append(i)
-            elif code == rings.REFUSED:
-                future.set_exception(BadImage(ring.error(slot)))
+                groups.setdefault(entry[0], []).append(i)
             else:
-                future.set_exception(RuntimeError(ring.error(slot)))
+                error = BadImage(ring.error(slot)) if code == rings.REFUSED else RuntimeError(ring.error(slot))
+                _fail([entry], error)
         for service, picked in groups.items():
             ring_slots = [slots[i] for i in picked]
             rows = ring.results[ring_slots]  # copies: the slots are free for the streams' next images after this
             info = ring.info[ring_slots]
-            tags = [entries[i][3] for i in picked]
+            done = [entries[i] for i in picked]
+            tags = [entry[3] for entry in done]
             for tag, decode_ms in zip(tags, info[:, rings.DECODE_MS].tolist()):
                 tag.extra["decode_ms"] = decode_ms
             timing = info[:, [rings.PASS_START, rings.PASS_END, rings.GPU_MS]]
-            futures = [entries[i][2] for i in picked]
             service.passes += 1
             service.frames += pass_size or len(picked)
+            service_slots = [entry[1] for entry in done]
             try:
-                made = service.finish_pass([entries[i][1] for i in picked], tags,
-                                           StreamFaces.of([entries[i][1] for i in picked], rows, timing))
+                made = service.finish_pass(service_slots, tags, StreamFaces.of(service_slots, rows, timing))
             except Exception as e:  # noqa: BLE001 - the pass's frames fail, never the link
-                for future in futures:
-                    future.set_exception(e)
+                _fail(done, e)
                 continue
-            for future, result in zip(futures, made):
-                future.set_result(result)
+            for entry, result in zip(done, made):
+                if entry[2] is not None:
+                    entry[2].set_result(result)
 
     def _fail_waiting(self, why: str) -> None:
         with self._lock:
             waiting, self._waiting = self._waiting, [None] * self.ring.slots
-        for entry in waiting:
-            if entry is not None and not entry[2].done():
-                entry[2].set_exception(RuntimeError(why))
+        _fail([entry for entry in waiting if entry is not None], RuntimeError(why))
 
     def close(self) -> None:
         try:
             self.sock.close()
         except OSError:
             pass
+
+
+def _fail(entries: list[tuple], error: Exception) -> None:
+    """Frames that will get no result: each future failed, each group posted together told once."""
+    posted: dict = {}
+    for _service, _slot, future, tag, failed in entries:
+        if future is not None:
+            if not future.done():
+                future.set_exception(error)
+        elif failed is not None:
+            posted.setdefault(failed, []).append(tag)
+    for failed, tags in posted.items():
+        try:
+            failed(tags, error)
+        except Exception as e:  # noqa: BLE001 - never the link
+            log.warning("telling of frames that failed failed: %s", e)
 
 
 class RemoteService:
@@ -159,6 +191,9 @@ class RemoteService:
 
     def submit(self, stream: int, frame, tag=None) -> Future:
         return self.link.submit(self, int(stream), frame, tag)
+
+    def post_many(self, streams: list[int], frames: list, tags: list, failed) -> None:
+        self.link.post_many(self, [int(s) for s in streams], frames, tags, failed)
 
     def reset_stream(self, stream: int) -> None:
         self.link.free(self, int(stream))

@@ -62,11 +62,12 @@ def image_size(request, decoder, raw_ok: bool, stream_hw: tuple[int, int] | None
     if not (math.isfinite(image.frame_rate) and 0.0 <= image.frame_rate <= MAX_FRAME_RATE):
         raise BadImage(f"image {image.seq}: frame_rate {image.frame_rate} is outside 0..{MAX_FRAME_RATE:.0f}; "
                        "send the camera's frames per second (or 0 for 30)")
-    if len(image.data) > MAX_IMAGE_BYTES:
-        raise BadImage(f"image {image.seq} is {len(image.data)} bytes, over the {MAX_IMAGE_BYTES} limit; send "
+    data = image.data  # each read of a bytes field copies it
+    if len(data) > MAX_IMAGE_BYTES:
+        raise BadImage(f"image {image.seq} is {len(data)} bytes, over the {MAX_IMAGE_BYTES} limit; send "
                        "JPEG or a smaller frame")
     try:
-        hw = decoder.measure(image.encoding, image.data, image.width, image.height, raw_ok=raw_ok)
+        hw = decoder.measure(image.encoding, data, image.width, image.height, raw_ok=raw_ok)
     except BadImage as e:
         raise BadImage(f"image {image.seq}: {e}") from None
     if allowed_hw and hw not in allowed_hw:

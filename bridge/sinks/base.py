@@ -21,6 +21,7 @@ class Sink:
     only_subject: str | None = None  # with several faces: send only this subject's frames (None: every subject)
     keeps_every_frame = False  # a run that keeps every frame (a file being recorded) waits for this sink's queue
     counts_skipped = False  # `skipped` counts, and `report` names, the frames its queue dropped before it got them
+    generated_token = False  # its listener's token was made for this run (`auto`): the command prints it once
 
     def __init__(self) -> None:
         self.sent = 0

@@ -35,6 +35,7 @@ class FrameSource:
     realtime = True  # a file source released at its frame rate (False: as fast as it is read)
     skipped = 0  # frames the source could not deliver (unreadable images, an audio clock's missed ticks)
     mirror = False  # flip every image left to right (--mirror): the avatar moves like the subject's reflection
+    fallback: str | None = None  # why this source stands in for the one asked for (no camera: the sample), in words
 
     def __init__(self) -> None:
         self._seq = 0

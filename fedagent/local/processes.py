@@ -24,6 +24,7 @@ from pathlib import Path
 
 from bridge import ports
 from bridge.errors import FaceBridgeError
+from bridge.listeners import split_address as split_listener_address
 
 BIN = Path(sys.executable).parent
 
@@ -134,10 +135,7 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise FaceBridgeError(f"address {address!r} is not HOST:PORT", "write it like 127.0.0.1:9092")
-    return host.strip("[]"), int(port)
+    return split_listener_address(address, "--superlink", ports.SUPERLINK)
 
 
 def check_superlink(address: str, root_ca: Path | None) -> None:

@@ -33,14 +33,14 @@
 # The batched wire against Track (`wires`): one server (--prewarm), `bench serve --address` over WIRES ("track many")
 # at STREAMS_N (64,256), IN_FLIGHT (1), CLIENTS (4), SECS per count; wires-{track,many}.json.
 #
-# The engine process and its front ends (`fronts`, issue 43): one `facebridge serve --front-ends FRONT_ENDS (8)
-# --max-streams FRONT_MAX (1024) --frame-slot-kib SLOT_KIB (48: the sample's JPEGs are 25-27 kB; /dev/shm holds the
-# rings, 8 x 128 slots x 48 KiB = 48 MiB, and a container's /dev/shm may be 64 MiB) --prewarm 480x360 --updates off`,
-# then `bench serve --address` over every front end's address, once per wire of WIRES ("track"), at STREAMS_N
-# (1000), SECS per count, IN_FLIGHT (1), CLIENTS (8), --warmup 5; fronts-{track,many}.json, fronts-serve.log (the
-# engine's 5-second status lines), with LOAD=1 the whole host's CPU (the servers' CPU per frame = host minus the
-# clients' client_cpu_ms_per_frame; GetServeStatus's thread_cpu_s covers the front ends only). E.g. 1,000 streams
-# for 60 s on both wires: LOAD=1 SECS=60 WIRES="track many" bash tools/measure/gpu_serve_bench.sh fronts
+# The engine process and its front ends (`fronts`, issue 43): `bench serve` starts one `facebridge serve --front-ends
+# FRONT_ENDS (8) --frame-slot-kib SLOT_KIB (48: the sample's JPEGs are 25-27 kB; /dev/shm holds the rings, 8 x 125
+# slots x 48 KiB = 47 MiB, and a container's /dev/shm may be 64 MiB) --updates off` (and bench's own --prewarm
+# 480x360, --max-streams the largest count) and drives it over WIRES (track; "track,many": both in turn on the same
+# server) at STREAMS_N (1000), SECS per count, IN_FLIGHT (1), CLIENTS (8), round-robin over the front ends'
+# addresses; server_cpu_ms_per_frame sums the engine's and every front end's CPU (their pids are on the ready line).
+# fronts.{json,log}; LOAD=1 adds the host's CPU and the GPU's activity. 1,000 streams for 60 s on both wires:
+#   LOAD=1 SECS=60 WIRES=track,many bash tools/measure/gpu_serve_bench.sh fronts
 #
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
 #   bash tools/measure/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
@@ -203,30 +203,16 @@ case "$MODE" in
         --client-processes "${CLIENTS:-4}" --json "$OUT/wires-$wire.json" 2>&1 | grep -v " INFO " | tail -6
     done
     kill "$spid"; tail -3 "$OUT/wires-serve.log" ;;
-  fronts)  # the engine process and its front-end processes (issue 43): one prewarmed server, each wire in turn
+  fronts)  # the engine process and its front-end processes (issue 43), one server for every wire and count
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
     df -h /dev/shm | tee -a "$OUT/env.txt"
-    port=50900
-    "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --front-ends "${FRONT_ENDS:-8}" \
-      --max-streams "${FRONT_MAX:-1024}" --frame-slot-kib "${SLOT_KIB:-48}" --prewarm 480x360 --updates off \
-      ${SERVE_ARGS:-} 2>&1 | grep --line-buffered -v " INFO " | stamp > "$OUT/fronts-serve.log" &
-    for _ in $(seq "${T_START:-300}"); do grep -q "listening on" "$OUT/fronts-serve.log" && break; sleep 1; done
-    addrs=$(grep -o "listening on [^(]*" "$OUT/fronts-serve.log" | head -1 | sed 's/listening on //; s/ //g')
-    [ -n "$addrs" ] || { echo "serve --front-ends did not start"; tail -20 "$OUT/fronts-serve.log"; exit 6; }
-    echo "front ends: $addrs" | tee -a "$OUT/env.txt"
     load_start
-    for wire in ${WIRES:-track}; do
-      timeout -k 10 "${T_WIRE:-200}" "$PY" -m bridge.cli bench serve --address "$addrs" --wire "$wire" \
-        --streams "${STREAMS_N:-1000}" --seconds "$SECONDS_PER_COUNT" --warmup 5 --in-flight "${IN_FLIGHT:-1}" \
-        --client-processes "${CLIENTS:-8}" --json "$OUT/fronts-$wire.json" 2>&1 | grep --line-buffered -v " INFO " \
-        | stamp > "$OUT/fronts-$wire.tlog"
-      tail -8 "$OUT/fronts-$wire.tlog"
-      load_summary "fronts-$wire" "$OUT/fronts-$wire.tlog" "$SECONDS_PER_COUNT" 5 "$OUT/fronts-$wire.json"
-    done
+    IN_FLIGHT=${IN_FLIGHT:-1} bench fronts "${T_FRONTS:-540}" --streams "${STREAMS_N:-1000}" \
+      --client-processes "${CLIENTS:-8}" --wire "${WIRES:-track}" \
+      --serve-args "--front-ends ${FRONT_ENDS:-8} --frame-slot-kib ${SLOT_KIB:-48} --updates off ${SERVE_ARGS:-}"
     load_stop
-    pkill -TERM -f -- "-m bridge.cli serve --runners $RUNNERS --grpc 127.0.0.1:$port" 2> /dev/null; sleep 5
-    grep -v "^[0-9.]* engine:" "$OUT/fronts-serve.log" | tail -5; grep "engine:" "$OUT/fronts-serve.log" | tail -3 ;;
+    grep -E "front end|engine:" "$OUT/fronts.tlog" | tail -5 ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
   ray)
