@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from bridge.argparsing import input_file, output_file, positive_float, positive_int
+from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_text
 
 
@@ -76,6 +77,9 @@ def _install(args) -> int:
     from bridge.updates.install import Limits, install
     from bridge.updates.reasons import SomeRefused
 
+    repeated = sorted({m for m in args.model or () if args.model.count(m) > 1})
+    if repeated:
+        raise FaceBridgeError(f"--model {repeated[0]} is given twice", "name each model once")
     trust = Path(args.trust).read_bytes() if args.trust else None
     results = _refused_as_json(args, lambda: install(
         args.source, args.state, trust=trust, models=args.model, report=None if args.json else _ProgressLine(),

@@ -22,11 +22,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge import ports
+from bridge import console, ports
 from bridge.errors import FaceBridgeError
 from bridge.listeners import split_address as split_listener_address
 
 BIN = Path(sys.executable).parent
+CTRL_C_GRACE_S = 1.0  # how long Flower processes may take to end after Ctrl-C before they are killed
 
 
 def flower_env(home: Path | None = None, extra: dict | None = None) -> dict:
@@ -112,7 +113,10 @@ def interrupt_on_sigterm() -> None:
 
 
 def stop_all(procs: list[Proc], grace: float = 5.0) -> None:
-    """SIGTERM every process (devices before the link), then give all of them one shared grace, then SIGKILL."""
+    """SIGTERM every process (devices before the link), then give all of them one shared grace, then SIGKILL.
+    After Ctrl-C the grace is at most CTRL_C_GRACE_S: the command stops within about a second (bridge/console.py)."""
+    if console.was_interrupted():
+        grace = min(grace, CTRL_C_GRACE_S)
     for proc in reversed(procs):
         proc.terminate()
     deadline = time.monotonic() + grace

@@ -205,6 +205,8 @@ CASES = [
     (A, "update install --from {d}/repo --state {d}/s2 --max-bytes 0", 2, "0 is not a positive number"),
     (A, "update install --from {d}/repo --state {d}/s2 --deadline -1", 2, "-1 is not a positive number"),
     (A, "update status --model nosuch", 1, "unknown model 'nosuch'"),
+    (A, "update install --from {d}/repo --state {d}/s2 --model lipsync --model lipsync", 1,
+     "--model lipsync is given twice"),
     (A, "update rollback --model nosuch", 1, "unknown model 'nosuch'"),
     (A, "bench-update --repeats 0", 2, "0 is not a positive number"),
     (F, "grpc-check 127.0.0.1:99999", 1, "port 99999 is out of range"),
