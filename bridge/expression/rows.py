@@ -70,8 +70,8 @@ class ExpressionRows:
         n = len(rows)
         xy = np.array(landmarks[..., :2], dtype=np.float64)
         usable = self._fill_lost(rows, xy)
-        weights = unit_interval(_pick(contract, "blendshapes", outputs, n))
-        rot = head_matrix(*_pick(contract, "head_rotation", outputs, n)[:, :3].T.astype(np.float64))
+        weights = unit_interval(contract.pick_rows("blendshapes", outputs))
+        rot = head_matrix(*contract.pick_rows("head_rotation", outputs)[:, :3].T.astype(np.float64))
         focal = sizes[:, 0].astype(np.float64)
         centre = sizes.astype(np.float64) / 2.0
         for k in range(n):  # the frame's identity refresh (inline) comes before its identity is read, as there
@@ -135,9 +135,3 @@ class ExpressionRows:
             xy[k] = self._last_points[rows[k]] if self._has_last[rows[k]] else STAND_IN
         return usable
 
-
-def _pick(contract, role: str, outputs: dict[str, np.ndarray], n: int) -> np.ndarray:
-    """ModelContract.pick over n rows: (n, width) float32."""
-    name, sl = contract.outputs[role]
-    v = np.asarray(outputs[name], dtype=np.float32).reshape(n, -1)
-    return v[:, sl[0]:sl[1]] if sl else v
