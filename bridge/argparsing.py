@@ -75,6 +75,18 @@ def output_file(text: str) -> str:
     return text
 
 
+def folder_path(text: str) -> str:
+    """argparse type of an option naming a folder (made when missing): refused at once when it, or a folder above
+    it, is a file, rather than after the work that would have filled it."""
+    path = Path(text)
+    blocking = next((f for f in (path, *path.parents) if f.exists() and not f.is_dir()), None)
+    if blocking == path:
+        raise argparse.ArgumentTypeError(f"{text} is a file, where a folder is expected; give a folder")
+    if blocking is not None:
+        raise argparse.ArgumentTypeError(f"{text}: {blocking} is a file, where a folder is expected; check the path")
+    return text
+
+
 def input_file(text: str, hint: str = "check the path") -> str:
     """argparse type of an option naming a file to read: it must exist, be a file (not a folder) and be readable."""
     path = Path(text)
@@ -85,6 +97,28 @@ def input_file(text: str, hint: str = "check the path") -> str:
     if not os.access(path, os.R_OK):
         raise argparse.ArgumentTypeError(f"cannot read {text} (permission denied); make it readable for this user")
     return text
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number (give 1 or more)")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
+    return value
 
 
 def port_number(text: str) -> int:

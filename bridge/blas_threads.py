@@ -13,6 +13,7 @@ from __future__ import annotations
 def single_threaded_blas() -> bool:
     """Limit every loaded BLAS library to one thread; False when threadpoolctl is not installed."""
     try:
+        # guarded: without threadpoolctl the BLAS keeps its pools (said, never fatal)
         from threadpoolctl import threadpool_limits
     except ImportError:
         return False

@@ -26,6 +26,7 @@ import numpy as np
 from bridge.errors import FaceBridgeError
 from bridge.frame import NUM_BLENDSHAPES, FaceFrame
 from bridge.fsutil import atomic_write_json
+from bridge.mapping import parse_mapping
 from bridge.paths import user_dir
 
 PROFILE_VERSION = 1
@@ -147,8 +148,6 @@ class CalibrationProfile:
             raise ValueError("'created' is not a time")
         mapping = data.get("mapping")
         if mapping is not None:
-            from bridge.mapping import parse_mapping
-
             try:
                 mapping = parse_mapping(mapping, "in the profile").to_dict()
             except FaceBridgeError as e:

@@ -22,6 +22,7 @@ def available() -> bool:
 
 def compiled(f):
     """njit(cache=True, nogil=True, fastmath=False), or without the cache where none can be written."""
+    # optional extra: litert
     from numba import njit
 
     try:

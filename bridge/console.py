@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from bridge.errors import FaceBridgeError
+from bridge.paths import user_dir
 
 EXIT_ERROR, EXIT_USAGE, EXIT_BUG, EXIT_INTERRUPTED = 1, 2, 70, 130
 LOG_ONLY = {"console": False}  # logging `extra=`: to the log file, not to stderr
@@ -39,8 +40,11 @@ _ctrl_c_at: list[float] = []  # when Ctrl-C came (monotonic seconds), once it ha
 def catch_ctrl_c() -> None:
     """Ctrl-C raises KeyboardInterrupt as ever, and is remembered: an error it causes on the way out (a C
     extension interrupted while it loads raises ImportError, a thread meets a closed queue) is Ctrl-C's ending,
-    not a bug. A SIGINT that the shell made the command ignore stays ignored."""
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    not a bug. A SIGINT that the shell made the command ignore stays ignored. A Ctrl-C that came while the command
+    line loaded (bridge/early_ctrl_c.py) is raised now."""
+    from bridge import early_ctrl_c  # loaded with the command line already: no cost
+
+    if signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, early_ctrl_c.remember):
         return
 
     def handler(signum, frame):
@@ -48,6 +52,9 @@ def catch_ctrl_c() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, handler)
+    if early_ctrl_c.typed_at:
+        _ctrl_c_at.extend(early_ctrl_c.typed_at)
+        raise KeyboardInterrupt
 
 
 def was_interrupted() -> bool:
@@ -56,8 +63,6 @@ def was_interrupted() -> bool:
 
 def log_path(prog: str) -> Path:
     """Where `prog` writes its log: $FACEBRIDGE_HOME/logs (or the per-user data folder), else the temp folder."""
-    from bridge.paths import user_dir
-
     return user_dir("logs") / f"{prog}.log"
 
 
@@ -172,8 +177,8 @@ def os_error(e: OSError) -> FaceBridgeError:
 def main(prog: str, build_parser, argv: list[str] | None = None) -> int:
     """A command line's whole run: parse with `build_parser()`, run the command, end in one line with a stable
     exit code; Ctrl-C anywhere, even while the commands load, ends with 130 and no traceback."""
-    catch_ctrl_c()
     try:
+        catch_ctrl_c()
         for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints as \xNN, never a traceback
             if hasattr(stream, "reconfigure"):
                 stream.reconfigure(errors="backslashreplace")
@@ -193,6 +198,9 @@ def run_command(prog: str, func, args, log: Path | None) -> int:
     try:
         return int(func(args) or 0)
     except FaceBridgeError as e:
+        if was_interrupted():  # a failure Ctrl-C caused (a load it cut short, read as a bad file) is Ctrl-C's
+            logging.getLogger(prog).debug("after Ctrl-C: %s", e, extra=LOG_ONLY)
+            return interrupted(prog)
         print(f"{prog}: error: {e}", file=sys.stderr, flush=True)
         return getattr(e, "exit_code", EXIT_ERROR)
     except KeyboardInterrupt:

@@ -49,8 +49,11 @@ def token_matches(presented: str | None, token: str) -> bool:
 def split_address(address: str, option: str, example: str) -> tuple[str, int]:
     """HOST:PORT (IPv6 in brackets) -> (host, port); port 0 asks for any free port."""
     host, sep, port = address.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
+    if not sep or not host or not port.isdigit():
         raise FaceBridgeError(f"{option} {address!r} is not HOST:PORT", f"use e.g. {option} {example}")
+    if int(port) > 65535:
+        raise FaceBridgeError(f"{option} {address!r}: port {port} is out of range",
+                              f"give a port from 1 to 65535 (0: any free port), e.g. {option} {example}")
     return host.strip("[]"), int(port)
 
 

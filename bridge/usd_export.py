@@ -21,8 +21,9 @@ from pathlib import Path
 from bridge import __version__
 from bridge.errors import FaceBridgeError
 from bridge.formats.livelinkface import csv_timecode
-from bridge.frame import FaceFrame
-from bridge.fsutil import atomic_write_with
+from bridge.formats.take import TakeReader
+from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, FaceFrame
+from bridge.fsutil import atomic_write_with, is_utf8, printable
 
 ROOT_PRIM = "/Take"
 USD_SUFFIXES = (".usda", ".usd", ".usdc")
@@ -73,9 +74,6 @@ def export_take(take: str | Path, out: str | Path, progress: Callable[[int, int]
                 ) -> ExportSummary:
     """Write the take directory `take` to the USD file `out` (.usda text, .usdc/.usd binary), atomically,
     reading the take one frame at a time."""
-    from bridge.formats.take import TakeReader
-    from bridge.fsutil import is_utf8, printable
-
     out = Path(out)
     if out.suffix.lower() not in USD_SUFFIXES:
         raise UsdExportError(f"{printable(out)} does not end in .usda, .usdc or .usd", "name the output e.g. take.usda")
@@ -83,6 +81,7 @@ def export_take(take: str | Path, out: str | Path, progress: Callable[[int, int]
         raise UsdExportError(f"the output path {printable(out)} is not UTF-8 text, which USD cannot write",
                              "write to a path whose folders and name are UTF-8 (plain letters are safe)")
     _import_pxr()
+    # optional extra: usd (pxr, which usd_face imports too); without it the command ends in the line above
     from pxr import Usd
 
     from bridge.omniverse.usd_face import FaceRig, prepare_stage, prim_name
@@ -157,15 +156,11 @@ def export_take(take: str | Path, out: str | Path, progress: Callable[[int, int]
 
 
 def _names(frame: FaceFrame):
-    from bridge.frame import ARKIT_NAMES
-
     n = len(frame.blendshapes)
     return ARKIT_NAMES if n == len(ARKIT_NAMES) else tuple(f"curve{i}" for i in range(n))
 
 
 def _emotion_names(frame: FaceFrame) -> list[str]:
-    from bridge.frame import EMOTION_NAMES
-
     return list(EMOTION_NAMES) if len(frame.emotion) == len(EMOTION_NAMES) else []
 
 

@@ -1,6 +1,13 @@
 """`fedagent` command line. Each subcommand group lives in its own module under fedagent/commands/ with
-`add_parser(subparsers)`, as `facebridge`'s commands do."""
+`add_parser(subparsers)`, as `facebridge`'s commands do, and, as theirs, imports its work inside the function
+that does it: with even the small ones at the top (the repository server, the process helpers), `fedagent --help`
+took 0.76 s instead of 0.36 s (http.server, email, asyncio; medians of 9, loaded 2-core VM)."""
 from __future__ import annotations
+
+from bridge import early_ctrl_c
+
+# ruff: noqa: E402 (the call below comes before the other imports)
+early_ctrl_c.remember_from_now()  # first: a Ctrl-C while the imports below load ends in one line, no traceback
 
 import argparse
 import importlib

@@ -3,12 +3,15 @@ the shipped ONNX graph with new adapter weights baked in (what a TensorRT refit 
 """
 from __future__ import annotations
 
+import hashlib
+import io
 from pathlib import Path
 
 import numpy as np
 
 from bridge.audio.vad import shipped_model
 from bridge.errors import ModelError
+from bridge.fsutil import atomic_write_bytes
 
 
 def load_adapter(path: str | Path) -> dict[str, np.ndarray]:
@@ -24,8 +27,6 @@ def load_adapter(path: str | Path) -> dict[str, np.ndarray]:
 def adapter_digest(weights: dict[str, np.ndarray]) -> str:
     """sha256 over the adapter's tensors (name, shape, float32 bytes, in name order): the same weights give the
     same digest whichever file they came in."""
-    import hashlib
-
     h = hashlib.sha256()
     for name in sorted(weights):
         value = np.ascontiguousarray(weights[name], dtype=np.float32)
@@ -35,10 +36,6 @@ def adapter_digest(weights: dict[str, np.ndarray]) -> str:
 
 def save_adapter(path: str | Path, weights: dict[str, np.ndarray]) -> Path:
     """Write adapter weights as .npz (atomically), the format load_adapter and LipSyncModel(adapter=) read."""
-    import io
-
-    from bridge.fsutil import atomic_write_bytes
-
     buf = io.BytesIO()
     np.savez(buf, **{k: np.asarray(v, dtype=np.float32) for k, v in weights.items()})
     return atomic_write_bytes(path, buf.getvalue())
@@ -48,6 +45,7 @@ def model_bytes_with_adapter(weights: dict[str, np.ndarray]) -> bytes:
     """The shipped ONNX model with its adapter initializers replaced: the same graph and names, as TensorRT's
     OnnxParserRefitter.refit_from_bytes expects. Needs the `onnx` package (tools/test extras)."""
     try:
+        # optional extra: onnx (fed, tools), about 1.1 s to import
         import onnx
         from onnx import numpy_helper
     except ImportError:

@@ -137,8 +137,11 @@ class LearnStore:
         return self.root
 
     def paths(self) -> list[Path]:
-        """Window files, oldest first (names sort by time)."""
+        """Window files, oldest first (names sort by time); none when the store was never made."""
         if not self.root.is_dir():
+            if self.root.exists():
+                raise FaceBridgeError(f"learning store {self.root} is a file, where a folder is expected",
+                                      "pass --store a folder (`facebridge run --learn` makes one)")
             return []
         return sorted(p for p in self.root.glob("w-*.npz") if p.is_file())
 
@@ -206,6 +209,10 @@ class LearnStore:
         dest = Path(dest)
         if dest.resolve() == self.root.resolve():
             raise FaceBridgeError("export destination is the store itself", "export to another folder")
+        blocking = next((f for f in (dest, *dest.parents) if f.exists() and not f.is_dir()), None)
+        if blocking is not None:
+            raise FaceBridgeError(f"export destination {dest}: {blocking} is a file, where a folder is expected",
+                                  "give a new folder")
         target = LearnStore(dest, max_bytes=max(self.max_bytes, 1))._open()
         paths = self.paths()
         for p in paths:  # each window whole (Ctrl-C keeps the windows copied, never a part of one)

@@ -35,6 +35,7 @@ from bridge.audio.visemes import MOUTH_ARKIT_INDICES, MOUTH_CHANNELS
 from bridge.engines import create_session
 from bridge.errors import ModelError
 from bridge.frame import NUM_BLENDSHAPES, VISEME_NAMES
+from bridge.models.registry import default_registry
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,6 @@ class LipSyncModel:
         if model_path is not None:
             path = Path(model_path)
         elif adapter is None:  # a signed release installed by `fedagent update install` (hash-verified), if any
-            from bridge.models.registry import default_registry
 
             active = default_registry().active("lipsync")
             if active.adapter_path is not None and backend not in ("onnxruntime", "auto"):
@@ -134,6 +134,7 @@ class _AdapterSession:
     backend_name = "onnxruntime"
 
     def __init__(self, path: Path, weights: dict[str, np.ndarray], threads: int):
+        # import cost: ONNX Runtime (about 0.13 s) loads where a session opens, not for the adapter file helpers
         import onnxruntime as ort
 
         opts = ort.SessionOptions()

@@ -11,6 +11,7 @@ import numpy as np
 
 from bridge.engines import create_session
 from bridge.models import verify_file
+from bridge.models.registry import read_manifest
 
 AUDIO_DIR = Path(__file__).resolve().parent
 CHUNK = 512
@@ -18,8 +19,6 @@ CONTEXT = 64
 
 
 def _manifest(name: str) -> dict:
-    from bridge.models.registry import read_manifest
-
     return read_manifest(AUDIO_DIR / f"{name}.json", "restore it with `git checkout bridge/audio`")
 
 

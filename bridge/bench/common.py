@@ -8,10 +8,13 @@ doing while it runs and ends with a table a person can read (the JSON holds ever
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
 import numpy as np
+
+from bridge.argparsing import positive_float, positive_int  # noqa: F401 (the bench options' types)
 
 
 def percentiles(values, qs=(50, 99), digits: int = 3) -> list[float | None]:
@@ -53,32 +56,11 @@ def reporter(bench: str):
 def torch_cuda():
     """torch when it is installed and sees a CUDA GPU, else None."""
     try:
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
     except ImportError:
         return None
     return torch if torch.cuda.is_available() else None
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number (give 1 or more)")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type: a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number")
-    return value
 
 
 def comma_list(allowed, what: str = "value", allow_empty: bool = False):
@@ -103,8 +85,6 @@ def cost_text(pct: float | None) -> str:
 
 def exit_text(rc: int | None) -> str:
     """A child process's ending in words: 'exit 0', 'killed by SIGTERM' (not 'exit -15'), 'still running'."""
-    import signal
-
     if rc is None:
         return "still running"
     if rc < 0:

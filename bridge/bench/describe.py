@@ -17,7 +17,9 @@ import time
 import numpy as np
 
 from bridge.bench.common import positive_int, reporter
-from bridge.expression.stage import IDENTITY_EVERY
+from bridge.expression.stage import IDENTITY_EVERY, ExpressionEstimator
+from bridge.frame import Frame
+from bridge.stages.describe import FaceDescriber, MeasuredFace
 
 say = reporter("describe")
 CLIP = 60
@@ -34,6 +36,7 @@ def add_arguments(p) -> None:
 
 def _measured():
     """The sample's frames as the batched tracker measures them on the CPU: the packed result rows, the size."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.shipped import sample_frames
     from bridge.serving.runners import make_runners
     from bridge.serving.service import MultiStreamFaceService
@@ -51,6 +54,7 @@ def _measured():
 
 
 def _pass_faces(faces, n: int, k: int):
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.serving.service import StreamFaces
 
     picked = [faces[(k + 7 * i) % CLIP] for i in range(n)]
@@ -60,6 +64,7 @@ def _pass_faces(faces, n: int, k: int):
 
 
 def _served(n: int, k: int, hw, states):
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.serving.streams import Served
 
@@ -70,6 +75,7 @@ def _served(n: int, k: int, hw, states):
 
 
 def _rows_trial(faces, hw, n: int, frames: int) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.expression.refresh import IdentityRefresher
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.runtime.serve import PassDescriber, model_versions
@@ -113,12 +119,10 @@ def _rows_trial(faces, hw, n: int, frames: int) -> dict:
 
 def _single_trial(faces, hw, n: int, frames: int) -> dict:
     """The one-stream way: a FaceDescriber per stream (serve before batching), build_frame per frame."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.expression.refresh import IdentityRefresher
-    from bridge.expression.stage import ExpressionEstimator
-    from bridge.frame import Frame
     from bridge.grpc.convert import build_frame
     from bridge.grpc.gen import facebridge_pb2 as pb
-    from bridge.stages.describe import FaceDescriber, MeasuredFace
 
     refresher = IdentityRefresher(1)
     contract = ExpressionEstimator(session=False).contract
@@ -155,6 +159,7 @@ def _process_cpu() -> float:
 
 
 def run(args) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.runtime.native_pools import pin_native_pools
 
     pinned = pin_native_pools()  # as serve does

@@ -51,6 +51,7 @@ def tiles(width: int, height: int) -> list[tuple[int, int, int]]:
 
 
 def over_tiles(detector, image: np.ndarray, max_faces: int):
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.stages.detection import weighted_nms
 
     found = []
@@ -65,6 +66,7 @@ def over_tiles(detector, image: np.ndarray, max_faces: int):
 
 def ways(backend: str) -> dict:
     """Way -> find(image, max_faces) -> detections."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.stages.search import FaceSearch
 
     search = FaceSearch("auto", backend=backend)
@@ -75,6 +77,7 @@ def ways(backend: str) -> dict:
 
 
 def _hit(box, detections) -> bool:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.stages.detection import _iou
 
     box = np.asarray(box, np.float64)

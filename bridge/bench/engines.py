@@ -14,11 +14,13 @@ import os
 import tempfile
 import time
 
+import cv2
 import numpy as np
 
 from bridge.bench.common import comma_list, measure, positive_float, reporter, table, torch_cuda
 from bridge.engines.select import AUTO_ORDER, check_available
 from bridge.engines.shipped import NOT_BUILDABLE, frames_as_input, sample_frames, shipped_models, value_range_of
+from bridge.fsutil import atomic_write_json
 
 
 def add_arguments(p) -> None:
@@ -56,6 +58,7 @@ SECTIONS = ("models", "pipeline", "multistream", "builds")
 
 
 def environment() -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.gpu import probe_gpu
 
     probe = probe_gpu()
@@ -74,6 +77,7 @@ def environment() -> dict:
 
 # --- per-model section ------------------------------------------------------------------------------------
 def _model_input(model, batch: int) -> tuple[str, np.ndarray]:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.onnxruntime_backend import OrtSession
 
     spec = OrtSession(model.path).inputs[0]
@@ -84,6 +88,7 @@ def _model_input(model, batch: int) -> tuple[str, np.ndarray]:
 
 
 def _is_image_model(model) -> bool:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.onnxruntime_backend import OrtSession
 
     inputs = OrtSession(model.path).inputs
@@ -91,6 +96,7 @@ def _is_image_model(model) -> bool:
 
 
 def bench_model_host(model, backend: str, batches: list[int], seconds: float, threads: int) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines import create_session
 
     session = create_session(model.path, backend, threads=threads, strict=True)
@@ -104,6 +110,7 @@ def bench_model_host(model, backend: str, batches: list[int], seconds: float, th
 
 def bench_model_cuda_device(model, batches: list[int], seconds: float) -> dict:
     """ORT CUDA with device-resident input/output (IOBinding); batch 1 also with a CUDA graph."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import torch
 
     from bridge.serving.runners import OrtCudaRunner
@@ -124,6 +131,7 @@ def bench_model_cuda_device(model, batches: list[int], seconds: float) -> dict:
 
 
 def bench_model_torch(model, batches: list[int], seconds: float, device: str, threads: int) -> dict:
+    # optional extras: torch (gpu), onnx and onnx2torch (the eager torch runners)
     import onnx
     import torch
     from onnx2torch import convert
@@ -190,11 +198,11 @@ def models_section(args, backends: list[str], on_gpu: bool) -> dict:
 # --- whole pipeline, one stream -----------------------------------------------------------------------------
 def pipeline_section(backends: list[str], seconds: float, threads: int) -> dict:
     try:
+        # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
         from bridge.frame import Frame
         from bridge.pipeline import FacePipeline, PipelineOptions
     except ImportError as e:
         return {"error": f"pipeline not available ({e})"}
-    import cv2
 
     frames = [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in sample_frames(16)]
     results = {}
@@ -217,6 +225,7 @@ def pipeline_section(backends: list[str], seconds: float, threads: int) -> dict:
 
 # --- TensorRT-RTX builds ----------------------------------------------------------------------------------------
 def builds_section() -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.cache import EngineCache
     from bridge.engines.tensorrt.flavour import load_flavour
     from bridge.engines.tensorrt.prepare import prepare_engine, spec_for
@@ -254,8 +263,6 @@ _say = reporter("engines")
 
 
 def run(args) -> dict:
-    from bridge.fsutil import atomic_write_json
-
     env = environment()
     usable = [b for b, a in env["backends"].items() if a["usable"]]
     asked = list(AUTO_ORDER) if args.backends == "all" else args.backends
@@ -281,6 +288,7 @@ def run(args) -> dict:
             _say(f"multistream: skipped, {why}; nothing measured")
             continue
         elif section == "multistream":
+            # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
             from bridge.bench.multistream import multistream_runners, multistream_section
 
             results["multistream"] = {f"{r}-{p}": multistream_section(args, r, p)

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from bridge.expression.features import landmark_features
 from bridge.expression.model import VISUAL, load_model
 from bridge.expression.stage import REGIONS, ExpressionEstimator
 from bridge.expression.synth import render, sample_expressions, sample_identities, sample_poses, synthetic_batch
@@ -129,8 +130,6 @@ def speed(model, est, rng, n: int) -> dict:
     out = {"estimate_ms": round((time.perf_counter() - t0) / n * 1000, 4),
            "estimate_cpu_ms": round((time.process_time() - c0) / n * 1000, 4)}
     if est.session is not None:
-        from bridge.expression.features import landmark_features
-
         x = landmark_features(batch.landmarks[0, :, :2], batch.iris[0], tuple(batch.image_size[0]))[None]
         feed = {est.contract.input_name: x}
         for _ in range(20):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from bridge.errors import FaceBridgeError
@@ -41,8 +42,6 @@ def load_labels(path: Path = LABELS) -> dict:
 
 
 def _frames(path: Path):
-    import cv2
-
     cap = cv2.VideoCapture(str(path))
     fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
     i = 0
@@ -57,8 +56,6 @@ def _frames(path: Path):
 
 def _crop(image: np.ndarray, box) -> np.ndarray:
     """A square around the labelled face box, 2.2x its size, padded with the border where it leaves the photo."""
-    import cv2
-
     x0, y0, x1, y1 = box
     size = 2.2 * max(x1 - x0, y1 - y0)
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
@@ -104,7 +101,6 @@ def collect(pipeline, labels: dict, data: Path, mirror: bool = False) -> list[di
                     rec["person"] = video.get("person") or video.get("copy_of") or video["file"]
                     rec["kind"] = "video"
                     records.append(rec)
-    import cv2
 
     for k, still in enumerate(labels["stills"]):
         if still["category"] == "unsure":
@@ -214,6 +210,7 @@ class RawEmotion:
 
 
 def run(args) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.pipeline import FacePipeline, PipelineOptions
 
     data = Path(args.data)

@@ -13,6 +13,8 @@ against forced-alignment labels of their own audio, beside their exact labels (b
 """
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,7 @@ def accuracy(model, path: Path, keep=None) -> dict:
 def live_path(path: Path, backend: str) -> dict:
     """The stored held-out recordings through the live path (FileSource -> LipSyncStream, VAD gate on),
     scored against their targets: what a receiver actually gets, silence included."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import soundfile as sf
 
     from bridge.audio.features import SAMPLE_RATE
@@ -145,8 +148,6 @@ def _ensure_real(data: Path, real: Path) -> bool:
 
 def recorded_speech(model, data: Path) -> dict:
     """Both real-speech sets, whole and per group (asterisk_eval, librivox, cards, june_fr)."""
-    import json
-
     out = {}
     for name in REAL_SETS:
         meta = json.loads((data / f"{name}.json").read_text())["utterances"]
@@ -174,8 +175,7 @@ def other_synthesizer(backend: str) -> dict | None:
     flite's voices too, with other texts: tools/gen_voice_data.py), when the `flite`
     program is installed. No phoneme targets here: the check is that the jaw opens while the VAD hears speech
     and rests otherwise."""
-    import shutil
-
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.audio.lipsync import LipSyncModel, analyze
     from bridge.audio.sources import load_audio_file
 
@@ -199,6 +199,7 @@ def other_synthesizer(backend: str) -> dict | None:
 
 
 def compute_per_hop(model, vad, pcm: np.ndarray, hops: int) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.audio import features
 
     front = features.StreamingLogMel()
@@ -225,6 +226,7 @@ def compute_per_hop(model, vad, pcm: np.ndarray, hops: int) -> dict:
 
 
 def streaming_latency(pcm: np.ndarray, seconds: float, backend: str) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import soundfile as sf
 
     from bridge.audio.features import SAMPLE_RATE
@@ -250,6 +252,7 @@ def streaming_latency(pcm: np.ndarray, seconds: float, backend: str) -> dict:
 
 
 def run(args) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.audio.lipsync import LipSyncModel
     from bridge.audio.vad import SileroVad
 
@@ -269,6 +272,7 @@ def run(args) -> dict:
     if _ensure_real(data, Path(args.real_data)):
         results.update(recorded_speech(model, data))
         results["real_eval_live_path"] = live_path(data / "real_eval.npz", args.backend)
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.bench import lipsync_aligned
 
     skipped = lipsync_aligned.ensure(data)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bridge.bench.lipsync_scoring import labels_current, lipsync_metrics, predict_utterance
 from bridge.errors import FaceBridgeError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,8 +26,6 @@ KEYS = ("frames", "viseme_accuracy", "jawOpen_correlation", "jawOpen_mae", "mean
 def ensure(data: Path) -> str | None:
     """Make synth_aligned under `data` when missing or labelled by an older labeller; -> None when ready, else
     why it is skipped."""
-    from bridge.bench.lipsync_scoring import labels_current
-
     if (data / "synth_aligned.npz").exists() and labels_current(data / "synth_aligned.json"):
         return None
     if importlib.util.find_spec("pocketsphinx") is None:
@@ -43,8 +42,6 @@ def ensure(data: Path) -> str | None:
 
 
 def _predict(model, mel_all: np.ndarray, lengths: np.ndarray):
-    from bridge.bench.lipsync_scoring import predict_utterance
-
     start = 0
     for n in lengths:
         yield (slice(start, start + n), *predict_utterance(model, mel_all[start:start + n]))
@@ -54,8 +51,6 @@ def _predict(model, mel_all: np.ndarray, lengths: np.ndarray):
 def score(model, data: Path) -> dict:
     """Per group (same_text, and per recorded group within it; eval_all): exact labels on every utterance,
     exact and forced labels on the utterances the aligner could align."""
-    from bridge.bench.lipsync_scoring import lipsync_metrics
-
     meta = json.loads((data / "synth_aligned.json").read_text())
     with np.load(data / "synth_aligned.npz") as z:
         lengths = z["lengths"]

@@ -2,6 +2,7 @@
 by `bench lipsync`, its forced-alignment comparison and the tools that label or train."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,14 +14,13 @@ REAL_LABELS_VERSION = 3
 
 
 def labels_current(json_path: Path) -> bool:
-    import json
-
     return json_path.exists() and json.loads(json_path.read_text()).get("labels_version") == REAL_LABELS_VERSION
 
 
 def predict_utterance(model, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(viseme per frame, mouth weights per frame) of one utterance from a fresh state, the model's lookahead
     filled with silence at the end so every frame is answered."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.audio import features
 
     pad = np.full((model.lookahead, features.N_MELS), np.log(features.LOG_FLOOR), np.float32)
@@ -32,6 +32,7 @@ def predict_utterance(model, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def lipsync_metrics(pred_vis: np.ndarray, pred_mouth: np.ndarray, tgt_vis: np.ndarray, tgt_mouth: np.ndarray) -> dict:
     """Viseme frame accuracy, mouth-weight MAE and correlation per channel, and mouth opening in silence
     (frames whose target is the rest pose)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.audio.visemes import MOUTH_CHANNELS
 
     jaw = MOUTH_CHANNELS.index("jawOpen")

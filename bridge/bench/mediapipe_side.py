@@ -21,11 +21,13 @@ import json
 import sys
 import time
 
+import numpy as np
+
 
 def main() -> int:
+    # MediaPipe's own venv: its cv2 and mediapipe, imported once the worker runs
     import cv2
     import mediapipe as mp
-    import numpy as np
 
     mesh = frames = None
     for line in sys.stdin:

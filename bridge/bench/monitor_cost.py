@@ -20,6 +20,8 @@ cost on this machine with the bridge CPU-bound and nothing else running.
 """
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -77,6 +79,7 @@ def _tree_cpu_s(pid: int) -> float:
 
 
 def _one(mode: str, args, client: str) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.pipeline import PipelineOptions
     from bridge.runtime.session import BridgeSession, OutputConfig, RunConfig
 
@@ -175,6 +178,7 @@ def _has_playwright() -> bool:
 
 # --- the watchers, each run as its own process: `python -m bridge.bench.monitor_cost chromium|ws URL` ---------------
 def _watch_chromium(url: str) -> None:
+    # optional: playwright and its browser (the test extra)
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -188,9 +192,7 @@ def _watch_chromium(url: str) -> None:
 
 
 def _watch_ws(url: str) -> None:
-    import asyncio
-    import json
-
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import aiohttp
 
     async def watch():

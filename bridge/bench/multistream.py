@@ -3,6 +3,7 @@ through the batched tracker at p99 <= 20 ms, with frames already on the GPU, cop
 uploaded from the host as they arrive; and where the time of one pass goes."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import time
@@ -11,6 +12,10 @@ import numpy as np
 
 from bridge.bench.common import percentiles, reporter, torch_cuda
 from bridge.engines.shipped import sample_frames
+from bridge.fsutil import atomic_write_json
+from bridge.serving.runners import make_runners
+from bridge.serving.torch_runner import capture_graphs
+from bridge.serving.tracker import RESULT_WIDTH, BatchedFaceTracker
 
 P99_LIMIT_MS = 20.0
 FPS = 30.0
@@ -21,6 +26,7 @@ _say = reporter("engines")
 
 def _warm_up(tracker, frames_dev, num_streams: int) -> None:
     """Detect every stream once, then one tracked pass: trials measure the steady state."""
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
 
     all_streams = torch.arange(num_streams, device=frames_dev.device)
@@ -37,9 +43,8 @@ def _warm_up(tracker, frames_dev, num_streams: int) -> None:
 def _trial_setup(tracker_for, frames_dev, num_streams: int, seed: int):
     """A trial's tracker, random source, stream phases (evenly spread over one frame period), per-stream frame
     counters and the pinned host rows the results come back to."""
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
-
-    from bridge.serving.tracker import RESULT_WIDTH
 
     result_host = torch.empty((num_streams, RESULT_WIDTH), dtype=torch.float32)
     if frames_dev.device.type == "cuda":
@@ -64,6 +69,7 @@ def _trial(num_streams: int, seconds: float, tracker, latencies, batch_sizes, pa
 
 def _lose_some(tracker, ready: np.ndarray, rng, fraction: float, device) -> None:
     """Occlusions: a few streams lose the face and need the detector again."""
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
 
     lost = ready[rng.random(len(ready)) < fraction]
@@ -76,6 +82,7 @@ def simulate_streams(tracker_for, frames_dev, num_streams: int, seconds: float, 
     """N streams at 30 fps with evenly spread phases; each pass takes every frame that has arrived (one per
     stream) and runs the batched pipeline; latency = results back on the host - frame arrival.
     from_host: the frames in pinned host memory, uploaded one copy each when their pass starts."""
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
 
     tracker, rng, phases, next_k, result_host = _trial_setup(tracker_for, frames_dev, num_streams, seed)
@@ -125,8 +132,7 @@ def simulate_streams_uploading_on_arrival(tracker_for, frames_dev, num_streams: 
     on a copy stream into its stream's slot on the device, while the GPU runs the current pass (copy engines and
     compute overlap); a pass then gathers its frames from the slots with one device-side copy. The host never
     blocks on a pass: it polls the pass's event and keeps uploading meanwhile."""
-    import contextlib
-
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
 
     tracker, rng, phases, next_k, result_host = _trial_setup(tracker_for, frames_dev, num_streams, seed)
@@ -202,10 +208,8 @@ def multistream_runners(args, gpu_ort: bool) -> list[str]:
 
 
 def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32") -> dict:
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
-
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
 
     max_n = args.max_streams
     device = "cuda" if runner.endswith("-cuda") else "cpu"
@@ -242,8 +246,6 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
 
     def checkpoint(partial: dict) -> None:  # every trial on disk as it ends: a run cut short keeps what it measured
         if getattr(args, "json", None):
-            from bridge.fsutil import atomic_write_json
-
             partial = {**partial, "compiled_graphs": _compiled_graphs()}
             atomic_write_json(args.json + ".partial", {"multistream_in_progress": {f"{runner}-{precision}": partial}})
 
@@ -287,6 +289,7 @@ def multistream_section(args, runner: str = "torch-cuda", precision: str = "fp32
 def _compiled_graphs() -> int:
     """Graphs torch.compile made in this process: one per compiled model while the batch stays dynamic as meant;
     more means a model compiled again for some batch size (slow starts, and a sign to investigate)."""
+    # optional extra: torch (gpu), about 1.5 s to import
     from torch._dynamo.utils import counters
 
     return counters["stats"].get("unique_graphs", 0)
@@ -297,6 +300,7 @@ def stage_breakdown(tracker_for, frames_dev, batches: list[int]) -> dict:
     float32 crops, captured as one CUDA graph, so no launch overhead counts), then the whole pass. The models run on
     fewer items than the pass holds frames except iris (two eyes a face); the detector runs only on the few frames
     that lost their face, and what the models leave of the whole pass is crops, features and bookkeeping."""
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
 
     out = {}
@@ -320,13 +324,13 @@ def stage_breakdown(tracker_for, frames_dev, batches: list[int]) -> dict:
 def _model_ms(runner, x) -> float:
     if not hasattr(runner, "eager"):  # ORT CUDA: its own call is how the pass runs it
         return _cuda_ms(lambda: runner(x))
-    from bridge.serving.torch_runner import capture_graphs
 
     graph, _ = capture_graphs([len(x)], lambda _: runner.eager(x))[len(x)]
     return _cuda_ms(graph.replay)
 
 
 def _cuda_ms(fn, runs: int = 20) -> float:
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
 
     fn()

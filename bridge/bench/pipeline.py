@@ -14,6 +14,7 @@ MediaPipe FaceMesh on the same frames and core, taking turns (side_by_side.py).
 """
 from __future__ import annotations
 
+import argparse
 import os
 import queue
 import threading
@@ -23,8 +24,9 @@ import numpy as np
 
 from bridge.bench import monitor_cost
 from bridge.bench.common import comma_list, percentiles, positive_int, reporter, table
-from bridge.bench.side_by_side import PERIODIC
+from bridge.bench.side_by_side import PERIODIC, mediapipe_python, run_side_by_side
 from bridge.engines.select import BACKENDS
+from bridge.errors import FaceBridgeError
 
 CONFIGS = ("one_core", "two_stage")
 PROGRESS_EVERY = 50  # frames between progress lines
@@ -64,8 +66,6 @@ def add_arguments(p) -> None:
 
 def _frame_rate(text: str) -> float:
     """--pace: 0 (frame after frame) or a frame rate up to 1000."""
-    import argparse
-
     try:
         fps = float(text)
     except ValueError:
@@ -125,19 +125,16 @@ def _two_stage(pipeline, frames, n, report=None) -> tuple[list, list, float]:
 def run(args) -> dict:
     if args.monitor:
         return monitor_cost.run(args)
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.pipeline import FacePipeline, PipelineOptions
     from bridge.sources.files import SampleSource
 
     if args.core is not None:
         if not hasattr(os, "sched_setaffinity"):
-            from bridge.errors import FaceBridgeError
-
             raise FaceBridgeError("--core needs Linux (sched_setaffinity)", "pin the process with your OS's tool")
         try:
             os.sched_setaffinity(0, {args.core})
         except (OSError, ValueError) as e:
-            from bridge.errors import FaceBridgeError
-
             raise FaceBridgeError(f"--core {args.core} cannot be used ({getattr(e, 'strerror', None) or e})",
                                   f"give a core between 0 and {(os.cpu_count() or 1) - 1}") from None
     with SampleSource(realtime=False, loop=True) as src:
@@ -145,14 +142,13 @@ def run(args) -> dict:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     results, side = {}, None
     if args.against_mediapipe:
-        from bridge.bench.side_by_side import mediapipe_python, run_side_by_side
-
         python = mediapipe_python(args.mediapipe_python)
         _say("side by side with MediaPipe: loading the models")
         pipeline = FacePipeline(PipelineOptions(backend=args.backend, threads=1, cpu_precision=args.cpu_precision,
                                                 landmarks=args.landmarks))
         side = run_side_by_side(pipeline, frames, args.frames, python, args.mediapipe_variants.split(","),
                                 pace_fps=args.pace, without=tuple(args.without), deferred=not args.inline_deferred)
+        # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
         from bridge.engines.fastest import CHOSEN
 
         side |= {"cores": cores, "backends": _backends(pipeline), "landmarks": pipeline.landmark_path,

@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from bridge.bench.common import percentiles
+from bridge.frame import ARKIT_NAMES
 
 MODELS = ("face_landmark", "iris_landmark", "emotion", "regressor")
 
@@ -32,6 +33,7 @@ def add_arguments(p) -> None:
 
 
 def configurations() -> list[tuple[str, str]]:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines import check_available
 
     configs = [("onnxruntime", "f32")]
@@ -53,6 +55,7 @@ class _Recorder:
 
 
 def _pipeline(backend: str, precision: str, smoothing: bool = False):
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.pipeline import FacePipeline, PipelineOptions
 
     return FacePipeline(PipelineOptions(backend=backend, cpu_precision=precision, threads=1, smoothing=smoothing))
@@ -106,8 +109,6 @@ def _frame_errors(ref: list, out: list) -> dict:
 
 
 def _worst(diffs) -> dict:
-    from bridge.frame import ARKIT_NAMES
-
     per_shape = np.max(np.stack(diffs), axis=0)
     i = int(np.argmax(per_shape))
     return {"name": ARKIT_NAMES[i], "max": round(float(per_shape[i]), 4)}
@@ -172,6 +173,7 @@ def _pipeline_speed(pipelines: dict, frames: list, chunk: int = 30) -> dict:
 
 
 def run(args) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.precision import cpu_has_native_bf16
     from bridge.sources.files import SampleSource
 

@@ -14,19 +14,27 @@ camera's hardware encoder would; `encode_ms` says what a software encode costs h
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
+import concurrent.futures
 import heapq
 import multiprocessing as mp
 import os
 import re
 import resource
 import shlex
+import signal
+import subprocess
+import sys
 import threading
 import time
 
+import cv2
 import numpy as np
 
 from bridge.bench.common import exit_text, percentiles, reporter
+from bridge.engines.shipped import sample_frames
+from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_json
 
 P99_LIMIT_MS = 20.0
@@ -88,8 +96,6 @@ def add_arguments(p) -> None:
 def _wires(text: str) -> list[str]:
     wires = [w.strip() for w in text.split(",") if w.strip()]
     if not wires or any(w not in WIRES for w in wires):
-        import argparse
-
         raise argparse.ArgumentTypeError(f"{text!r}: give track, many, or both as track,many")
     return list(dict.fromkeys(wires))
 
@@ -111,6 +117,7 @@ def _host_path(threads: dict) -> dict:
 
 def _cpu_seconds(pids: list[int]) -> dict[int, float]:
     """User + system CPU seconds of each process still alive (a killed replica drops out of the sum)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.runtime.thread_cpu import stat_cpu_seconds
 
     out = {}
@@ -127,6 +134,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     """One face stream for the whole trial; when its call breaks (a replica killed) it reconnects to the next
     address and goes on. `moved` counts replica changes inside one call: it must stay 0. With `in_flight` K, a
     frame due while K of this call's frames are unanswered (served, or reported dropped) is not sent: `held`."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
@@ -220,6 +228,7 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
     as `_one_stream` (no reconnects: a broken call is reported in every stream's `error`). The load generator of
     the batched wire keeps its own Python small: requests are built as bytes (client.ManyRequests: no message
     object an item) and sent as they are, responses parsed in one call each."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.serving.client import TRACK_MANY, ManyRequests
 
@@ -287,6 +296,7 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
 
 def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results, in_flight=0,
                     wire="track"):
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
 
     import bridge.grpc.gen.facebridge_pb2_grpc  # noqa: F401 - imported before the CPU count starts: the client's
@@ -322,6 +332,7 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
 def _status_snapshot(addresses) -> dict:
     """Each server's garbage-collector counters and CPU by thread (GetServeStatus), by address; a server that does
     not answer is left out (a replica killed on purpose, an older server)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
 
     from bridge.grpc.gen import facebridge_pb2 as pb
@@ -343,6 +354,7 @@ def _status_snapshot(addresses) -> dict:
 def _threads_during(before: dict, after: dict, frames: int) -> dict:
     """The servers' CPU in the measured window by thread group, in ms a frame served in it (summed over the
     servers)."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.runtime.thread_cpu import cpu_between
 
     total: dict[str, float] = {}
@@ -384,9 +396,6 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     measured_unix = [round(t0 + args.warmup + to_unix, 3), round(t0 + args.seconds + to_unix, 3)]
     killed = None
     if args.kill_replica_at is not None and len(pids) > 1:
-        import signal
-        import threading
-
         def kill():
             nonlocal killed
             killed = pids[1]
@@ -510,7 +519,6 @@ def _start_servers(args, max_streams: int):
     by side: (processes, addresses, server pids)."""
     count = 1 if args.ray_replicas else max(1, args.server_processes)
     share = -(-max_streams // count)  # each takes its share of the streams (round-robin over the addresses)
-    import concurrent.futures
 
     with concurrent.futures.ThreadPoolExecutor(count) as pool:  # models load and compile in parallel
         started = list(pool.map(lambda i: _start_server(args, share, tag=f"[{i}] " if count > 1 else ""),
@@ -521,9 +529,6 @@ def _start_servers(args, max_streams: int):
 
 def _start_server(args, max_streams: int, tag: str = ""):
     """A `facebridge serve` process (or Ray replicas): (process, addresses, server pids)."""
-    import subprocess
-    import sys
-
     extra = shlex.split(args.serve_args)
     defaults = [("--quiet",), ("--grpc", "127.0.0.1:0" if not args.ray_replicas else "127.0.0.1:50461"),
                 ("--runners", args.runners), ("--max-streams", str(max_streams)),
@@ -553,22 +558,17 @@ def _start_server(args, max_streams: int, tag: str = ""):
 
 
 def run(args) -> dict:
-    import cv2
-
-    from bridge.engines.shipped import sample_frames
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.serving.client import encode_jpeg
 
     counts = [int(x) for x in args.streams.split(",") if x.strip()]
     if args.in_flight < 0:
-        from bridge.errors import FaceBridgeError
-
         raise FaceBridgeError(f"--in-flight {args.in_flight} is negative",
                               "give 0 to send every frame, or K >= 1 frames unanswered at most")
     clip = [cv2.cvtColor(f, cv2.COLOR_RGB2BGR) for f in sample_frames(60, step=1)]
     t = time.perf_counter()
     jpegs = [encode_jpeg(f, args.quality) for f in clip]
     encode_ms = (time.perf_counter() - t) * 1000.0 / len(clip)
-    import signal
 
     def stop_on_sigterm(*_):  # a time limit's SIGTERM still stops the servers (they run in their own sessions)
         raise SystemExit(143)
@@ -621,8 +621,6 @@ def run(args) -> dict:
 def _stop_all(grace_s: float = 15.0) -> None:
     """SIGTERM to every server this bench started, at once; what has not ended within `grace_s` is killed with
     its process group."""
-    import signal
-
     procs = [p for p in _STARTED if p.poll() is None]
     _STARTED.clear()
     for proc in procs:
@@ -639,6 +637,7 @@ def _stop_all(grace_s: float = 15.0) -> None:
 def _gpu_name(runners: str) -> str | None:
     if runners == "cpu":
         return None
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.gpu import probe_gpu
 
     gpu = probe_gpu().gpu

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from bridge.bench.common import percentiles, reporter
+from bridge.models.registry import default_registry
 
 _say = reporter("swap")
 KINDS = ("adapter", "model")  # lip-sync adapter release, face model (face_landmark) release
@@ -75,8 +76,8 @@ class _Receiver(threading.Thread):
 
 def _prepare(work: Path, kind: str, env: dict) -> tuple[Path, Path, Path, str]:
     """Keys, a repository with releases 1 (baseline) and 2 (the swap), and a device bootstrapped on release 1."""
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.audio.lipsync import load_adapter, save_adapter
-    from bridge.models.registry import default_registry
 
     keys, repo, state = work / "keys", work / "repo", work / "state"
     _fedagent("keys", "init", "--dir", str(keys), env=env)
@@ -97,6 +98,7 @@ def _prepare(work: Path, kind: str, env: dict) -> tuple[Path, Path, Path, str]:
 
 
 def _one(backend: str, kind: str, seconds: float) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.pipeline import PipelineOptions
     from bridge.runtime.session import BridgeSession, OutputConfig, RunConfig
 
@@ -159,6 +161,7 @@ def _one(backend: str, kind: str, seconds: float) -> dict:
 
 
 def run(args) -> dict:
+    # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines import check_available
 
     out = {"runs": []}

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import platform
 import sys
 import time
 from pathlib import Path
 
+from bridge import console
 from bridge.argparsing import output_file
+from bridge.bench.common import figures_table
 from bridge.fsutil import atomic_write_json
 
 BENCHES = {
@@ -32,8 +35,6 @@ BENCHES = {
 
 
 def machine_info() -> dict:
-    import os
-
     return {"machine": platform.machine(), "processor": platform.processor() or platform.machine(),
             "cpu_count": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
 
@@ -45,13 +46,7 @@ def add_parser(sub) -> None:
     for kind, (module_name, help_text) in BENCHES.items():
         kp = kinds.add_parser(kind, help=help_text, description=help_text)
         kp.add_argument("--json", metavar="OUT", type=output_file, help="write the results to this JSON file")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as e:
-            if e.name != module_name:
-                raise
-            kp.set_defaults(func=lambda args, k=kind: print(f"bench {k}: not built yet") or 2)
-            continue
+        module = importlib.import_module(module_name)
         module.add_arguments(kp)
         kp.set_defaults(func=lambda args, m=module, k=kind: _run(k, m, args))
     p.set_defaults(func=lambda args: p.print_help() or 2)
@@ -80,7 +75,6 @@ def _run(kind: str, module, args) -> int:
     if hasattr(module, "summary"):
         text = module.summary(results)
     else:  # a table of the figures measured (units from the keys) and what the run was
-        from bridge.bench.common import figures_table
 
         text = figures_table(results)
     if not any(line.startswith("verdict:") for line in (text or "").splitlines()):
@@ -100,7 +94,5 @@ def _run(kind: str, module, args) -> int:
         if text:
             print(text, file=sys.stderr)
     if interrupted:
-        from bridge import console
-
         return console.interrupted("facebridge")
     return 0

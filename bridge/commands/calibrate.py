@@ -2,9 +2,14 @@
 camera: calibrating from the bundled sample (someone else's face) happens only when asked with --source sample."""
 from __future__ import annotations
 
+import json
 import sys
+import time
 
+from bridge.calibration import CalibrationProfile
 from bridge.commands.run import add_pipeline_arguments, pipeline_options
+from bridge.errors import FaceBridgeError
+from bridge.mapping import load_mapping, parse_mapping
 
 
 def add_parser(sub) -> None:
@@ -27,8 +32,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bridge.calibration import CalibrationProfile
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.pipeline import FacePipeline
     from bridge.sources import open_source
 
@@ -39,8 +43,6 @@ def run(args) -> int:
             return 1
         print(f"{profile.path()}: {profile.frames} frames, identity {len(profile.identity)} coefficients")
         if profile.mapping:
-            import json
-
             print(f"mapping (docs/MAPPING.md): {json.dumps(profile.mapping)}")
         return 0
     if args.mapping:
@@ -50,6 +52,7 @@ def run(args) -> int:
     if args.frames < 5:
         raise FaceBridgeError(f"--frames {args.frames} is too few to measure a neutral face", "use 30 or more")
     if args.source in (None, "", "auto"):
+        # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
         from bridge.sources.camera import camera_available
 
         if not camera_available(0):
@@ -81,14 +84,10 @@ def run(args) -> int:
 
 def _profile_or_new(subject: str):
     """The subject's stored profile, or a new one holding no neutral offset (a mapping alone changes nothing else)."""
-    from bridge.calibration import CalibrationProfile
-
     return CalibrationProfile.load(subject) or CalibrationProfile(subject=subject)
 
 
 def store_mapping(subject: str, path: str) -> int:
-    from bridge.mapping import load_mapping
-
     mapping = load_mapping(path)
     profile = _profile_or_new(subject)
     profile.mapping = mapping.to_dict()
@@ -100,10 +99,7 @@ def store_mapping(subject: str, path: str) -> int:
 def calibrate_ranges(args) -> int:
     """Walk the user through the expressions (a camera) or read a clip that holds them all (a file), then store
     the gains in the subject's mapping (bridge/ranges.py)."""
-    import time
-
-    from bridge.errors import FaceBridgeError
-    from bridge.mapping import parse_mapping
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.pipeline import FacePipeline
     from bridge.ranges import STEP_SECONDS, STEPS, ranges_from_frames, step_shapes
     from bridge.sources import open_source

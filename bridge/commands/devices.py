@@ -10,8 +10,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
+    from bridge.errors import FaceBridgeError
     from bridge.sources.camera import list_cameras
 
+    if not 1 <= args.max_camera_index <= 64:
+        raise FaceBridgeError(f"--max-camera-index {args.max_camera_index} is out of range", "give 1 to 64")
     cameras = list_cameras(args.max_camera_index)
     print("Cameras:")
     if not cameras:
@@ -19,6 +23,7 @@ def run(args) -> int:
     for c in cameras:
         print(f"  camera:{c['index']}  {c['width']}x{c['height']}" + (f" @ {c['fps']:.0f} fps" if c["fps"] else ""))
     print("Audio inputs:")
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.audio.sources import list_input_devices
 
     inputs, reason = list_input_devices(with_reason=True)
@@ -31,10 +36,12 @@ def run(args) -> int:
         default = "  (default)" if d.get("default") else ""
         print(f"  mic:{d['index']}  {d['name']}  {d['channels']} ch  {d['samplerate']:.0f} Hz{default}")
     print("Inference backends (automatic order; `--backend auto` takes the first usable one):")
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.select import explain
 
     for a in explain("auto"):
         print(f"  {'yes' if a.ok else 'no ':3} {a.backend:17} {a.reason}")
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.precision import cpu_has_native_bf16
 
     native = ("this CPU computes bf16 natively (AMX / AVX512-BF16): --cpu-precision bf16 runs OpenVINO in bf16, "

@@ -4,7 +4,9 @@ from __future__ import annotations
 import sys
 import time
 
+from bridge.argparsing import folder_path
 from bridge.engines.base import EngineError
+from bridge.errors import FaceBridgeError
 
 
 def add_parser(sub) -> None:
@@ -15,7 +17,8 @@ def add_parser(sub) -> None:
 
     def common(q):
         q.add_argument("--backend", choices=("tensorrt-rtx", "tensorrt"), default="tensorrt-rtx")
-        q.add_argument("--cache-dir", metavar="DIR", help="engine cache (default ~/.cache/facebridge/engines)")
+        q.add_argument("--cache-dir", type=folder_path, metavar="DIR",
+                       help="engine cache (default ~/.cache/facebridge/engines)")
 
     b = verbs.add_parser("build", help="build engines for shipped models (all by default)")
     b.add_argument("models", nargs="*", help="model names or ONNX paths (default: every shipped model)")
@@ -38,6 +41,7 @@ def add_parser(sub) -> None:
 
 
 def _build(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.cache import EngineCache
     from bridge.engines.shipped import NOT_BUILDABLE, find_model, shipped_models
     from bridge.engines.tensorrt.flavour import load_flavour
@@ -71,6 +75,7 @@ def _build(args) -> int:
 
 
 def _list(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.cache import EngineCache
     from bridge.engines.select import explain
     from bridge.serving.runners import runner_availability
@@ -97,6 +102,7 @@ def _list(args) -> int:
 
 
 def _verify(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.tensorrt.verify import verify_cache
 
     problems = 0
@@ -107,9 +113,9 @@ def _verify(args) -> int:
 
 
 def _clear(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.cache import EngineCache
     from bridge.engines.shipped import shipped_models
-    from bridge.errors import FaceBridgeError
 
     cache = EngineCache(args.cache_dir)
     known = {m.name for m in shipped_models()} | {e.model for e in cache.entries()}

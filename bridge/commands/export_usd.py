@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from bridge.argparsing import output_file
+from bridge.commands.replay import repair_first
 from bridge.errors import FaceBridgeError
+from bridge.fsutil import escaped
 
 
 def add_parser(sub) -> None:
@@ -38,9 +40,8 @@ def _stop(signum, _frame):
 
 
 def run(args) -> int:
-    from bridge.commands.replay import repair_first
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.formats.take import TakeReader
-    from bridge.fsutil import escaped
     from bridge.usd_export import export_take
 
     def progress(done: int, total: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bridge import ports
 from bridge.argparsing import input_file
+from bridge.errors import FaceBridgeError
 
 
 def add_parser(sub) -> None:
@@ -21,11 +22,13 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.grpc.check import check_stream, report_lines
+    from bridge.listeners import split_address
 
     if args.frames < 1 or not args.timeout > 0:
         raise FaceBridgeError("--frames and --timeout must be positive", "for example --frames 30 --timeout 10")
+    split_address(args.address, "grpc-check", ports.GRPC)  # a port out of range is named, not wrapped around
     result = check_stream(args.address, token=args.token, tls_ca=args.tls_ca, frames=args.frames,
                           timeout_s=args.timeout)
     for line in report_lines(args.address, result):

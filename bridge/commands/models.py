@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from bridge.errors import FaceBridgeError
+from bridge.models import MANIFEST_PATH, model_entry, model_names
 
 
 def add_parser(sub) -> None:
@@ -25,7 +26,7 @@ def _tensors(tensors: list[dict]) -> str:
 
 def _list(args) -> int:
     """One block per model: readable in a narrow terminal and easy to grep."""
-    from bridge.models import MANIFEST_PATH, model_entry, model_names
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.models.check import shipped_checks
 
     names = model_names()
@@ -51,6 +52,7 @@ def _list(args) -> int:
 
 
 def _verify(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.models.check import find_checks, verify
 
     checks = find_checks(args.names)  # unknown names fail with the list of valid ones

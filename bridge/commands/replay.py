@@ -35,6 +35,7 @@ def add_parser(sub) -> None:
 
 
 def open_sinks(args) -> list[Sink]:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.runtime.session import OutputConfig, address_or_off, llf_targets, open_sinks
 
     outputs = OutputConfig(llf=llf_targets(args.llf, ports.LIVE_LINK_FACE), llf_subject=args.subject,
@@ -119,6 +120,7 @@ def replay(reader, sinks: list[Sink], speed: float = 1.0, loop: bool = False, or
 
 def repair_first(take: str, command: str) -> None:
     """`--repair`: rebuild the take's take.json and frames.csv from frames.jsonl, saying what changed."""
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.formats.take import repair_take
 
     report = repair_take(take)
@@ -128,6 +130,7 @@ def repair_first(take: str, command: str) -> None:
 
 
 def run(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.formats.take import TakeReader
 
     if not (args.speed > 0 and math.isfinite(args.speed)):

@@ -82,6 +82,7 @@ def camera_size(text: str) -> tuple[int, int]:
 
 
 def pipeline_options(args):
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.pipeline import PipelineOptions
 
     return PipelineOptions(backend=args.backend, cpu_precision=args.cpu_precision, subject=args.subject,
@@ -212,6 +213,7 @@ def add_parser(sub) -> None:
 
 
 def outputs_config(args):
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.runtime.session import OutputConfig, address_or_off, llf_targets
 
     return OutputConfig(
@@ -223,6 +225,7 @@ def outputs_config(args):
 
 
 def run_config(args):
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.runtime.session import RunConfig, address_or_off
 
     return RunConfig(source=args.source, fast=args.fast, camera_size=args.camera_size, camera_fps=args.camera_fps,
@@ -242,6 +245,7 @@ def run_config(args):
 
 
 def run(args) -> int:
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.runtime.options import run_warnings
     from bridge.runtime.session import BridgeSession
     from bridge.runtime.summary import summary_lines

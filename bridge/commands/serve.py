@@ -3,6 +3,7 @@ Argument parsing only: the server is bridge/runtime/serve.py, the scale-out brid
 from __future__ import annotations
 
 from bridge.engines.cuda_wait import SCHED_FLAGS
+from bridge.errors import FaceBridgeError
 
 DEFAULT_SERVE = "127.0.0.1:50061"
 
@@ -92,8 +93,6 @@ def add_parser(sub) -> None:
 
 
 def _sizes(text: str, flag: str = "--prewarm") -> tuple[tuple[int, int], ...]:
-    from bridge.errors import FaceBridgeError
-
     sizes = []
     for part in (p.strip() for p in text.split(",") if p.strip()):
         w, _, h = part.lower().partition("x")
@@ -104,7 +103,7 @@ def _sizes(text: str, flag: str = "--prewarm") -> tuple[tuple[int, int], ...]:
 
 
 def serve_config(args):
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.runtime.serve import ServeConfig
 
     if args.identity_workers < 1:
@@ -162,15 +161,18 @@ def serve_config(args):
 def run(args) -> int:
     config = serve_config(args)
     if args.ray_replicas:
+        # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
         from bridge.runtime.ray_serve import serve_on_ray
 
         return serve_on_ray(config, args.ray_replicas, address=args.ray_address, work_dir=args.ray_dir,
                             haproxy_config=args.haproxy_config, status=not args.quiet,
                             gpus_per_replica=args.ray_gpus_per_replica)
     if config.front_ends:
+        # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
         from bridge.runtime.serve_engine import serve_front_ends
 
         return serve_front_ends(config, status=not args.quiet, verbose=getattr(args, "verbose", False))
+    # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.runtime.serve import serve
 
     return serve(config, status=not args.quiet)

@@ -25,6 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from bridge.engines.base import EngineError
+from bridge.engines.cache import CPU_CHOICES, default_cache_dir
+from bridge.engines.select import check_available
+from bridge.engines.shipped import find_model, frames_as_input, value_range_of
+from bridge.fsutil import atomic_write_json
 
 CPU_BACKENDS = ("litert", "openvino", "onnxruntime")
 # Max |difference| to ONNX Runtime f32, as a share of max(1, |reference|): the tolerance of the backend-parity
@@ -74,8 +78,6 @@ def _key(model_path: Path, threads: int, precision: str, batch: int) -> str:
 def _feed(model_path: Path, session, batch: int) -> dict:
     """One input per model input: real sample frames for image inputs (in the model's value range), seeded noise
     for other float inputs, zeros for the rest; a dynamic first axis gets `batch`, other dynamic axes 1."""
-    from bridge.engines.shipped import find_model, frames_as_input, value_range_of
-
     rng, feed = np.random.default_rng(0), {}
     for spec in session.inputs:
         shape = tuple(d if isinstance(d, int) else (batch if i == 0 else 1) for i, d in enumerate(spec.shape))
@@ -150,8 +152,6 @@ def chosen_summary() -> str:
 
 
 def _store(cache_dir) -> Path:
-    from bridge.engines.cache import CPU_CHOICES, default_cache_dir
-
     return Path(cache_dir or default_cache_dir()) / CPU_CHOICES
 
 
@@ -182,9 +182,6 @@ def choose(model_path: Path, opener, threads: int = 1, precision: str = "f32", b
 
 
 def _measure_and_store(model_path: Path, opener, precision: str, batch: int, store: Path, key: str):
-    from bridge.engines.select import check_available
-    from bridge.fsutil import atomic_write_json
-
     sessions, skipped = {}, []
     for name in CPU_BACKENDS:
         available = check_available(name)

@@ -34,6 +34,7 @@ class GpuProbe:
 
 def _probe_cuda_bindings() -> GpuProbe | None:
     try:
+        # optional extra: cuda-bindings (gpu, tensorrt)
         from cuda.bindings import driver
     except ImportError:
         return None

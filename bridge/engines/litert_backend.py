@@ -17,19 +17,18 @@ from pathlib import Path
 
 import numpy as np
 
+from bridge import models
 from bridge.engines.base import EngineUnavailable
 from bridge.engines.litert_loading import litert_available, loaded_interpreters, manifest_specs
 
 
 def _companion(model_path: Path) -> tuple[Path, dict]:
     """The verified .tflite shipped for the ONNX model at `model_path`, and its manifest entry."""
-    from bridge.models import MODELS_DIR, manifest, verify_file
-
     model_path = Path(model_path).resolve()
-    for entry in manifest()["models"].values():
-        if (MODELS_DIR / entry["file"]).resolve() == model_path and "litert" in entry:
+    for entry in models.manifest()["models"].values():
+        if (models.MODELS_DIR / entry["file"]).resolve() == model_path and "litert" in entry:
             block = entry["litert"]
-            return verify_file(MODELS_DIR / block["file"], block["sha256"]), entry
+            return models.verify_file(models.MODELS_DIR / block["file"], block["sha256"]), entry
     raise EngineUnavailable(f"no .tflite ships for {model_path.name}", "use --backend openvino or onnxruntime")
 
 
@@ -41,8 +40,9 @@ def open_litert(model_path: str | Path, threads: int = 1):
     tflite, entry = _companion(Path(model_path))
     if entry["litert"].get("custom_ops") == "mediapipe":
         try:
+            # optional extra: litert's numba, which the custom ops' compiled loops need (litert_mediapipe_kernels.py)
             from bridge.engines.litert_mediapipe_ops import MediaPipeAttentionSession
-        except ImportError as e:  # numba: the custom ops' compiled loops (litert_mediapipe_kernels.py)
+        except ImportError as e:
             raise EngineUnavailable(f"{e.name or 'numba'} is not installed (MediaPipe's ops on LiteRT)",
                                     "pip install 'facebridge[litert]', or use --landmarks mesh+iris") from e
 
@@ -79,6 +79,7 @@ class LiteRtSession:
         """(interpreter, input index, output indices) resized to `batch`, checked once; None if it cannot be."""
         if batch in self._batch_interp:
             return self._batch_interp[batch]
+        # optional extra: litert
         from ai_edge_litert.interpreter import Interpreter
 
         found = None

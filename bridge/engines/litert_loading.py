@@ -22,6 +22,7 @@ def loaded_interpreters(models: list[dict], threads: int, what: str, fix: str) -
     """LiteRT interpreters of `models` (each the Interpreter's model_path= or model_content=), tensors allocated,
     their native chatter ("Created TensorFlow Lite XNNPACK delegate" on every load) logged at debug; a model LiteRT
     cannot load is EngineUnavailable naming `what`, with `fix`."""
+    # optional extra: litert
     from ai_edge_litert.interpreter import Interpreter
 
     try:

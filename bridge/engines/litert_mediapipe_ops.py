@@ -15,7 +15,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import flatbuffers
 import numpy as np
+from flatbuffers import flexbuffers
 
 import bridge.engines.litert_mediapipe_kernels as kernels
 from bridge.engines.base import EngineUnavailable
@@ -27,9 +29,8 @@ CROP = 16  # TransformTensorBilinear's output side
 
 def _cut(data: bytes):
     """(part A bytes, part B bytes, the three matrix ops' options, wiring by tensor name, final outputs)."""
-    import flatbuffers
+    # optional extra: litert
     from ai_edge_litert import schema_py_generated as schema
-    from flatbuffers import flexbuffers
 
     model = schema.ModelT.InitFromPackedBuf(bytearray(data), 0)
     graph, codes = model.subgraphs[0], model.operatorCodes

@@ -13,6 +13,7 @@ from __future__ import annotations
 def prelu_as_relu(model_bytes: bytes) -> bytes | None:
     """The model with every constant-slope PRelu rewritten, or None when there is none (or onnx is missing)."""
     try:
+        # optional extra: onnx (fed, tools), about 1.1 s to import
         import onnx
         from onnx import helper, numpy_helper
     except ImportError:

@@ -11,6 +11,9 @@ or without a twin chain, the model loads unchanged. The shipped file stays as it
 """
 from __future__ import annotations
 
+import numpy as np
+import onnxruntime as ort
+
 ROW_WISE = {"Add", "Sub", "Mul", "Div", "Erf", "Sigmoid", "Relu", "Tanh", "Neg", "Gemm", "MatMul"}
 
 
@@ -139,9 +142,6 @@ def _rewritten(model, pairs: dict, onnx, helper) -> bytes | None:
 
 def _same_outputs(original: bytes, rewritten: bytes) -> bool:
     """ONNX Runtime's outputs of both graphs are bit-identical on seeded inputs of 1 and 3 rows."""
-    import numpy as np
-    import onnxruntime as ort
-
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.log_severity_level = 3
@@ -166,6 +166,7 @@ def _same_outputs(original: bytes, rewritten: bytes) -> bool:
 def twin_passes_as_batch(model_bytes: bytes) -> bytes | None:
     """The model with its twin chains run as one batch of two, or None (no twins, not exact, or no onnx)."""
     try:
+        # optional extra: onnx (fed, tools), about 1.1 s to import
         import onnx
         from onnx import helper, numpy_helper
     except ImportError:

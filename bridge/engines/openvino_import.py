@@ -14,6 +14,7 @@ def import_openvino():
     """The openvino module, with openvino_telemetry blocked for this process; raises ImportError without it."""
     if "openvino" not in sys.modules:
         sys.modules.setdefault("openvino_telemetry", None)  # None: `import openvino_telemetry` fails, the stub runs
+    # optional extra: openvino
     import openvino
 
     return openvino

@@ -12,13 +12,13 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+from bridge.errors import FaceBridgeError
+
 CPU_PRECISIONS = ("f32", "bf16")
 DEFAULT_CPU_PRECISION = "f32"
 
 
 def check_cpu_precision(precision: str) -> str:
-    from bridge.errors import FaceBridgeError
-
     if precision not in CPU_PRECISIONS:
         raise FaceBridgeError(f"unknown CPU precision {precision!r}",
                               f"use --cpu-precision {' or '.join(CPU_PRECISIONS)}")
@@ -30,6 +30,7 @@ def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AMX-BF16 or AVX512-BF16): OpenVINO's own answer when
     OpenVINO is installed, else the kernel's CPU flags."""
     try:
+        # loaded on first use (bridge/engines/__init__.py says why)
         from bridge.engines.openvino_import import import_openvino
 
         return "BF16" in import_openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")

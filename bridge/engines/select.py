@@ -35,15 +35,18 @@ def check_available(backend: str) -> Availability:
 
 def _check(backend: str) -> str:
     if backend in ("tensorrt", "tensorrt-rtx"):
+        # loaded on first use (bridge/engines/__init__.py says why)
         from bridge.engines.tensorrt.flavour import load_flavour
         from bridge.engines.tensorrt.session import require_runnable
 
         flavour = load_flavour(backend)
         require_runnable(flavour)
+        # loaded on first use (bridge/engines/__init__.py says why)
         from bridge.engines.gpu import probe_gpu
 
         return f"{backend} {flavour.version} on {probe_gpu().gpu.describe()}"
     if backend == "onnxruntime-cuda":
+        # loaded on first use (bridge/engines/__init__.py says why)
         from bridge.engines.gpu import probe_gpu
         from bridge.engines.onnxruntime_backend import cuda_provider_available
 
@@ -54,12 +57,14 @@ def _check(backend: str) -> str:
             raise EngineUnavailable(f"no usable NVIDIA GPU ({probe.reason})", "use --backend onnxruntime")
         return f"CUDA execution provider on {probe.gpu.describe()}"
     if backend == "openvino":
+        # loaded on first use (bridge/engines/__init__.py says why)
         from bridge.engines.openvino_backend import openvino_available
 
         if not openvino_available():
             raise EngineUnavailable("openvino is not installed", "pip install 'facebridge[openvino]'")
         return "OpenVINO CPU"
     if backend == "litert":
+        # loaded on first use (bridge/engines/__init__.py says why)
         from bridge.engines.litert_backend import litert_available
 
         if not litert_available():

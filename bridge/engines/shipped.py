@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cv2
 import numpy as np
 
+from bridge.engines.base import EngineError
 from bridge.models import verify_file
 from bridge.models.registry import shipped_zoo
 
@@ -54,7 +56,6 @@ def find_model(name_or_path: str) -> ShippedModel:
     for model in shipped_models():
         if model.name == name_or_path:
             return model
-    from bridge.engines.base import EngineError
 
     names = ", ".join(m.name for m in shipped_models())
     raise EngineError(f"no shipped model or ONNX file named '{name_or_path}'", f"choose one of: {names}")
@@ -63,8 +64,6 @@ def find_model(name_or_path: str) -> ShippedModel:
 def sample_frames(count: int = 4, step: int = 15) -> list[np.ndarray]:
     """Real RGB frames (uint8 HxWx3) from the bundled sample clip, for parity checks and benchmarks: every
     `step`-th frame (15 = half a second apart, varied content; 1 = consecutive, real motion between frames)."""
-    import cv2
-
     clip = PACKAGE_DIR / "data" / "sample.mp4"
     frames = []
     capture = cv2.VideoCapture(str(clip))
@@ -88,8 +87,6 @@ def sample_frames(count: int = 4, step: int = 15) -> list[np.ndarray]:
 def frames_as_input(shape: tuple[int, ...], value_range: tuple[float, float] = (0.0, 1.0),
                     count: int = 4) -> np.ndarray:
     """Real frames resized to an NCHW (or NHWC) item shape, scaled to `value_range`, as a float32 batch."""
-    import cv2
-
     nchw = shape[0] in (1, 3)
     channels, height, width = shape if nchw else (shape[2], shape[0], shape[1])
     batch = []

@@ -52,9 +52,14 @@ class ModelContract:
         """The first row of the role's output (its slice), float32, or None when the model does not give it."""
         if role not in self.outputs:
             return None
+        return self.pick_rows(role, values)[0].copy()
+
+    def pick_rows(self, role: str, values: dict[str, np.ndarray]) -> np.ndarray:
+        """Every row of the role's output (its slice): (rows, width) float32 (a batch of many faces' outputs)."""
         name, sl = self.outputs[role]
-        v = np.asarray(values[name], dtype=np.float32).reshape(np.asarray(values[name]).shape[0], -1)[0]
-        return v[sl[0]:sl[1]].copy() if sl else v.copy()
+        v = np.asarray(values[name], dtype=np.float32)
+        v = v.reshape(v.shape[0], -1)
+        return v[:, sl[0]:sl[1]] if sl else v
 
 
 def _bad(path: Path, problem: str) -> ModelError:

@@ -146,7 +146,8 @@ class MorphableModel:
         return self.points_from(base[1], weights)
 
     def identity_points(self, identity: np.ndarray) -> np.ndarray:
-        """The identity's part of face_points: (1404,) flat model-space points of the neutral expression."""
+        """The identity's part of face_points: (1404,) flat model-space points of the neutral expression; of n
+        identities (n, 101), (n, 1404)."""
         return self._neutral468 + identity @ self._id468
 
     def points_from(self, base: np.ndarray, weights: np.ndarray) -> np.ndarray:

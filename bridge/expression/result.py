@@ -4,10 +4,10 @@ for one face (`finish_face`: ExpressionEstimator, `facebridge run`) and for the 
 (`finish_rows`, the same `finish_face` row by row: ExpressionRows, `facebridge serve`).
 
 The functions are plain numpy and math over one face, in the subset of Python numba compiles: where numba is
-installed, result_compiled.py compiles these same functions (both paths run the compiled ones, about a fifth of
-numpy's per-call cost on arrays of 468 points); without it they run as written. The quantities are model.py's
-(solve_translation, project, cv2.Rodrigues of the head and eye rotations, ict_expression, jaw_rotation) in fewer
-steps: to rounding, not bit for bit (tests/expression/test_result.py).
+installed, result_compiled.py compiles these same functions and both paths run the compiled ones; without it they
+run as written. The quantities are model.py's (solve_translation, project, cv2.Rodrigues of the head and eye
+rotations, ict_expression, jaw_rotation) in fewer steps: to rounding, not bit for bit
+(tests/expression/test_result.py).
 """
 from __future__ import annotations
 

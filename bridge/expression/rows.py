@@ -2,8 +2,8 @@
 arithmetic each stream's ExpressionEstimator.estimate_outputs runs for its own face (result.py's finish_face, row
 by row in result.finish_rows: compiled where numba is), with what only a pass of rows needs around it.
 
-Each row keeps its subject's own ExpressionEstimator: its identity (read once a frame; its neutral points are the
-estimator's own, `identity_points`) and its identity refreshes (`observe`: inline, or on the shared refresher).
+Each row keeps its subject's own ExpressionEstimator: its identity (read once a frame, its neutral points kept here
+per row until it changes) and its identity refreshes (`observe`: inline, or on the shared refresher).
 Only the shipped model's contract with a head-rotation output is taken here (what the batched tracker runs); any
 other model goes through the estimator one face at a time.
 """
@@ -53,10 +53,14 @@ class ExpressionRows:
         self.math = result_math(self.model, compiled_loops)
         self._last_points = np.zeros((rows, 468, 2))  # the last reprojection (fills a few lost landmarks)
         self._has_last = np.zeros(rows, bool)
+        self._base = np.zeros((rows, 468 * 3))  # each row's model.identity_points
+        self._identity: list = [None] * rows  # the identity array each base was made from
         self.region_names = (*self.model.region_names, "tongue")
 
     def reset(self, rows) -> None:
         self._has_last[rows] = False
+        for row in np.atleast_1d(rows):
+            self._identity[int(row)] = None
 
     def finish(self, rows: np.ndarray, engines: list, landmarks: np.ndarray, outputs: dict[str, np.ndarray],
                sizes: np.ndarray) -> ExpressionBatch:
@@ -66,8 +70,8 @@ class ExpressionRows:
         n = len(rows)
         xy = np.array(landmarks[..., :2], dtype=np.float64)
         usable = self._fill_lost(rows, xy)
-        weights = unit_interval(_pick(contract, "blendshapes", outputs, n))
-        rot = head_matrix(*_pick(contract, "head_rotation", outputs, n)[:, :3].T.astype(np.float64))
+        weights = unit_interval(contract.pick_rows("blendshapes", outputs))
+        rot = head_matrix(*contract.pick_rows("head_rotation", outputs)[:, :3].T.astype(np.float64))
         focal = sizes[:, 0].astype(np.float64)
         centre = sizes.astype(np.float64) / 2.0
         for k in range(n):  # the frame's identity refresh (inline) comes before its identity is read, as there
@@ -75,7 +79,7 @@ class ExpressionRows:
                 engines[k].observe(weights[k], rot[k], xy[k], float(focal[k]), (float(centre[k, 0]),
                                                                                 float(centre[k, 1])))
         identities = [engine.identity for engine in engines]  # read once: a refresher may replace them meanwhile
-        points = model.points_from(np.stack([e.identity_points(i) for e, i in zip(engines, identities)]), weights)
+        points = model.points_from(self._bases(rows, identities), weights)
         block = weights.astype(np.float64) @ math_.params
         eyes = np.ascontiguousarray(block[:, math_.eyes])
         t, rms = np.empty((n, 3)), np.empty((n, len(model.region_names)))
@@ -97,6 +101,17 @@ class ExpressionRows:
             eye_rotation_right=rotations[:, EYE_RIGHT].astype(f32),
             region_confidence=np.concatenate([np.round(region_confidence(rms), 4), np.zeros((n, 1))], 1),
             region_names=self.region_names)
+
+    def _bases(self, rows, identities) -> np.ndarray:
+        """Each row's model.identity_points, those of the rows whose identity changed made in one product (in a
+        stream's first second, and on every refresh, a row's identity changes: one product reads the identity basis
+        once for all of them, where one a row would read it once a row)."""
+        stale = [k for k, row in enumerate(rows) if self._identity[row] is not identities[k]]
+        if stale:
+            self._base[rows[stale]] = self.model.identity_points(np.stack([identities[k] for k in stale]))
+            for k in stale:
+                self._identity[rows[k]] = identities[k]
+        return self._base[rows]
 
     def _fill_lost(self, rows, xy) -> np.ndarray:
         """A few non-finite landmarks taken from the row's last reprojection; (n,) False where that cannot be: too
@@ -120,9 +135,3 @@ class ExpressionRows:
             xy[k] = self._last_points[rows[k]] if self._has_last[rows[k]] else STAND_IN
         return usable
 
-
-def _pick(contract, role: str, outputs: dict[str, np.ndarray], n: int) -> np.ndarray:
-    """ModelContract.pick over n rows: (n, width) float32."""
-    name, sl = contract.outputs[role]
-    v = np.asarray(outputs[name], dtype=np.float32).reshape(n, -1)
-    return v[:, sl[0]:sl[1]] if sl else v

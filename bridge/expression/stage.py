@@ -34,7 +34,7 @@ from bridge.expression.model import (
     load_model,
     rotvec_from_matrix,
 )
-from bridge.expression.result import region_confidence, result_math, unit_interval
+from bridge.expression.result import EYE_LEFT, EYE_RIGHT, HEAD, region_confidence, result_math, unit_interval
 from bridge.frame import MorphParams
 
 log = logging.getLogger(__name__)
@@ -346,14 +346,10 @@ class ExpressionEstimator:
 
     def identity_points(self, identity: np.ndarray) -> np.ndarray:
         """model.identity_points of this subject's identity, kept until it changes (the model is shared by every
-        stream; ExpressionRows reads each row's here)."""
-        base = self._points_base
-        if base is not None and base[0] is identity:
-            return base[2]
-        key = np.asarray(identity).tobytes()
-        if base is None or base[1] != key:
-            base = (identity, key, self.model.identity_points(identity))
-        self._points_base = (identity, base[1], base[2])
+        stream)."""
+        base = self._points_base  # one read: (identity, its bytes, its points)
+        if base is None or (base[0] is not identity and base[1] != np.asarray(identity).tobytes()):
+            base = self._points_base = (identity, np.asarray(identity).tobytes(), self.model.identity_points(identity))
         return base[2]
 
     def _rotation(self, c: ModelContract, out, xy, focal, centre, weights) -> np.ndarray:
@@ -386,7 +382,8 @@ class ExpressionEstimator:
         translation = t.astype(f32)
         morph = MorphParams(model_id=MODEL_ID, identity=identity[:self.model.num_ict_identity].copy(),
                             expression=block[math_.expression].astype(f32), jaw_rotation=block[math_.jaw].astype(f32),
-                            head_rotation=rotations[0].astype(f32), head_translation=translation,
-                            eye_rotation_left=rotations[1].astype(f32), eye_rotation_right=rotations[2].astype(f32))
+                            head_rotation=rotations[HEAD].astype(f32), head_translation=translation,
+                            eye_rotation_left=rotations[EYE_LEFT].astype(f32),
+                            eye_rotation_right=rotations[EYE_RIGHT].astype(f32))
         return ExpressionResult(blendshapes=weights, morph=morph, head_rotation=head_angles(rot).astype(np.float32),
                                 head_translation=translation.copy(), region_confidence=confidence)

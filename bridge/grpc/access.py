@@ -8,14 +8,17 @@ sink) and grpc.aio (`facebridge serve`): `BearerTokenInterceptor` / `AioBearerTo
 from __future__ import annotations
 
 import logging
+import ssl
 from pathlib import Path
+from urllib.parse import unquote
 
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from bridge.errors import SinkError
+from bridge.errors import FaceBridgeError, SinkError
 from bridge.listeners import bearer_matches, is_loopback  # noqa: F401 (is_loopback: the gRPC policy's name)
+from bridge.listeners import split_address as split_listener_address
 
 
 def check_token(token: str | None) -> None:
@@ -90,17 +93,17 @@ def peer_host(peer: str) -> str:
     kind, _, rest = peer.partition(":")
     if kind not in ("ipv4", "ipv6"):
         return ""
-    from urllib.parse import unquote
 
     host = unquote(rest).rpartition(":")[0]
     return host.strip("[]")
 
 
-def split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise SinkError(f"gRPC address {address!r} is not HOST:PORT", "use e.g. --grpc 127.0.0.1:50051")
-    return host, int(port)
+def split_address(address: str, option: str = "--grpc") -> tuple[str, int]:
+    """HOST:PORT of a gRPC listener, read as every listener's address is (bridge/listeners.py)."""
+    try:
+        return split_listener_address(address, option, "127.0.0.1:50051")
+    except FaceBridgeError as e:
+        raise SinkError(e.problem, e.fix) from None
 
 
 class Malformed:
@@ -163,8 +166,6 @@ def read_pem(path: str, option: str, kind: str) -> bytes:
 
 def check_pair(cert: str, key: str) -> None:
     """The certificate and key load together (the key is the certificate's), checked by Python's ssl."""
-    import ssl
-
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
     except ssl.SSLError as e:

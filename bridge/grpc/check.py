@@ -8,7 +8,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from bridge.errors import FaceBridgeError
+from bridge.grpc.gen import facebridge_pb2 as pb
+from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 
 
 @dataclass
@@ -22,11 +26,6 @@ class CheckResult:
 
 def check_stream(address: str, *, token: str | None = None, tls_ca: str | None = None, frames: int = 30,
                  timeout_s: float = 10.0) -> CheckResult:
-    import grpc
-
-    from bridge.grpc.gen import facebridge_pb2 as pb
-    from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
-
     if tls_ca:
         try:
             channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(Path(tls_ca).read_bytes()))
@@ -70,8 +69,6 @@ def check_stream(address: str, *, token: str | None = None, tls_ca: str | None =
 
 
 def _refused(address: str, e, timeout_s: float, result: CheckResult) -> FaceBridgeError:
-    import grpc
-
     code = e.code()
     if code == grpc.StatusCode.UNAVAILABLE:
         return FaceBridgeError(f"nothing answers gRPC on {address} ({e.details()})",

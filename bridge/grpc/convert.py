@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, MORPH_BLOCKS, VISEME_NAMES, FaceFrame, FaceFrames
+from bridge.frame import ARKIT_NAMES, EMOTION_NAMES, MORPH_BLOCKS, VISEME_NAMES, FaceFrame, FaceFrames, MorphParams
 from bridge.grpc.frame_wire import encode_frames
 from bridge.grpc.gen import facebridge_pb2 as pb
 
@@ -112,8 +112,6 @@ def _finite(x) -> float:
 def parse_frame(header: pb.StreamHeader, msg: pb.Frame):
     """facebridge.v1 messages -> FaceFrame (what a remote client hands its local sinks); inverts build_frame for
     every field the header describes (landmarks do not travel)."""
-    from bridge.frame import MorphParams
-
     out = FaceFrame(seq=int(msg.seq), t_capture=msg.capture_time, t_capture_mono=msg.source_time,
                     subject=msg.subject or header.subject, face_found=msg.face_found,
                     frame_rate=header.frame_rate or 30.0, model_versions=dict(header.model_versions))

@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from bridge.errors import ModelError
+from bridge.models.registry import ModelRegistry, read_manifest
 from bridge.models.verify import REBUILD_HINT, _verified, sha256_file, verify_file  # noqa: F401 (re-exported)
 
 MODELS_DIR = Path(__file__).resolve().parent
@@ -20,8 +21,6 @@ MANIFEST_PATH = MODELS_DIR / "manifest.json"
 @lru_cache(maxsize=1)
 def manifest() -> dict:
     """The parsed manifest: {"models": {name: entry}}. Each entry has at least file and sha256."""
-    from bridge.models.registry import read_manifest
-
     return read_manifest(MANIFEST_PATH, REBUILD_HINT)
 
 
@@ -39,6 +38,4 @@ def model_entry(name: str) -> dict:
 def model_path(name: str) -> Path:
     """Verified path of model `name`: its installed signed release (kind "model") if there is one, else the
     shipped file checked against its manifest sha256 (once per process)."""
-    from bridge.models.registry import ModelRegistry
-
     return ModelRegistry(zoo_dir=MODELS_DIR, zoo_manifest=MANIFEST_PATH).model_path(name)

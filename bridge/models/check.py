@@ -13,7 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from bridge import models
+from bridge.engines import create_session
 from bridge.errors import ModelError
+from bridge.models.registry import ModelRegistry
+from bridge.models.verify import verify_file
 
 
 @dataclass(frozen=True)
@@ -35,9 +39,6 @@ def _shapes(entry: dict) -> dict:
 
 def shipped_checks() -> list[ModelCheck]:
     """Every shipped model, the zoo first, each group by name."""
-    from bridge import models
-    from bridge.models.registry import ModelRegistry
-
     registry = ModelRegistry(zoo_dir=models.MODELS_DIR, zoo_manifest=models.MANIFEST_PATH)
     zoo = set(models.model_names())
     shipped = registry.shipped_models()
@@ -59,9 +60,6 @@ def find_checks(names: list[str]) -> list[ModelCheck]:
 
 def verify(check: ModelCheck) -> float:
     """sha256, load, one forward pass on zeros. Returns the run time in ms; raises ModelError."""
-    from bridge.engines import create_session
-    from bridge.models.verify import verify_file
-
     path = verify_file(check.path, check.sha256)
     shapes = _shapes(check.entry)
     try:

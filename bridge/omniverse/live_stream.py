@@ -107,6 +107,7 @@ class StageApplier:
     """Writes stream messages into a stage: one FaceRig per subject under `root` (default time, i.e. live)."""
 
     def __init__(self, stage, root: str = "/FaceBridge"):
+        # optional extra: usd (pxr)
         from pxr import UsdGeom
 
         self.stage = stage
@@ -128,7 +129,7 @@ class StageApplier:
         return entry[1] if entry else None
 
     def _on_header(self, header: pb.StreamHeader) -> None:
-        from bridge.omniverse.usd_face import FaceRig, prim_name
+        from bridge.omniverse.usd_face import FaceRig, prim_name  # optional extra: usd (pxr); the client runs without
 
         known = self._rigs.get(header.subject)
         if known and known[1].blend_shapes == list(header.curve_names):
@@ -142,6 +143,7 @@ class StageApplier:
         self._rigs[header.subject] = (header.layout_id, rig)
 
     def _on_frame(self, frame: pb.Frame) -> None:
+        # optional extra: usd (pxr)
         from pxr import Usd
 
         entry = self._rigs.get(frame.subject)

@@ -23,6 +23,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bridge.models.registry import ActiveModel, ModelRegistry
+from bridge.updates.reasons import Busy, UpdateRefused
+from bridge.updates.rollback import rollback
+
 log = logging.getLogger(__name__)
 
 STORE_WAIT_S = 2.0  # how long the rollback waits for an installer holding the store's lock
@@ -63,9 +67,6 @@ class ReleaseFallback:
         return True
 
     def _roll_back(self, model: str, release: int, version: str, why: str) -> None:
-        from bridge.updates.reasons import Busy, UpdateRefused
-        from bridge.updates.rollback import rollback
-
         swapped = self._swap_previous(model, release)
         deadline = time.monotonic() + STORE_WAIT_S
         while True:
@@ -95,8 +96,6 @@ class ReleaseFallback:
         """Ask for what the store will make active (the previous release, or the shipped model) at once, before the
         store's lock and writes: the stream waits for a build, never for the disk. False when the store's active
         release is no longer the failed one (another install came first: the watch swaps that in)."""
-        from bridge.models.registry import ModelRegistry
-
         registry = ModelRegistry(self.state_dir)
         try:
             installed = registry.installed(model)
@@ -110,8 +109,6 @@ class ReleaseFallback:
         return self._swap(model, target)
 
     def _shipped(self, model: str):
-        from bridge.models.registry import ActiveModel, ModelRegistry
-
         try:
             return ActiveModel(model, 0, "shipped", ModelRegistry(self.state_dir).shipped_path(model), None, None)
         except Exception as e:  # noqa: BLE001 - the model in use serves on; the line says why

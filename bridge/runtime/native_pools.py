@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 
+from bridge.blas_threads import single_threaded_blas
+
 log = logging.getLogger(__name__)
 ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")  # for libraries loaded after this
 
@@ -23,13 +25,13 @@ def pin_native_pools(torch_threads: int = 1) -> dict[str, int]:
     torch_threads: torch's intra-op pool (CPU runners: their --threads). Returns what each pool was set to."""
     for var in ENV_VARS:
         os.environ[var] = "1"
+    # after the environment above, which pools loaded from here on read
     import cv2
     import numpy  # noqa: F401 - its BLAS must be loaded to be found
 
-    from bridge.blas_threads import single_threaded_blas
-
     pinned = {}
     if single_threaded_blas():
+        # single_threaded_blas() found threadpoolctl installed
         from threadpoolctl import threadpool_info
 
         pinned.update({f"blas:{info['filepath'].rsplit('/', 1)[-1]}": info["num_threads"]
@@ -40,6 +42,7 @@ def pin_native_pools(torch_threads: int = 1) -> dict[str, int]:
     cv2.setNumThreads(1)
     pinned["opencv"] = cv2.getNumThreads()
     try:
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
     except ImportError:
         pass

@@ -13,8 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge import ports
+from bridge.audio.lipsync import load_adapter
 from bridge.errors import FaceBridgeError, SinkError
+from bridge.formats.livelinkface import check_subject as llf_check
+from bridge.mapping import MAX_HEAD_DEAD_ZONE
+from bridge.models import sha256_file
 from bridge.pipeline import PipelineOptions
+from bridge.updates.store import StateDir, default_state_dir
 
 DEFAULT_MONITOR = ports.MONITOR  # the monitor page, /metrics, /healthz, /readyz (docs/MONITOR.md)
 
@@ -47,8 +52,6 @@ def llf_targets(texts: list[str] | tuple[str, ...] | str | None, default: str) -
 def check_subject(subject: str) -> str:
     """The --subject name, or a one-line error when Unreal could not show it (empty, over 64 UTF-8 bytes,
     control characters): refused at start rather than failing every packet."""
-    from bridge.formats.livelinkface import check_subject as llf_check
-
     try:
         llf_check(subject)
     except SinkError as e:
@@ -62,11 +65,7 @@ def update_state_dir(spec: str | None) -> Path | None:
     if spec is None:
         return None
     if spec == "auto":
-        from bridge.updates.store import default_state_dir
-
         return default_state_dir()
-    from bridge.updates.store import StateDir
-
     path = Path(spec)
     StateDir(path).check(must_exist=True)  # the installer's own check of its folder
     return path
@@ -74,9 +73,6 @@ def update_state_dir(spec: str | None) -> Path | None:
 
 def checked_adapter(path: str, sha256: str | None) -> dict:
     """A local lip-sync adapter trial: its file hash must match what the user gave, its tensors must fit."""
-    from bridge.audio.lipsync import load_adapter
-    from bridge.models import sha256_file
-
     if not sha256 or len(sha256) < 12:
         raise FaceBridgeError("--adapter needs --adapter-sha256 (at least 12 hex digits of the file's sha256)",
                               f"run `sha256sum {path}` and pass what it prints")
@@ -208,8 +204,6 @@ def check_run_config(config: RunConfig) -> None:
     if config.camera_fps is not None and not 1 <= config.camera_fps <= 1000:
         raise FaceBridgeError(f"--camera-fps {config.camera_fps:g} is out of range", "give 1 to 1000, e.g. 30")
     if config.head_dead_zone is not None:
-        from bridge.mapping import MAX_HEAD_DEAD_ZONE
-
         if not 0.0 <= config.head_dead_zone <= MAX_HEAD_DEAD_ZONE:
             raise FaceBridgeError(f"--head-dead-zone {config.head_dead_zone:g} is out of range",
                                   f"give 0 (off) to {MAX_HEAD_DEAD_ZONE:g} degrees")

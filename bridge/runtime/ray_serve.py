@@ -14,12 +14,18 @@ import threading
 
 from bridge.errors import FaceBridgeError
 from bridge.runtime.serve import ServeConfig, build_server
+from bridge.serving import ray_app
+from bridge.serving.grpc_service import check_listen
+from bridge.serving.haproxy import start_haproxy
+from bridge.serving.ray_app import FaceServeReplica
+from bridge.serving.ray_cluster import LocalRayHead
 
 log = logging.getLogger(__name__)
 
 
 def _gpus_here() -> int:
     try:
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -30,20 +36,17 @@ def _gpus_here() -> int:
 def serve_on_ray(config: ServeConfig, replicas: int, address: str | None = None, work_dir: str | None = None,
                  haproxy_config: str | None = None, status: bool = True, gpus_per_replica: float | None = None,
                  haproxy_listen: str | None = None) -> int:
-    from bridge.serving.grpc_service import check_listen
-    from bridge.serving.ray_cluster import LocalRayHead
-
     check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)
     head = None
     if address is None:  # before `import ray`: it reads the loopback and token settings on import
         head = LocalRayHead(num_cpus=max(os.cpu_count() or 1, replicas + 1), num_gpus=_gpus_here(),
                             work_dir=work_dir)
     try:
+        # optional extra: serve (ray)
         import ray
     except ImportError:
         raise FaceBridgeError("Ray Serve is not installed", "pip install 'facebridge[serve]' (ray[serve] 2.60)") \
             from None
-    from bridge.serving import ray_app
 
     on_gpu = config.runners != "cpu"
     if gpus_per_replica is None:
@@ -64,8 +67,6 @@ def serve_on_ray(config: ServeConfig, replicas: int, address: str | None = None,
         addresses = [i["address"] for i in infos]
         pids = " ".join(f"pid {i['pid']}" for i in infos)
         if haproxy_config:
-            from bridge.serving.haproxy import start_haproxy
-
             host, _, port = config.grpc.rpartition(":")
             listen = haproxy_listen or f"{host}:{int(port) + replicas}"
             proxy = start_haproxy(haproxy_config, listen, addresses)
@@ -96,9 +97,8 @@ def build_app(args: dict):
     """The Serve application for a cluster that runs it itself (KubeRay's RayService `import_path:
     bridge.runtime.ray_serve:build_app`, `args` as in docs/kuberay-rayservice.yaml): replicas with the Track server
     on `port` of their pod, one GPU each by default."""
+    # optional extra: serve (ray)
     from ray import serve
-
-    from bridge.serving.ray_app import FaceServeReplica
 
     port = int(args.get("port", 50061))
     config = ServeConfig(grpc=f"{args.get('host', '0.0.0.0')}:{port}", runners=args.get("runners", "torch-cuda"),

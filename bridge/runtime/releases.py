@@ -16,7 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
+from bridge.audio.lipsync import LipSyncModel, model_bytes_with_adapter
+from bridge.engines import create_session
+from bridge.engines.cache import EngineCache
+from bridge.engines.shipped import ShippedModel, find_model
+from bridge.engines.tensorrt.flavour import load_flavour
+from bridge.engines.tensorrt.prepare import prepare_engine, spec_for
+from bridge.fsutil import atomic_write_bytes
+from bridge.models import sha256_file
+from bridge.models.registry import ModelRegistry
 from bridge.runtime.swap import ModelSwapper, SwapRefused, SwapRequest
+from bridge.updates.bundle import parse as parse_bundle
+from bridge.updates.smoke import read_npz, split_reference
+from bridge.updates.watch import ReleaseWatcher
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +39,6 @@ DEFAULT_TOLERANCE = (1e-3, 1e-3)  # atol, rtol when a release's bundle does not 
 def release_version(active) -> str:
     """How FaceFrame.model_versions names an installed release: 'r<counter>-<sha256 prefix of its main file>'."""
     main = active.adapter_path or active.model_path
-    from bridge.models import sha256_file
 
     return f"r{active.release}-{sha256_file(main)[:12]}"
 
@@ -36,7 +47,6 @@ def check_reference(run: Callable[[dict], dict], reference: Path | None, toleran
     """SwapRefused unless `run` reproduces every output of the release's reference (finite, within tolerance)."""
     if reference is None:
         return
-    from bridge.updates.smoke import read_npz, split_reference
 
     inputs, expected = split_reference(read_npz(reference, "reference.npz"))
     try:
@@ -58,12 +68,9 @@ def check_reference(run: Callable[[dict], dict], reference: Path | None, toleran
 def _tolerance(state_dir: Path, model: str) -> tuple[float, float]:
     """atol, rtol from the active release's signed bundle (kept in its slot), else the defaults."""
     try:
-        from bridge.models.registry import ModelRegistry
-        from bridge.updates.bundle import parse
-
         release = ModelRegistry(state_dir).installed(model)
         if release is not None:
-            bundle = parse((state_dir / "slots" / release.slot / "bundle.json").read_bytes())
+            bundle = parse_bundle((state_dir / "slots" / release.slot / "bundle.json").read_bytes())
             return bundle.atol, bundle.rtol
     except Exception as e:  # the registry re-verifies the files anyway; a missing bundle costs only tolerance
         log.debug("no tolerance from the bundle of %s: %s", model, e)
@@ -71,8 +78,6 @@ def _tolerance(state_dir: Path, model: str) -> tuple[float, float]:
 
 
 def lipsync_request(active, version: str, tolerance: tuple[float, float]) -> SwapRequest:
-    from bridge.audio.lipsync import LipSyncModel
-
     def build():
         return LipSyncModel(model_path=active.model_path, adapter=active.adapter_path, version=version)
 
@@ -83,8 +88,6 @@ def lipsync_request(active, version: str, tolerance: tuple[float, float]) -> Swa
 def session_request(active, version: str, tolerance: tuple[float, float], backend: str, cpu_precision: str
                     ) -> SwapRequest:
     """A face model: a new inference session on the bridge's backend, warmed on the reference inputs."""
-    from bridge.engines import create_session
-
     def build():
         return create_session(active.model_path, backend=backend, cpu_precision=cpu_precision)
 
@@ -100,8 +103,6 @@ class ReleaseWatch:
     def __init__(self, state_dir: Path, models: list[str], swapper: ModelSwapper, backend: str = "onnxruntime",
                  cpu_precision: str = "f32", on_release: Callable[[str, int], None] | None = None,
                  make_request: Callable[..., SwapRequest] | None = None) -> None:
-        from bridge.updates.watch import ReleaseWatcher
-
         self.state_dir, self.swapper = Path(state_dir), swapper
         self.make_request = make_request
         self.backend, self.cpu_precision = backend, cpu_precision
@@ -152,7 +153,6 @@ class ReleaseWatch:
         """Ask the swapper to build `active` (a registry ActiveModel) and swap it in; False when that version was
         refused before, or was the last one asked for (a fallback asks before the store says so)."""
         model = active.name
-        from bridge.models import sha256_file
 
         version = release_version(active) if active.release else sha256_file(active.model_path)[:12]
         with self._asked_lock:
@@ -177,14 +177,6 @@ def tensorrt_adapter_engine(weights: dict, flavour_name: str = "tensorrt-rtx", c
     (`TrtSession.refit`) instead of rebuilding. Where refittable builds are impossible (TensorRT-RTX needs a GPU to
     compile refittable layers) the engine is built with fixed weights and the cache entry says why; the key holds
     the new graph's sha256, so it never collides with the base engine."""
-    from bridge.audio.lipsync import model_bytes_with_adapter
-    from bridge.engines.cache import EngineCache
-    from bridge.engines.shipped import ShippedModel, find_model
-    from bridge.engines.tensorrt.flavour import load_flavour
-    from bridge.engines.tensorrt.prepare import prepare_engine, spec_for
-    from bridge.fsutil import atomic_write_bytes
-    from bridge.models import sha256_file
-
     flavour, cache = load_flavour(flavour_name), EngineCache(cache_dir)
     baked = model_bytes_with_adapter(weights)
     shipped = find_model("lipsync")

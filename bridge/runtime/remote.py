@@ -14,8 +14,11 @@ from __future__ import annotations
 import queue
 import time
 
+import grpc
+
 from bridge.errors import FaceBridgeError, RunEnded
 from bridge.frame import FaceFrame, Frame
+from bridge.serving.client import TrackClient, open_channel
 
 
 class RemoteFrameLost(FaceBridgeError):
@@ -25,15 +28,10 @@ class RemoteFrameLost(FaceBridgeError):
 class RemotePipeline:
     def __init__(self, address: str, subject: str = "FaceBridge", token: str | None = None,
                  tls_ca: str | None = None, encoding: str = "jpeg", timeout_s: float = 5.0) -> None:
-        from bridge.serving.client import TrackClient
-
         self.address = address
         self.encoding = encoding
         self.timeout_s = timeout_s
         self._versions: dict[str, str] = {}
-        import grpc
-
-        from bridge.serving.client import open_channel
 
         channel = open_channel(address, tls_ca)
         try:
@@ -137,8 +135,6 @@ class RemotePipeline:
 
     def _ended(self, error) -> RunEnded:
         """The stream's gRPC error as the one line that ends the run (a refused token is never retried)."""
-        import grpc
-
         code = error.code()
         if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
             return RunEnded(f"facebridge serve on {self.address} refused the token ({error.details()})",

@@ -152,14 +152,16 @@ class BridgeRunner:
             if self.max_frames is not None and self.stats.sent >= self.max_frames:
                 self._stop.set()  # enough sent: the frames still in flight are let through unsent
                 continue
-            for worker in self.workers:  # each sink sends from its own thread: none waits for another
-                worker.put(result)
+            # stamped before the hand-off: once a sink's thread holds the frame, its dict is that thread's to read
+            # (a key added later raced the recorder's serialisation; a take sometimes lacked it)
             now = time.perf_counter()
-            self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
-            self.stats.set_dropped("source", self.source.skipped)
             faces = faces_of(result)
             for face in faces:
                 face.latencies_ms["capture_to_send"] = (now - face.t_capture_mono) * 1000.0
+            for worker in self.workers:  # each sink sends from its own thread: none waits for another
+                worker.put(result)
+            self.stats.set_dropped("capture", sum(q.dropped for q in self._queues[:-1]))
+            self.stats.set_dropped("source", self.source.skipped)
             self.stats.frame_sent(faces[0].latencies_ms["capture_to_send"], now)
             self.stats.set_sink_dropped(self.sink_dropped())
             if self.on_frame is not None:

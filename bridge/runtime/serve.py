@@ -18,7 +18,25 @@ import threading
 import time
 from dataclasses import dataclass
 
+from bridge.calibration import CalibrationProfile
+from bridge.engines.cuda_wait import set_cuda_wait
 from bridge.errors import FaceBridgeError
+from bridge.expression.refresh import IdentityRefresher
+from bridge.expression.rows import takes
+from bridge.expression.stage import ExpressionEstimator
+from bridge.models import manifest
+from bridge.runtime.gc_pauses import GcPauses
+from bridge.runtime.gc_pauses import settle as settle_heap
+from bridge.runtime.native_pools import pin_native_pools
+from bridge.runtime.options import update_state_dir
+from bridge.runtime.serve_releases import PassGate, ServeReleases
+from bridge.serving.engine_link import RemoteService
+from bridge.serving.grpc_service import FaceServeServer, check_listen
+from bridge.serving.replies import PassReplies
+from bridge.serving.runners import make_runner, make_runners, role_models
+from bridge.serving.service import MultiStreamFaceService
+from bridge.serving.streams import StreamTable
+from bridge.stages.describe_rows import DescribeRows, MeasuredFaces
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +90,6 @@ class PassDescriber:
 
     def __init__(self, rows: int, smoothing: bool, calibration: bool, model_versions: dict[str, str],
                  refresher=None, on_pass=None) -> None:
-        from bridge.expression.rows import takes
-        from bridge.expression.stage import ExpressionEstimator
-        from bridge.stages.describe_rows import DescribeRows
-
         self._calibration, self._refresher = calibration, refresher
         self._on_pass = on_pass  # on_pass(faces): each pass's results, read by the releases' fallback
         outputs = ExpressionEstimator(session=False).contract
@@ -87,16 +101,11 @@ class PassDescriber:
 
     def open(self, subject: str) -> _Row:
         """A new stream's row; its identity refreshes go to the server's shared refresher."""
-        from bridge.calibration import CalibrationProfile
-        from bridge.expression.stage import ExpressionEstimator
-
         expression = ExpressionEstimator(session=False, refresher=self._refresher)  # the regressor ran batched
         profile = CalibrationProfile.load(subject) if self._calibration else None
         return _Row(self, self.rows.open(subject, expression, profile), expression)
 
     def describe(self, handles: list[_Row], frames, faces, sizes):
-        from bridge.stages.describe_rows import MeasuredFaces
-
         if self._on_pass is not None:
             self._on_pass(faces)
         measured = MeasuredFaces(found=faces.tracked, points=faces.landmarks, presence=faces.presence,
@@ -119,9 +128,6 @@ class _Row:
 
 def model_versions() -> dict[str, str]:
     """What the FaceFrames announce (the same as FacePipeline.model_versions for the shipped models)."""
-    from bridge.expression.stage import ExpressionEstimator
-    from bridge.models import manifest
-
     versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
     versions.update(ExpressionEstimator(session=False).model_versions)
     return versions
@@ -141,9 +147,6 @@ class BatchedModels:
 
     def make_service(self, frame_hw, num_streams: int, finish_pass):
         """The batched service of one frame size over these runners (its heap settled after the build)."""
-        from bridge.runtime.gc_pauses import settle as settle_heap
-        from bridge.serving.service import MultiStreamFaceService
-
         log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
         service = MultiStreamFaceService(num_streams, frame_hw, self.runners, device=self.device,
                                          graph_buckets=self.buckets if self.whole_pass else None,
@@ -166,7 +169,6 @@ def check_config(config: ServeConfig) -> None:
         raise FaceBridgeError(f"unknown runners {config.runners!r}", f"use one of {', '.join(RUNNER_KINDS)}")
     if config.max_streams < 1:
         raise FaceBridgeError("--max-streams must be at least 1", "pass the number of face streams to serve")
-    from bridge.serving.grpc_service import check_listen
 
     check_listen(config.grpc, config.token, config.tls_cert, config.tls_key)  # before any model loads
 
@@ -175,8 +177,6 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
     """The runners for `config` (and the releases they follow), on a process whose native pools are pinned.
     services() -> the batched services built over them (a swap recaptures their CUDA graphs); max_batch: the
     largest pass (default --max-streams)."""
-    from bridge.runtime.options import update_state_dir
-
     max_batch = max_batch or config.max_streams
     state_dir = update_state_dir(config.updates)  # "auto": this user's store, even before anything is installed
     try:
@@ -184,14 +184,11 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
     except ImportError:
         raise FaceBridgeError("facebridge serve needs torch (the batched tracker runs on torch tensors)",
                               "pip install torch (a CUDA build on a GPU server)") from None
-    from bridge.runtime.native_pools import pin_native_pools
-    from bridge.serving.runners import make_runner, make_runners, role_models
 
     kind = RUNNER_KINDS[config.runners]
     on_gpu = kind.endswith("-cuda")
     device = "cuda" if on_gpu else "cpu"
     if on_gpu:  # before any CUDA call of this process creates the context
-        from bridge.engines.cuda_wait import set_cuda_wait
 
         log.info("%s", set_cuda_wait(config.cuda_wait))
     if config.switch_interval_ms is not None:
@@ -219,12 +216,8 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
 
     releases = None
     if state_dir is None:
-        from bridge.runtime.serve_releases import PassGate
-
         gate = PassGate(runners, model_versions())  # the services of several frame sizes share these runners
     else:
-        from bridge.runtime.serve_releases import ServeReleases
-
         models = {name: role for role, name in role_models().items() if role in runners}
         releases = ServeReleases(state_dir, runners, model_versions(), models,
                                  lambda role, path: make_runner(kind, role, path, max_batch, **options),
@@ -237,9 +230,6 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
 def pass_replies(config: ServeConfig, versions, on_pass=None):
     """(the identity refresher, PassReplies): how a serve process describes each pass of its streams and makes
     their replies. versions() -> the model versions the FaceFrames announce now."""
-    from bridge.expression.refresh import IdentityRefresher
-    from bridge.serving.replies import PassReplies
-
     refresher = IdentityRefresher(max(1, config.identity_workers))
     return refresher, PassReplies(lambda rows: PassDescriber(rows, config.smoothing, config.calibration, versions,
                                                              refresher=refresher, on_pass=on_pass))
@@ -248,10 +238,6 @@ def pass_replies(config: ServeConfig, versions, on_pass=None):
 def build_server(config: ServeConfig):
     """The running Track server for `config` (listening when this returns); raises FaceBridgeError on bad input."""
     check_config(config)
-    from bridge.runtime.gc_pauses import GcPauses
-    from bridge.runtime.gc_pauses import settle as settle_heap
-    from bridge.serving.grpc_service import FaceServeServer
-    from bridge.serving.streams import StreamTable
 
     table = None
     models = batched_models(config, lambda: table.services() if table is not None else [])
@@ -288,13 +274,6 @@ def build_server(config: ServeConfig):
 def build_front_end(config: ServeConfig, link, address: str, max_streams: int, replica: str | None = None):
     """A front-end process's Track server (`--front-ends N`): the streams, their describe step and replies here,
     their images sent undecoded to the engine process through `link` (serving/engine_link.py)."""
-    from bridge.runtime.gc_pauses import GcPauses
-    from bridge.runtime.gc_pauses import settle as settle_heap
-    from bridge.runtime.native_pools import pin_native_pools
-    from bridge.serving.engine_link import RemoteService
-    from bridge.serving.grpc_service import FaceServeServer
-    from bridge.serving.streams import StreamTable
-
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=1))
     refresher, replies = pass_replies(config, lambda: link.versions)
     try:

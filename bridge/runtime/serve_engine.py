@@ -26,12 +26,20 @@ import time
 from dataclasses import asdict
 
 from bridge.errors import FaceBridgeError
+from bridge.grpc import access
+from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
+from bridge.runtime.serve_front_end import CONFIG
+from bridge.runtime.thread_cpu import cpu_between, thread_cpu_seconds
+from bridge.serving.decode import ImageDecoder
+from bridge.serving.engine import Engine
+from bridge.serving.rings import RingShape, shm_room
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 240.0  # every front end listening (a loaded machine imports slowly)
 RESTART_AFTER_S = 1.0  # a front end that died is started again after this
+QUICK_END_S, MAX_QUICK_ENDS = 10.0, 5  # one that ends this soon after its start this many times in a row stays down
 STOP_WAIT_S = 15.0
 
 
@@ -48,8 +56,6 @@ def _ended(rc: int | None) -> str:
 
 def front_end_addresses(address: str, count: int) -> list[str]:
     """Where each front end listens: PORT+i of HOST:PORT (a free port each with port 0)."""
-    from bridge.grpc import access
-
     host, port = access.split_address(address)
     return [f"{host}:{port + i if port else 0}" for i in range(count)]
 
@@ -63,6 +69,7 @@ class FrontEnds:
         self.addresses = front_end_addresses(config.grpc, self.count)
         self.procs: list[subprocess.Popen | None] = [None] * self.count
         self.started_at = [0.0] * self.count
+        self.quick_ends = [0] * self.count  # ends within QUICK_END_S of the start, in a row
         self.restarts = 0
         self.stopping = False
         self.failed: str | None = None  # a front end that ended before they all listened
@@ -71,8 +78,6 @@ class FrontEnds:
         engine.on_listening = self._on_listening
 
     def start(self, index: int) -> None:
-        from bridge.runtime.serve_front_end import CONFIG
-
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ring = self.engine.rings[index]
         spec = {"index": index, "config": asdict(self.config), "ring": ring.name, "slots": ring.slots,
@@ -119,10 +124,17 @@ class FrontEnds:
             with self._listening:
                 self._listening.notify_all()
             return
+        quick = time.monotonic() - self.started_at[index] < QUICK_END_S
+        self.quick_ends[index] = self.quick_ends[index] + 1 if quick else 0
+        if self.quick_ends[index] >= MAX_QUICK_ENDS:
+            _report(f"front end {index} (pid {proc.pid}) ended ({_ended(rc)}) within {QUICK_END_S:.0f} s of its start "
+                    f"{MAX_QUICK_ENDS} times in a row: not starting it again ({self.addresses[index]} stays closed; "
+                    "the other front ends serve on)")
+            return
         _report(f"front end {index} (pid {proc.pid}, {self.addresses[index]}) ended ({_ended(rc)}): its streams are "
                 "lost, the other front ends serve on; starting another in its place")
         self.restarts += 1
-        pause = RESTART_AFTER_S if time.monotonic() - self.started_at[index] > 10 else 5.0  # one that keeps dying
+        pause = 5.0 if quick else RESTART_AFTER_S  # one that keeps ending waits longer
         threading.Timer(pause, self._restart, args=(index,)).start()
 
     def _restart(self, index: int) -> None:
@@ -156,11 +168,6 @@ def build_engine(config: ServeConfig, verbose: bool = False):
     check_config(config)
     if config.front_ends < 1:
         raise FaceBridgeError(f"--front-ends {config.front_ends} starts no front end", "pass 1 or more")
-    from bridge.runtime.gc_pauses import settle as settle_heap
-    from bridge.serving.decode import ImageDecoder
-    from bridge.serving.engine import Engine
-    from bridge.serving.rings import RingShape, shm_room
-
     each = -(-config.max_streams // config.front_ends)
     slot_bytes = config.frame_slot_kib * 1024
     room = shm_room(config.front_ends * RingShape(each, slot_bytes).nbytes)
@@ -200,10 +207,13 @@ def build_engine(config: ServeConfig, verbose: bool = False):
     return engine, fronts, models
 
 
-def status_line(engine, fronts: FrontEnds) -> str:
+def status_line(engine, fronts: FrontEnds, cpu: dict[str, float] | None = None) -> str:
+    """The engine's 5-second line; cpu: its threads' CPU seconds since the last line (the busiest first)."""
     s = engine.stats()
+    busiest = ", ".join(f"{k} {v:.2f}" for k, v in sorted((cpu or {}).items(), key=lambda kv: -kv[1])[:4])
     return (f"engine: {s['front_ends']}/{fronts.count} front ends (restarted {fronts.restarts}) | passes "
-            f"{s['passes']} | batch {s['mean_batch']:.1f} | images refused {s['refused']} | failed {s['failed']}")
+            f"{s['passes']} | batch {s['mean_batch']:.1f} | images refused {s['refused']} | failed {s['failed']}"
+            + (f" | cpu s {busiest}" if busiest else ""))
 
 
 def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line: print(line, flush=True),
@@ -221,11 +231,12 @@ def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line
         ready(f"facebridge serve: listening on {', '.join(fronts.addresses)} ({fronts.count} front-end processes: "
               f"{pids}; engine pid {os.getpid()}: {config.runners} runners, decode {engine.decoder_name}, up to "
               f"{config.max_streams} streams, {each} a front end)")
-        last = time.monotonic()
+        last, cpu = time.monotonic(), thread_cpu_seconds()
         while not stop.wait(0.5):
             if status and time.monotonic() - last >= 5.0:
-                print(status_line(engine, fronts), file=sys.stderr, flush=True)
-                last = time.monotonic()
+                now = thread_cpu_seconds()
+                print(status_line(engine, fronts, cpu_between(cpu, now)), file=sys.stderr, flush=True)
+                last, cpu = time.monotonic(), now
     except KeyboardInterrupt:
         interrupted = True
     finally:

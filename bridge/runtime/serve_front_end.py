@@ -19,6 +19,10 @@ import sys
 import threading
 
 from bridge import console
+from bridge.runtime.serve import ServeConfig, build_front_end
+from bridge.serving.engine import LISTENING
+from bridge.serving.engine_link import EngineLink
+from bridge.serving.rings import SlotRing
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +30,6 @@ CONFIG = b"C\0\0\0"  # the engine's first message: what to serve (JSON)
 
 
 def _serve(spec: dict) -> int:
-    from bridge.runtime.serve import ServeConfig, build_front_end
-    from bridge.serving.engine import LISTENING
-    from bridge.serving.engine_link import EngineLink
-    from bridge.serving.rings import SlotRing
-
     sock, index = spec["sock"], spec["index"]
     fields = dict(spec["config"])
     fields["prewarm"] = ()  # the engine builds its services

@@ -29,7 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bridge.runtime.fallback import ReleaseFallback
+from bridge.runtime.releases import ReleaseWatch, check_reference
 from bridge.runtime.swap import ModelSwapper, SwapRefused, SwapRequest
+from bridge.updates.smoke import read_npz, split_reference
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,7 @@ class PassGate:
 
 def _model_io(path: Path) -> tuple[str, list[int | None], list[str]]:
     """(input name, its item shape, output names) of a single-input ONNX model, read without a session."""
+    # optional extra: onnx (fed, tools), about 1.1 s to import
     import onnx
 
     graph = onnx.load(str(path), load_external_data=False).graph
@@ -95,10 +99,8 @@ def check_runner(runner, model_path: Path, reference: Path | None, tolerance: tu
                  device: str) -> None:
     """SwapRefused unless `runner` gives the release's reference outputs, and gives them on every row of a batch of
     `batch` items made of the reference inputs (shipped models, without a reference, run one batch of zeros)."""
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
-
-    from bridge.runtime.releases import check_reference
-    from bridge.updates.smoke import read_npz, split_reference
 
     name, item_shape, outputs = _model_io(model_path)
 
@@ -141,8 +143,6 @@ class ServeReleases:
     def __init__(self, state_dir: Path, runners: dict, versions: dict[str, str], models: dict[str, str],
                  build_runner, batch: int, device: str = "cpu", fp16: bool = False, report=None,
                  on_swap=None) -> None:
-        from bridge.runtime.releases import ReleaseWatch
-
         self.build_runner, self.batch, self.device, self.fp16 = build_runner, batch, device, fp16
         self.models = models
         self.last = ""  # the last release swapped in or refused, one line
@@ -152,7 +152,6 @@ class ServeReleases:
         self.releases: dict[str, int] = {}
         self.watch = ReleaseWatch(state_dir, list(models), self.swapper, make_request=self._request,
                                   on_release=self.releases.__setitem__)
-        from bridge.runtime.fallback import ReleaseFallback
 
         self.rolled_back: dict[str, int] = {}  # model -> the release that failed on the streams and was rolled back
         self.fallback = ReleaseFallback(self.watch, lambda model, release, why: self.rolled_back.__setitem__(

@@ -25,8 +25,14 @@ import logging
 import statistics
 import threading
 
+import ntplib
+
+from bridge.audio.features import SAMPLE_RATE
+from bridge.audio.ltc import LtcDecoder
+from bridge.audio.sources import open_audio
 from bridge.errors import FaceBridgeError
 from bridge.frame import rate_fraction
+from bridge.sinks.udp import parse_host_port
 from bridge.timecode import check_rate, frames_of
 
 log = logging.getLogger(__name__)
@@ -81,9 +87,6 @@ class TimecodeClock:
 class NtpClock(TimecodeClock):
     def __init__(self, server: str, rate: float | None = None) -> None:
         super().__init__(rate)
-        import ntplib
-
-        from bridge.sinks.udp import parse_host_port
 
         self.host, self.port = parse_host_port(server, 123, "--ntp-server")
         self.name = f"NTP server {self.host}:{self.port}"
@@ -101,8 +104,6 @@ class NtpClock(TimecodeClock):
         return float(self._client.request(self.host, version=3, port=self.port, timeout=2).offset)
 
     def _refresh(self) -> None:
-        import ntplib
-
         while not self._stop.wait(NTP_REFRESH_S):
             try:
                 self.offset = self._measure()
@@ -116,7 +117,6 @@ class NtpClock(TimecodeClock):
 class LtcClock(TimecodeClock):
     def __init__(self, audio_spec: str, rate: float) -> None:
         super().__init__(rate)
-        from bridge.audio.sources import open_audio
 
         self.name = f"LTC on {audio_spec}"
         num, den = rate_fraction(rate)
@@ -131,9 +131,6 @@ class LtcClock(TimecodeClock):
         self._thread.start()
 
     def _read(self) -> None:
-        from bridge.audio.features import SAMPLE_RATE
-        from bridge.audio.ltc import LtcDecoder
-
         decoder, fed = LtcDecoder(), 0
         num, den = self._ltc_rate
         lost_said = False

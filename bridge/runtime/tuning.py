@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from bridge.calibration import CalibrationProfile
 from bridge.frame import ARKIT_INDEX, ARKIT_NAMES, NUM_BLENDSHAPES, FaceFrame
 from bridge.mapping import Mapping
 from bridge.ranges import STEPS, ranges_from_peaks, step_shapes
@@ -123,8 +124,6 @@ class Tuning:
 
     def save(self, subject: str, directory=None):
         """Store the subject's mapping in their calibration profile (a new profile holds no neutral offset)."""
-        from bridge.calibration import CalibrationProfile
-
         profile = CalibrationProfile.load(subject, directory) or CalibrationProfile(subject=subject)
         profile.mapping = (self.mapping(subject) or Mapping()).to_dict()
         return profile.save(directory)

@@ -6,8 +6,10 @@ program can hold the port); a bad or busy port is one line, never a traceback.
 """
 from __future__ import annotations
 
+import argparse
 import errno
 import socket
+import sys
 import time
 
 from bridge.errors import SinkError
@@ -112,9 +114,6 @@ def listen(port: int = DEFAULT_PORT, host: str = "127.0.0.1", seconds: float | N
 def main(argv: list[str] | None = None) -> int:
     """The command line of `python -m bridge.sinks.livelinkface`: 0 when packets arrived, 1 when none (or an
     error, said in one line), 2 for a usage error."""
-    import argparse
-    import sys
-
     p = argparse.ArgumentParser(prog="python -m bridge.sinks.livelinkface",
                                 description="Print the Live Link Face packets that arrive on a UDP port (stop "
                                             "Unreal first: only one program can hold the port).")

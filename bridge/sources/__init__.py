@@ -25,6 +25,7 @@ def open_source(spec: str | None, realtime: bool = True, loop: bool | None = Non
 
 
 def _open(spec, realtime, loop, size, fps) -> FrameSource:
+    # loaded when a source opens: `facebridge --help` imports this package (bridge/cli.py)
     from bridge.sources.camera import CameraSource, camera_available
     from bridge.sources.files import ImageFolderSource, SampleSource, VideoFileSource
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from functools import lru_cache
 from importlib import metadata
 
+from bridge.engines.gpu import probe_gpu
 from bridge.models.registry import ShippedModel
 from bridge.updates import reasons
 from bridge.updates.bundle import Bundle
@@ -18,8 +19,6 @@ TENSORRT_DISTRIBUTIONS = ("tensorrt", "tensorrt-cu12", "tensorrt-rtx-cu12-bindin
 @lru_cache(maxsize=1)
 def device_targets() -> frozenset[str]:
     """Hardware targets this device offers: always "cpu"; "cuda" and "smXY" where an NVIDIA GPU is usable."""
-    from bridge.engines.gpu import probe_gpu
-
     found = {"cpu"}
     gpu = probe_gpu().gpu
     if gpu is not None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import onnxruntime as ort
+
 from bridge.models.registry import ShippedModel
 from bridge.updates import reasons
 
@@ -52,8 +54,6 @@ def session_contract(session) -> Contract:
 
 @lru_cache(maxsize=16)
 def _file_contract(path: str) -> Contract:
-    import onnxruntime as ort
-
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     return session_contract(ort.InferenceSession(path, sess_options=opts, providers=["CPUExecutionProvider"]))

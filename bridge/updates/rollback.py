@@ -33,6 +33,7 @@ def rollback(state_dir: str | Path | None = None, model: str = "lipsync", releas
     it is marked rolled back and nothing else changes. `why` goes into the history."""
     store = StateDir(state_dir)
     store.check(must_exist=state_dir is not None)  # a folder named by --state: a typo creates nothing
+    ModelRegistry(store.root).shipped(model)  # a model this device has (the list of them otherwise)
     with store.lock():
         store.recover()
         state = store.read()

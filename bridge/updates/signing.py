@@ -7,6 +7,7 @@ a signature that does not verify, a key that is not trusted (unknown or revoked)
 """
 from __future__ import annotations
 
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from securesystemslib.signer import CryptoSigner, Key, SSlibKey
 from tuf.api.metadata import Metadata, Root
 from tuf.api.serialization.json import CanonicalJSONSerializer
@@ -26,8 +27,6 @@ def private_pem(signer: CryptoSigner) -> bytes:
 
 def load_signer(pem: bytes) -> CryptoSigner:
     """A signer from PKCS#8 PEM bytes written by `private_pem`."""
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
-
     return CryptoSigner(load_pem_private_key(pem, None))
 
 

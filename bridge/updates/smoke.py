@@ -9,10 +9,12 @@ hostile .npz cannot run code or exhaust memory.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 from bridge.updates import reasons
 from bridge.updates.arrays import read_npz  # noqa: F401 (read_npz is part of this module's interface)
@@ -44,8 +46,6 @@ class ReleaseSession:
     """An ONNX Runtime CPU session for a model file, with adapter initializers replaced when given."""
 
     def __init__(self, model_path: Path, adapter: dict[str, np.ndarray] | None = None):
-        import onnxruntime as ort
-
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
         opts.inter_op_num_threads = 1
@@ -83,8 +83,6 @@ def split_reference(arrays: dict[str, np.ndarray]) -> tuple[dict, dict]:
 
 def smoke_test(session: ReleaseSession, reference: Path, atol: float, rtol: float) -> SmokeResult:
     """Run the reference inputs; SmokeTestFailed unless every declared output matches."""
-    import time
-
     t0 = time.perf_counter()
     inputs, expected = split_reference(read_npz(reference, "reference.npz"))
     bad = sorted(k for k, v in (*inputs.items(), *expected.items()) if not np.isfinite(v).all())

@@ -30,8 +30,9 @@ def status(state_dir: str | Path | None = None, model: str = "lipsync") -> dict:
     """The state of `model` at the top level (release, files, previous_release, ...) and of every model."""
     store = StateDir(state_dir)
     store.check(must_exist=state_dir is not None)  # the default folder may be missing: nothing installed yet
-    state = store.read()
     registry = ModelRegistry(store.root)
+    registry.shipped(model)  # a model this device has (the list of them otherwise)
+    state = store.read()
     models = {}
     for name in sorted(set(state.models) | {model}):
         ms = state.model(name)

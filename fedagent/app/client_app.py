@@ -30,6 +30,7 @@ from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters
 from flwr.compat.common import recorddict_compat as compat
 from flwr.supercore.differential_privacy import KEY_CLIPPING_NORM
 
+from bridge.audio.learn_store import default_store_dir
 from bridge.audio.lipsync import save_adapter
 from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_json
@@ -52,7 +53,6 @@ def personal_path(context: Context) -> Path:
     configured = context.node_config.get("personal")
     if configured:
         return Path(str(configured))
-    from bridge.audio.learn_store import default_store_dir
 
     return default_store_dir().parent / "adapters" / "lipsync-personal.npz"
 

@@ -20,7 +20,7 @@ import numpy as np
 from bridge.audio.learn_store import DEFAULT_MAX_BYTES, LearnStore
 from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_bytes
-from fedagent.app.task import Frames, Trunk, frames_from_windows, split_windows
+from fedagent.app.task import Frames, Trunk, frames_from_windows, shipped_base, split_windows
 
 MIN_WINDOWS = 2
 
@@ -86,8 +86,6 @@ def store_frames(store: LearnStore, trunk: Trunk | None = None) -> Frames:
 
 
 def _model_sha() -> str:
-    from fedagent.app.task import shipped_base
-
     return shipped_base()[1]["sha256"]
 
 

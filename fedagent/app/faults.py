@@ -51,6 +51,7 @@ def fault_mod(msg, ctxt, call_next):
     rules = _rules()
     if not rules:
         return call_next(msg, ctxt)
+    # optional extra: fed (flwr); the module loads without it
     from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
 
     configs = msg.content.config_records.get(RECORD_KEY_CONFIGS)

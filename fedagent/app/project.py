@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bridge.errors import FaceBridgeError
 from bridge.fsutil import atomic_write_text
 
 # key: (default, what it means)
@@ -93,8 +94,6 @@ def run_config_file(path: str | Path, overrides: dict) -> Path:
     """A TOML file of run-config overrides for `flwr run --run-config FILE` (unknown keys are refused)."""
     unknown = sorted(set(overrides) - set(RUN_CONFIG))
     if unknown:
-        from bridge.errors import FaceBridgeError
-
         raise FaceBridgeError(f"unknown run setting(s) {', '.join(unknown)}", f"use {', '.join(RUN_CONFIG)}")
     text = "".join(f"{k} = {_toml_value(v)}\n" for k, v in overrides.items())
     return atomic_write_text(path, text)

@@ -26,6 +26,7 @@ from bridge.audio.lipsync import load_adapter
 from bridge.audio.visemes import MOUTH_CHANNELS
 from bridge.errors import FaceBridgeError
 from bridge.frame import VISEME_NAMES
+from bridge.models.registry import default_registry
 from fedagent.app.project import RUN_CONFIG
 
 PERSONAL_MAX_EPOCHS, PERSONAL_PATIENCE = 40, 4  # a device's own fine-tune (TrainConfig.personal)
@@ -42,16 +43,12 @@ Adapter = dict  # {"adapter.A": (128, 8), "adapter.B": (8, 34)} float32
 def shipped_base() -> tuple[Path, dict]:
     """(verified path, manifest) of the shipped lip-sync model, through the model registry. Federated adapters
     are trained for the shipped base, whatever release a device has installed, so server and devices agree."""
-    from bridge.models.registry import default_registry
-
     model = default_registry().shipped("lipsync")
     return default_registry().shipped_path("lipsync"), model.entry
 
 
 def default_adapter() -> Adapter:
     """The adapter shipped with the model (bridge/audio/lipsync_adapter_default.npz, hash checked)."""
-    from bridge.models.registry import default_registry
-
     return load_adapter(default_registry().default_adapter_path("lipsync"))
 
 
@@ -79,11 +76,13 @@ class Trunk:
 
     def __init__(self, threads: int = 1):
         try:
+            # optional extra: onnx (fed, tools), about 1.1 s to import
             import onnx
             from onnx import TensorProto, helper
         except ImportError:
             raise FaceBridgeError("the onnx package is needed to train the adapter",
                                   "pip install 'facebridge[fed]'") from None
+        # with onnx above: only training the adapter opens a session
         import onnxruntime as ort
 
         path, self.manifest = shipped_base()

@@ -115,6 +115,7 @@ class RobustSecAggPlusWorkflow(SecAggPlusWorkflow):
         self.exclude(set())
 
     def _attempt(self, grid, context, record: RoundAttempt) -> RoundAttempt:
+        # optional extra: fed (flwr); the module loads without it
         from flwr.server.workflow.secure_aggregation.secaggplus_workflow import WorkflowState
 
         state = WorkflowState()

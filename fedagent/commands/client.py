@@ -6,6 +6,8 @@ import time
 from pathlib import Path
 
 from bridge import ports
+from bridge.argparsing import folder_path
+from bridge.errors import FaceBridgeError
 
 
 def add_parser(sub) -> None:
@@ -21,7 +23,7 @@ def add_parser(sub) -> None:
                    "server with `fedagent server --register-key KEY.pub`")
     p.add_argument("--store", metavar="DIR", help="learning store (default $FACEBRIDGE_HOME/learn)")
     p.add_argument("--personal", metavar="FILE.npz", help="where the personalised adapter is kept")
-    p.add_argument("--work", metavar="DIR", help="Flower home and logs (default: beside the store)")
+    p.add_argument("--work", type=folder_path, metavar="DIR", help="Flower home and logs (default: beside the store)")
     p.add_argument("--flower-default", action="store_true",
                    help="start a new ClientApp process per message (Flower's default) instead of a warm host")
     p.add_argument("--connect-timeout", type=float, default=120.0, help="seconds to wait for the SuperLink")
@@ -36,7 +38,8 @@ def _loopback(host: str) -> bool:
 
 
 def run(args) -> int:
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
+    from bridge.grpc.access import read_pem
     from fedagent.app.data_store import load_device_data, open_store
     from fedagent.local.processes import (
         check_superlink,
@@ -51,13 +54,18 @@ def run(args) -> int:
     )
 
     interrupt_on_sigterm()
+    if not args.connect_timeout > 0:
+        raise FaceBridgeError(f"--connect-timeout {args.connect_timeout:g} is not positive", "for example 120")
     host, _ = split_address(args.superlink)
     ca = Path(args.root_certificates) if args.root_certificates else None
     if ca is None and not _loopback(host):
         raise FaceBridgeError(f"the SuperLink {args.superlink} is not on this machine and no TLS CA was given",
                               "pass --root-certificates CA.pem (updates must not travel in the clear)")
+    if ca is not None:
+        read_pem(str(ca), "--root-certificates", "CERTIFICATE")  # named now, not as a failed handshake later
     if args.auth_key and not Path(args.auth_key).is_file():
-        raise FaceBridgeError(f"device key {args.auth_key} does not exist", "create one with ssh-keygen -t ecdsa")
+        what = "is a folder, not a key file" if Path(args.auth_key).is_dir() else "does not exist"
+        raise FaceBridgeError(f"device key {args.auth_key} {what}", "create one with ssh-keygen -t ecdsa")
     store = open_store(args.store)
     data = load_device_data(store)  # a clear error now rather than a failed round later
     check_superlink(args.superlink, ca)

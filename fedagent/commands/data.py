@@ -24,17 +24,22 @@ def add_parser(sub) -> None:
 
 
 def _store(args):
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.app.data_store import open_store
 
     return open_store(args.store)
 
 
 def _stats(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.app.data_store import stats
 
     info = stats(_store(args))
     if args.json:
         print(json.dumps(info, indent=2))
+        return 0
+    if info["mode"] is None:  # no folder: nothing was ever recorded here
+        print(f"{info['store']}: nothing recorded yet (no such folder; `facebridge run --audio mic --learn` makes it)")
         return 0
     print(f"{info['store']}: {info['windows']} windows, {info['seconds'] / 60:.1f} min of speech, "
           f"{info['bytes'] / 2**20:.1f} of {info['max_bytes'] / 2**20:.0f} MiB, {info['windows_with_audio']} with raw "
@@ -43,6 +48,7 @@ def _stats(args) -> int:
 
 
 def _clear(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.app.data_store import clear
 
     store = _store(args)

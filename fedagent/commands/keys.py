@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+from bridge.argparsing import folder_path
 from bridge.errors import FaceBridgeError
 
 
@@ -21,7 +22,8 @@ def add_parser(sub) -> None:
                                    "is public: give it to devices for their first `fedagent update install`.")
     actions = p.add_subparsers(dest="keys_action", metavar="ACTION", required=True)
     init = actions.add_parser("init", help="new keys and trust.json in --dir")
-    init.add_argument("--dir", required=True, help="keys folder to create (private keys are written 0600)")
+    init.add_argument("--dir", type=folder_path, required=True,
+                      help="keys folder to create (private keys are written 0600)")
     init.add_argument("--threshold", action="append", default=[], metavar="ROLE=M/N",
                       help="M of N keys must sign ROLE (default 1/1 each; e.g. root=2/3, targets=2/2)")
     init.add_argument("--expires", action="append", default=[], metavar="ROLE=DAYS",
@@ -29,7 +31,7 @@ def add_parser(sub) -> None:
     init.set_defaults(func=_init)
     for name, text in (("show", "roles, key ids, thresholds, root version"),):
         s = actions.add_parser(name, help=text)
-        s.add_argument("--dir", required=True)
+        s.add_argument("--dir", type=folder_path, required=True)
         s.set_defaults(func=_show)
     rotate = actions.add_parser(
         "rotate", help="replace every key of a role (new root version; then publish); after a key compromise",
@@ -38,22 +40,23 @@ def add_parser(sub) -> None:
                     "anything the old keys sign, and drop the version floors the old keys set (TUF 5.3.11), so "
                     "versions a thief inflated (a fast-forward attack) stop blocking updates. docs/UPDATES.md, "
                     "'After a key compromise'.")
-    rotate.add_argument("--dir", required=True)
+    rotate.add_argument("--dir", type=folder_path, required=True)
     rotate.add_argument("--role", required=True, choices=("root", "targets", "snapshot", "timestamp"))
     rotate.set_defaults(func=lambda a: _change(a, lambda ring: ring.rotate(a.role), a.role))
     revoke = actions.add_parser("revoke", help="remove a lost or compromised key (new root version; then publish)")
-    revoke.add_argument("--dir", required=True)
+    revoke.add_argument("--dir", type=folder_path, required=True)
     revoke.add_argument("keyid", help="the key id (or its first 8+ characters) from `fedagent keys show`")
     revoke.set_defaults(func=lambda a: _change(a, lambda ring: ring.revoke(a.keyid)))
     add = actions.add_parser("add", help="add a key to a role, optionally raising its threshold")
-    add.add_argument("--dir", required=True)
+    add.add_argument("--dir", type=folder_path, required=True)
     add.add_argument("--role", required=True, choices=("root", "targets", "snapshot", "timestamp"))
     add.add_argument("--threshold", type=int)
     add.set_defaults(func=lambda a: _change(a, lambda ring: ring.add(a.role, a.threshold)))
 
 
 def _init(args) -> int:
-    from fedagent.publisher.keys import KeyRing
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
+    from fedagent.publisher.keys import ROLES, KeyRing
 
     expires = {}
     for item in args.expires:
@@ -62,6 +65,9 @@ def _init(args) -> int:
             expires[role] = float(days)
         except ValueError:
             raise FaceBridgeError(f"--expires {item!r} is not ROLE=DAYS", "for example --expires timestamp=1") from None
+        if role not in ROLES or not 0 < expires[role] <= 3650:
+            raise FaceBridgeError(f"--expires {item!r} is not valid", f"ROLE is one of {', '.join(ROLES)} and DAYS "
+                                  "more than 0, at most 3650")
     ring = KeyRing.init(args.dir, dict(_threshold(t) for t in args.threshold), expires)
     print(f"keys written to {ring.dir} (private keys in {ring.dir / 'private'}, keep them offline)")
     trust = ring.dir / "trust.json"
@@ -70,6 +76,7 @@ def _init(args) -> int:
 
 
 def _show(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.keys import KeyRing
 
     print(json.dumps(KeyRing(args.dir).describe(), indent=2))
@@ -77,6 +84,7 @@ def _show(args) -> int:
 
 
 def _change(args, change, rotated: str | None = None) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.keys import KeyRing
 
     version = change(KeyRing(args.dir))

@@ -5,10 +5,12 @@ import argparse
 import errno
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from bridge.argparsing import output_file, port_number
+from bridge.argparsing import folder_path, output_file, port_number
 from bridge.errors import FaceBridgeError
+from bridge.fsutil import atomic_write_bytes
 
 
 def adapter_out(text: str) -> str:
@@ -24,8 +26,8 @@ def add_parser(sub) -> None:
                        description="Each FILE is an adapter (.npz, for the lip-sync model unless MODEL=FILE) or a "
                                    "whole model (.onnx, as MODEL=FILE). Without FILE, re-signs the repository "
                                    "(new expiry, and a new root after `fedagent keys rotate|revoke|add`).")
-    p.add_argument("--keys", required=True, help="keys folder from `fedagent keys init`")
-    p.add_argument("--repo", required=True, help="repository folder (created if missing)")
+    p.add_argument("--keys", type=folder_path, required=True, help="keys folder from `fedagent keys init`")
+    p.add_argument("--repo", type=folder_path, required=True, help="repository folder (created if missing)")
     p.add_argument("files", nargs="*", metavar="[MODEL=]FILE")
     p.add_argument("--reference", help="reference inputs (.npz with input.<name> arrays) for the smoke test")
     p.add_argument("--hardware", default="any", help="comma-separated targets: any, cpu, cuda, sm89, ...")
@@ -48,22 +50,34 @@ def add_parser(sub) -> None:
 
 
 def _specs(args):
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.publish import ReleaseSpec
 
+    hardware = tuple(h.strip() for h in args.hardware.split(",") if h.strip())
+    if not hardware:
+        raise FaceBridgeError(f"--hardware {args.hardware!r} names no target", "for example --hardware any")
+    if args.reference and not Path(args.reference).is_file():
+        raise FaceBridgeError(f"--reference {args.reference} is not a file",
+                              "pass an .npz of input.<name> arrays, or leave --reference out (seeded inputs)")
     specs = []
     for item in args.files:
         model, sep, path = item.partition("=")
         if not sep:
-            model, path = ("lipsync" if item.endswith(".npz") else Path(item).stem), item
+            model, path = None, item
         if not Path(path).is_file():
             raise FaceBridgeError(f"{path} is not a file", "pass the adapter .npz or model .onnx to publish")
-        specs.append(ReleaseSpec(model, Path(path), Path(args.reference) if args.reference else None,
-                                 tuple(h.strip() for h in args.hardware.split(",") if h.strip()),
-                                 args.tensorrt_major, args.notes))
+        spec = ReleaseSpec(model or "", Path(path), Path(args.reference) if args.reference else None, hardware,
+                           args.tensorrt_major, args.notes)
+        kind = spec.kind  # an .npz or an .onnx, checked before the model it would be named
+        spec = replace(spec, model=model or ("lipsync" if kind == "adapter" else Path(path).stem))
+        if spec.model in (s.model for s in specs):
+            raise FaceBridgeError(f"{spec.model} is given twice", "publish one file per model")
+        specs.append(spec)
     return specs
 
 
 def _publish(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.publish import publish
 
     released = publish(args.keys, args.repo, _specs(args))
@@ -78,7 +92,7 @@ def _publish(args) -> int:
 
 
 def _export(args) -> int:
-    from bridge.fsutil import atomic_write_bytes
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.models.registry import ModelRegistry
 
     registry = ModelRegistry(args.state)
@@ -91,6 +105,7 @@ def _export(args) -> int:
 
 
 def _serve(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.repo_server import RepoServer
 
     if not (Path(args.repo) / "metadata").is_dir():

@@ -5,6 +5,8 @@ import ipaddress
 from pathlib import Path
 
 from bridge import ports
+from bridge.argparsing import folder_path, port_number
+from bridge.errors import FaceBridgeError
 from fedagent.app.project import RUN_CONFIG
 
 
@@ -15,10 +17,11 @@ def add_parser(sub) -> None:
                                    "evaluate each new global adapter on --eval-store and publish it when no worse.")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; anything wider "
                    "needs --tls-* and --node-auth)")
-    p.add_argument("--port", type=int, default=ports.port_of(ports.SUPERLINK),
+    p.add_argument("--port", type=port_number, default=ports.port_of(ports.SUPERLINK),
                    help=f"the devices' port: Flower's Fleet API only (default {ports.port_of(ports.SUPERLINK)})")
     control = ports.port_of(ports.SUPERLINK_CONTROL)
-    p.add_argument("--control-port", type=int, default=control, help="Flower's Control API (flwr run/list/stop, "
+    p.add_argument("--control-port", type=port_number, default=control,
+                   help="Flower's Control API (flwr run/list/stop, "
                    f"device key registration), always on 127.0.0.1 (default {control}; from elsewhere: an SSH tunnel)")
     p.add_argument("--tls-cert", metavar="PEM", help="server certificate (with the address in its SAN)")
     p.add_argument("--tls-key", metavar="PEM", help="server private key")
@@ -34,7 +37,7 @@ def add_parser(sub) -> None:
                    help=f"devices a round needs (default {RUN_CONFIG['min-clients'][0]})")
     p.add_argument("--clients-per-round", type=int, default=RUN_CONFIG["clients-per-round"][0],
                    help="devices sampled per round (0: all online)")
-    p.add_argument("--state", default="fedagent-server", metavar="DIR",
+    p.add_argument("--state", default="fedagent-server", type=folder_path, metavar="DIR",
                    help="server folder: logs, events, global adapter (default ./fedagent-server)")
     p.add_argument("--keys", metavar="DIR", help="signing keys (fedagent keys init); with --repo, sign releases")
     p.add_argument("--repo", metavar="DIR", help="release repository devices install from")
@@ -44,7 +47,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from bridge.errors import FaceBridgeError
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
+    from bridge.grpc.access import read_pem
     from fedagent.commands.simulate import parse_settings
     from fedagent.local.federation import LocalFederation
     from fedagent.local.processes import Tls, interrupt_on_sigterm
@@ -55,8 +59,14 @@ def run(args) -> int:
     if args.tls_cert or args.tls_key or args.tls_ca:
         if not (args.tls_cert and args.tls_key and args.tls_ca):
             raise FaceBridgeError("TLS needs --tls-cert, --tls-key and --tls-ca together", "pass all three")
+        for option, path, kind in (("--tls-cert", args.tls_cert, "CERTIFICATE"), ("--tls-key", args.tls_key,
+                                   "PRIVATE KEY"), ("--tls-ca", args.tls_ca, "CERTIFICATE")):
+            read_pem(path, option, kind)  # a file that is not PEM is named now, not as the SuperLink's exit
         tls = Tls(Path(args.tls_ca).resolve(), Path(args.tls_cert).resolve(), Path(args.tls_key).resolve())
     node_auth = args.node_auth or bool(args.register_key)
+    for key in args.register_key:
+        if not Path(key).is_file():
+            raise FaceBridgeError(f"--register-key {key} is not a file", "pass a device's public key (KEY.pub)")
     try:
         loopback = ipaddress.ip_address(args.host).is_loopback
     except ValueError:
@@ -67,8 +77,13 @@ def run(args) -> int:
     if args.control_port == args.port:
         raise FaceBridgeError(f"--control-port {args.control_port} is also the devices' --port",
                               "give the Control API a port of its own (--control-port)")
+    if args.rounds < 1 or args.min_clients < 1 or args.clients_per_round < 0 or not args.wait_devices > 0:
+        raise FaceBridgeError("--rounds and --min-clients must be at least 1, --clients-per-round 0 or more and "
+                              "--wait-devices positive", "for example --rounds 2 --min-clients 2")
     if not Path(args.eval_store).is_dir():
-        raise FaceBridgeError(f"held-out store {args.eval_store} does not exist", "pass a learning-store folder")
+        what = "is a file, where a learning-store folder is expected" if Path(args.eval_store).exists() else \
+            "does not exist"
+        raise FaceBridgeError(f"held-out store {args.eval_store} {what}", "pass a learning-store folder")
     if bool(args.keys) != bool(args.repo):
         raise FaceBridgeError("signed publishing needs both --keys and --repo", "pass both, or neither")
     state = Path(args.state).resolve()

@@ -1,9 +1,12 @@
 """`fedagent simulate --clients N --rounds R`: a real SuperLink and N real SuperNodes on 127.0.0.1."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
-from bridge.argparsing import output_file
+from bridge.argparsing import folder_path, output_file
+from bridge.errors import FaceBridgeError
+from bridge.fsutil import atomic_write_json
 from fedagent.app.project import RUN_CONFIG
 
 
@@ -16,8 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("--clients", type=int, default=3, help="devices (default 3)")
     p.add_argument("--rounds", type=int, default=RUN_CONFIG["rounds"][0],
                    help=f"rounds (default {RUN_CONFIG['rounds'][0]})")
-    p.add_argument("--work", metavar="DIR", help="work folder for logs, Flower homes and server state (default: a "
-                   "new temporary folder)")
+    p.add_argument("--work", type=folder_path, metavar="DIR",
+                   help="work folder for logs, Flower homes and server state (default: a new temporary folder)")
     p.add_argument("--flower-default", action="store_true",
                    help="run ClientApps as Flower does by default (a new process per message) instead of the "
                         "warm per-device host; for comparison, slower")
@@ -35,33 +38,37 @@ def add_parser(sub) -> None:
 def parse_settings(items: list[str]) -> dict:
     import tomllib
 
-    from bridge.errors import FaceBridgeError
-
     out = {}
     for item in items:
         key, sep, value = item.partition("=")
+        key = key.strip()
         if not sep:
             raise FaceBridgeError(f"--set {item!r} is not KEY=VALUE", "write it like --set rounds=3")
+        if key not in RUN_CONFIG:
+            raise FaceBridgeError(f"--set {key}: there is no such setting",
+                                  f"choose one of: {', '.join(RUN_CONFIG)}")
         try:
-            out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
+            out[key] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
-            out[key.strip()] = value
+            out[key] = value
+        default = RUN_CONFIG[key][0]
+        if isinstance(default, (int, float)) and not isinstance(out[key], (int, float)):
+            raise FaceBridgeError(f"--set {item!r}: {key} is a number", f"for example --set {key}={default!r}")
     return out
 
 
 def run(args) -> int:
-    import tempfile
-
-    from bridge.fsutil import atomic_write_json
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.local.processes import interrupt_on_sigterm
     from fedagent.local.simulation import simulate, summary_lines
     from fedagent.publisher.signing_setup import simulation_publishing
 
     interrupt_on_sigterm()
+    settings = parse_settings(args.set)  # before anything is made
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="fedagent-simulate-"))
     publish, install_hint = ({}, None) if args.no_publish else simulation_publishing(work)
     sim = simulate(args.clients, args.rounds, work=work, fast=not args.flower_default, utterances=args.utterances,
-                   held_out=args.held_out, settings=parse_settings(args.set), cache=Path(args.cache),
+                   held_out=args.held_out, settings=settings, cache=Path(args.cache),
                    publish=publish)
     for line in summary_lines(sim):
         print(line)

@@ -5,7 +5,9 @@ import json
 import sys
 from pathlib import Path
 
-from bridge.argparsing import input_file, output_file
+from bridge.argparsing import input_file, output_file, positive_float, positive_int
+from bridge.errors import FaceBridgeError
+from bridge.fsutil import atomic_write_text
 
 
 def trust_file(text: str) -> str:
@@ -22,8 +24,8 @@ def add_parser(sub) -> None:
                    help="trust.json from `fedagent keys init` (first install only; later the device keeps the newest "
                         "root it verified and ignores this)")
     i.add_argument("--model", action="append", help="only this model (repeatable; default: all this device has)")
-    i.add_argument("--max-bytes", type=int, default=512 * 1024 * 1024, help="largest release accepted")
-    i.add_argument("--deadline", type=float, default=600.0, help="seconds the whole check may take")
+    i.add_argument("--max-bytes", type=positive_int, default=512 * 1024 * 1024, help="largest release accepted")
+    i.add_argument("--deadline", type=positive_float, default=600.0, help="seconds the whole check may take")
     i.add_argument("--json", action="store_true", help="print the result (or the refusal) as JSON")
     i.set_defaults(func=_install)
     s = actions.add_parser("status", help="installed release, files, previous release, last check and refusal")
@@ -39,7 +41,7 @@ def add_parser(sub) -> None:
 
     b = sub.add_parser("bench-update", help="time each install step of a 1 MB release from a loopback repository")
     b.add_argument("--json", dest="out", type=output_file, help="write the result JSON here")
-    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--repeats", type=positive_int, default=5)
     b.set_defaults(func=_bench)
 
 
@@ -59,6 +61,7 @@ class _ProgressLine:
 
 
 def _refused_as_json(args, run):
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.updates.reasons import UpdateRefused
 
     try:
@@ -70,9 +73,13 @@ def _refused_as_json(args, run):
 
 
 def _install(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.updates.install import Limits, install
     from bridge.updates.reasons import SomeRefused
 
+    repeated = sorted({m for m in args.model or () if args.model.count(m) > 1})
+    if repeated:
+        raise FaceBridgeError(f"--model {repeated[0]} is given twice", "name each model once")
     trust = Path(args.trust).read_bytes() if args.trust else None
     results = _refused_as_json(args, lambda: install(
         args.source, args.state, trust=trust, models=args.model, report=None if args.json else _ProgressLine(),
@@ -87,7 +94,8 @@ def _install(args) -> int:
         if r.status == "refused":
             print(f"{r.model}: refused ({r.refusal.reason}): {r.refusal}; release {r.release} stays active")
         elif r.status != "no-release":
-            print(f"{r.model}: {r.status}, release {r.release} active (previous {r.previous_release})")
+            previous = f"release {r.previous_release}" if r.previous_release else "the shipped model"
+            print(f"{r.model}: {r.status}, release {r.release} active (previous: {previous})")
     if all(r.status == "no-release" for r in results):
         print("the repository has no release for this device's models")
     if refused:
@@ -97,6 +105,7 @@ def _install(args) -> int:
 
 
 def _status(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.updates.status import status
 
     report = status(args.state, args.model)
@@ -120,6 +129,7 @@ def _status(args) -> int:
 
 
 def _rollback(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from bridge.updates.rollback import rollback
 
     result = _refused_as_json(args, lambda: rollback(args.state, args.model))
@@ -132,13 +142,12 @@ def _rollback(args) -> int:
 
 
 def _bench(args) -> int:
+    # loaded when the command runs: `fedagent --help` stays light (fedagent/cli.py)
     from fedagent.publisher.bench_update import run
 
     result = run(repeats=args.repeats)
     text = json.dumps(result, indent=1)
     if args.out:
-        from bridge.fsutil import atomic_write_text
-
         atomic_write_text(args.out, text + "\n")
     print(text)
     return 0

@@ -137,6 +137,7 @@ def machine() -> dict:
 
 def run_bench(clients: list[int], rounds: int, devices: int, held_out: int, utterances: int, fed_rounds: int,
               compare_default: int | None, cache: Path, timing: bool = True, quality: bool = True, say=print) -> dict:
+    # optional extra: fed (flwr); the module loads without it
     import flwr
 
     report = {"machine": machine(), "flwr": getattr(flwr, "__version__", "1.42.0"), "utterances": utterances}

@@ -53,6 +53,7 @@ class ForkExecutor:
         if pid == 0:  # child: Flower's ClientApp runtime, then leave without running the parent's exit handlers
             code = 1
             try:
+                # optional extra: fed (flwr); the module loads without it
                 from flwr.supernode.runtime.run_clientapp import run_clientapp
 
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -22,10 +22,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bridge import ports
+from bridge import console, ports
 from bridge.errors import FaceBridgeError
+from bridge.listeners import split_address as split_listener_address
 
 BIN = Path(sys.executable).parent
+CTRL_C_GRACE_S = 1.0  # how long Flower processes may take to end after Ctrl-C before they are killed
 
 
 def flower_env(home: Path | None = None, extra: dict | None = None) -> dict:
@@ -111,7 +113,10 @@ def interrupt_on_sigterm() -> None:
 
 
 def stop_all(procs: list[Proc], grace: float = 5.0) -> None:
-    """SIGTERM every process (devices before the link), then give all of them one shared grace, then SIGKILL."""
+    """SIGTERM every process (devices before the link), then give all of them one shared grace, then SIGKILL.
+    After Ctrl-C the grace is at most CTRL_C_GRACE_S: the command stops within about a second (bridge/console.py)."""
+    if console.was_interrupted():
+        grace = min(grace, CTRL_C_GRACE_S)
     for proc in reversed(procs):
         proc.terminate()
     deadline = time.monotonic() + grace
@@ -134,10 +139,7 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise FaceBridgeError(f"address {address!r} is not HOST:PORT", "write it like 127.0.0.1:9092")
-    return host.strip("[]"), int(port)
+    return split_listener_address(address, "--superlink", ports.SUPERLINK)
 
 
 def check_superlink(address: str, root_ca: Path | None) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import ipaddress
 import re
 import signal
@@ -76,8 +77,8 @@ async def _serve(servers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ours, flower_args = _split_args(sys.argv[1:] if argv is None else argv)
-    import importlib
 
+    # optional extra: fed (flwr); the module loads without it
     import uvicorn
     from flwr.supercore.http_logging import get_uvicorn_log_config
     from flwr.supercore.logger import console_handler

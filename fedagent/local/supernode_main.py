@@ -30,6 +30,7 @@ class _ShortSleeps:
 
 def shorten_waits() -> bool:
     """Give Flower's SuperNode loop the short sleeps; False (and nothing changed) where that loop changed."""
+    # optional extra: fed (flwr); the module loads without it
     import flwr.supernode.start_client_internal as node_loop
 
     if isinstance(node_loop.__dict__.get("time"), _ShortSleeps):
@@ -41,6 +42,7 @@ def shorten_waits() -> bool:
 
 
 def main() -> int:
+    # optional extra: fed (flwr); the module loads without it
     from flwr.supernode.cli import flower_supernode
 
     if not shorten_waits():

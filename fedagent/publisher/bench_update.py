@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import tuf
+
 from bridge.models.registry import ModelRegistry
 from bridge.updates.install import install
 from fedagent.publisher.keys import KeyRing
@@ -50,7 +52,6 @@ def run(repeats: int = 5) -> dict:
              "model_1mb": ReleaseSpec("lipsync", registry.shipped_path("lipsync"))}
     with tempfile.TemporaryDirectory(prefix="fb-bench-update-") as tmp:
         results = {name: _case(Path(tmp), name, spec, repeats) for name, spec in cases.items()}
-    import tuf
 
     return {"bench": "update", "machine": {"cpu": platform.processor() or platform.machine(),
                                            "cores": os.cpu_count(), "python": platform.python_version(),

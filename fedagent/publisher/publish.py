@@ -250,11 +250,25 @@ def _checked_session(spec: ReleaseSpec, kind: str, staged: Path, base, shapes: d
 def _reference(session: ReleaseSession, inputs_path: Path | None) -> bytes:
     """reference.npz: the inputs (given or seeded) and the outputs this release computes on them."""
     if inputs_path is not None:
-        inputs = {k[len("input."):]: v for k, v in read_npz(inputs_path, str(inputs_path)).items()
-                  if k.startswith("input.")}
+        try:
+            arrays = read_npz(inputs_path, str(inputs_path))
+        except UpdateRefused as e:  # the device's reader, with the publisher's fix
+            raise PublishError(f"--reference {e.problem}", "pass an .npz of input.<name> arrays (the model's "
+                               "inputs), or leave --reference out (seeded inputs)") from None
+        inputs = {k[len("input."):]: v for k, v in arrays.items() if k.startswith("input.")}
+        wanted = sorted(i.name for i in session.session.get_inputs())
+        if sorted(inputs) != wanted:
+            raise PublishError(f"--reference {inputs_path} holds inputs {sorted(inputs)}, the model takes {wanted}",
+                               f"name its arrays {', '.join('input.' + n for n in wanted)}")
     else:
         inputs = reference_inputs(session)
-    outputs = session.run(inputs)
+    try:
+        outputs = session.run(inputs)
+    except Exception as e:  # shapes or types the model does not take (ONNX Runtime's own words)
+        if inputs_path is None:
+            raise
+        raise PublishError(f"--reference {inputs_path} does not run through the model ({str(e)[:160]})",
+                           "give each input the model's shape and float32 type") from None
     arrays = {f"input.{k}": v for k, v in inputs.items()} | {f"output.{k}": v for k, v in outputs.items()}
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fedagent.publisher.keys import KeyRing
+
 
 def simulation_publishing(work: Path) -> tuple[dict, str]:
     """({"keys-dir", "repo-dir"} run settings, the command a device runs to install what gets published)."""
-    from fedagent.publisher.keys import KeyRing
-
     keys, repo = Path(work) / "keys", Path(work) / "repo"
     if not (keys / "keys.json").exists():
         KeyRing.init(keys)

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from bridge.bench import soak
 from tests.helpers import facebridge_cmd, subprocess_env
 
 
@@ -27,3 +28,18 @@ def test_bench_soak_runs_with_a_slow_disk_stuck_subscribers_and_idle_monitor_soc
     assert outputs["take_metadata"]["complete"] is True and outputs["take_frames"] == outputs["take_csv_rows"]
     for key in ("llf_packets", "llf_longest_gap_ms", "llf_gaps_over_200ms", "llf_rate_hz"):
         assert key in outputs
+    # gaps are timed by the kernel's arrival stamps, not by when this process's busy receiver got to them
+    assert outputs["llf_gap_clock"] == "kernel arrival (SO_TIMESTAMPNS)"
+    assert len(outputs["llf_gaps"]) == min(outputs["llf_gaps_over_200ms"], 100)
+    assert all(ms > 200 and ms <= outputs["llf_longest_gap_ms"] for _, ms in outputs["llf_gaps"])
+    assert 0 < outputs["llf_rate_hz"] < 40  # the sample's 30 fps, on one clock
+
+
+def test_a_thread_that_comes_and_goes_is_not_growth_but_one_a_quarter_hour_is():
+    def result(threads_per_hour, minutes):
+        return {"growth_per_hour": {"rss_mb": 0.5, "threads": threads_per_hour, "open_files": 0.0},
+                "minutes": minutes}
+
+    assert not soak._grows(result(2.04, 30))  # 38-39 threads over half an hour (a real soak's figure)
+    assert soak._grows(result(4.0, 30))  # two more threads by the end of half an hour
+    assert soak._grows(result(2.0, 60))

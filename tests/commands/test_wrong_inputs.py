@@ -53,6 +53,7 @@ def place(tmp_path_factory):
     (d / "noise.onnx").write_bytes(np.random.default_rng(1).bytes(300))
     (d / "noise.wav").write_bytes(np.random.default_rng(2).bytes(300))
     (d / "not_pem.pem").write_text("hello\n")
+    (d / "adapter.npz").write_bytes(b"PK")  # publish checks its arguments before it reads the file
     (d / "folder").mkdir()
     (d / "empty_images").mkdir()
     (d / "locked_images").mkdir()
@@ -166,6 +167,55 @@ CASES = [
     (A, "update rollback --state {d}/text.txt", 33, "is a file, where a folder is expected"),
     (A, "export-adapter {d}/adapter.npz --state {d}/text.txt", 33, "is a file, where a folder is expected"),
     (F, "run --updates {d}/text.txt", 33, "is a file, where a folder is expected"),
+    # the publisher's and the device's commands (fedagent keys, publish, server, client, data, simulate, update)
+    (A, "keys init --dir {d}/text.txt", 2, "text.txt is a file, where a folder is expected"),
+    (A, "keys init --dir {d}/k1 --expires nosuch=3", 1, "--expires 'nosuch=3' is not valid"),
+    (A, "keys init --dir {d}/k1 --expires root=-1", 1, "--expires 'root=-1' is not valid"),
+    (A, "keys init --dir {d}/k1 --threshold root=3/2", 1, "threshold root=3/2 is not valid"),
+    (A, "keys show --dir {d}/folder", 1, "holds no publisher keys"),
+    (A, "publish --keys {d}/nokeys --repo {d}/text.txt {d}/adapter.npz", 2, "is a file, where a folder is expected"),
+    (A, "publish --keys {d}/nokeys --repo {d}/r3 {d}/text.txt", 1, "is neither an adapter (.npz) nor a model"),
+    (A, "publish --keys {d}/nokeys --repo {d}/r3 {d}/adapter.npz {d}/adapter.npz", 1, "lipsync is given twice"),
+    (A, "publish --keys {d}/nokeys --repo {d}/r3 {d}/adapter.npz --hardware ,", 1, "names no target"),
+    (A, "publish --keys {d}/nokeys --repo {d}/r3 {d}/adapter.npz --reference {d}/nope.npz", 1,
+     "--reference {d}/nope.npz is not a file"),
+    (A, "server --eval-store {d}/text.txt", 1, "is a file, where a learning-store folder is expected"),
+    (A, "server --eval-store {d}/folder --port 99999", 2, "99999 is out of range"),
+    (A, "server --eval-store {d}/folder --rounds 0", 1, "--rounds and --min-clients must be at least 1"),
+    (A, "server --eval-store {d}/folder --set nosuch=1", 1, "--set nosuch: there is no such setting"),
+    (A, "server --eval-store {d}/folder --set rounds=abc", 1, "rounds is a number"),
+    (A, "server --eval-store {d}/folder --state {d}/text.txt", 2, "is a file, where a folder is expected"),
+    (A, "client --store {d}/text.txt", 1, "learning store {d}/text.txt is a file"),
+    (A, "client --store {d}/folder --superlink 127.0.0.1:99999", 1, "port 99999 is out of range"),
+    (A, "client --store {d}/folder --connect-timeout -1", 1, "--connect-timeout -1 is not positive"),
+    (A, "client --work {d}/text.txt", 2, "is a file, where a folder is expected"),
+    (A, "client --store {d}/folder --superlink 127.0.0.1:9 --root-certificates {d}/not_pem.pem", 1,
+     "is not a PEM certificate"),
+    (A, "client --store {d}/folder --superlink 127.0.0.1:9 --root-certificates {d}/nope.pem", 1, "cannot read it"),
+    (A, "client --store {d}/folder --auth-key {d}/folder", 1, "is a folder, not a key file"),
+    (A, "server --eval-store {d}/folder --tls-cert {d}/not_pem.pem --tls-key {d}/not_pem.pem --tls-ca "
+        "{d}/not_pem.pem", 1, "--tls-cert {d}/not_pem.pem is not a PEM certificate"),
+    (A, "server --eval-store {d}/folder --register-key {d}/nope.pub", 1, "--register-key {d}/nope.pub is not a file"),
+    (A, "bench --json {d}/b.json --clients 1", 1, "needs at least 2 clients"),
+    (A, "bench --json {d}/b.json --rounds 0", 2, "0 is not a positive number"),
+    (A, "data --store {d}/text.txt stats", 1, "is a file, where a folder is expected"),
+    (A, "data --store {d}/folder export {d}/text.txt", 1, "export destination"),
+    (A, "simulate --set nosuch=1", 1, "there is no such setting"),
+    (A, "simulate --work {d}/text.txt", 2, "is a file, where a folder is expected"),
+    (A, "update install --from {d}/repo --state {d}/s2 --max-bytes 0", 2, "0 is not a positive number"),
+    (A, "update install --from {d}/repo --state {d}/s2 --deadline -1", 2, "-1 is not a positive number"),
+    (A, "update status --model nosuch", 1, "unknown model 'nosuch'"),
+    (A, "update install --from {d}/repo --state {d}/s2 --model lipsync --model lipsync", 1,
+     "--model lipsync is given twice"),
+    (A, "update rollback --model nosuch", 1, "unknown model 'nosuch'"),
+    (A, "bench-update --repeats 0", 2, "0 is not a positive number"),
+    (F, "grpc-check 127.0.0.1:99999", 1, "port 99999 is out of range"),
+    (F, "serve --grpc 127.0.0.1:99999", 1, "port 99999 is out of range"),
+    (F, "run --monitor 127.0.0.1:99999", 1, "port 99999 is out of range"),
+    (F, "devices --max-camera-index 0", 1, "--max-camera-index 0 is out of range"),
+    (F, "engines build --cache-dir {d}/text.txt", 2, "is a file, where a folder is expected"),
+    (F, "engines list --cache-dir {d}/text.txt/x", 2, "is a file, where a folder is expected"),
+    (F, "models verify nosuch", 1, "unknown model 'nosuch'"),
     # files this user may not read (chmod 000)
     (F, "run --expression-model {d}/locked_model --no-dac", 1, "cannot be read (permission denied)"),
     (F, "run --grpc 127.0.0.1:0 --grpc-tls-cert {d}/locked.pem --grpc-tls-key {d}/locked.pem --no-dac", 1,
@@ -238,7 +288,7 @@ def test_a_wrong_input_ends_in_one_line_with_its_cause_and_a_stable_exit_code(cl
     assert "Traceback" not in err and "Traceback" not in result["stdout"], err
     errors = [ln for ln in err.splitlines() if "error:" in ln]
     assert result["rc"] == code and len(errors) == 1, (result["rc"], err[-1500:])
-    assert words in errors[0], errors[0]
+    assert words.format(d=place) in errors[0], errors[0]
 
 
 def _defaults(given: set[str]) -> list[str]:

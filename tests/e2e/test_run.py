@@ -159,6 +159,8 @@ def test_calibrate_stores_a_profile_that_run_applies(isolated_home, tmp_path):
     assert smile < 0.2
     yaw0 = frames[0]["head_rotation"][0]
     assert abs(yaw0) < 10
+    # every recorded frame carries its whole route: stamped before the recorder's thread took it, never after
+    assert all("capture_to_send" in f["latencies_ms"] for f in frames)
 
 
 def test_devices_lists_backends_with_reasons(isolated_home):

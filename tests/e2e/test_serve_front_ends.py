@@ -3,7 +3,8 @@ decode, batched passes) and two front-end processes (the gRPC streams, their des
 results through shared memory. Eight streams over both wires get the FaceFrames `facebridge run` gives (the
 tolerances of tests/e2e/test_serve.py, the one-process server's), and a front end killed with SIGKILL loses only
 its streams: the other front end's keep being served, and the one started in its place serves new streams in the
-dead one's slots. The engine killed takes the server down: every front end stops, each with one line."""
+dead one's slots. The engine killed takes the server down: every front end stops, each with one line. The token and
+TLS hold on every front end as in one process."""
 from __future__ import annotations
 
 import os
@@ -93,6 +94,40 @@ def test_eight_streams_over_both_wires_through_two_front_ends_get_the_facebridge
         assert status.passes > 0 and status.frames_served >= 4 * FRAMES and status.decoder == "in the engine process"
 
 
+def test_an_image_the_engine_cannot_decode_or_a_slot_cannot_hold_costs_only_itself(server, clip):  # noqa: F811
+    """A JPEG whose header passes the front end's checks but has no image data is refused where it is decoded (the
+    engine), a raw frame larger than a ring slot where it is copied (the front end); each answered with one line,
+    and the stream's next image is served."""
+    import numpy as np
+
+    from bridge.grpc.gen import facebridge_pb2 as pb
+    from bridge.serving.client import TrackClient
+
+    proc, addresses = server
+    jpegs, _ = clip
+    good = jpegs[0]
+    start_of_scan = good.index(b"\xff\xda")
+    headers_only = good[:start_of_scan] + b"\xff\xd9"  # a start of frame (its size), no scan: nothing to decode
+    client = TrackClient(addresses[0], subject="Careless", deadline_ms=LOCKSTEP_DEADLINE_MS)
+    raw_client = TrackClient(addresses[1], subject="Raw", deadline_ms=LOCKSTEP_DEADLINE_MS)  # loopback: raw is fine
+    try:
+        assert _lockstep(client, [good])[0][0].face_found
+        client.send_encoded(headers_only, seq=1)
+        assert client.results.get(timeout=240)[0] is None
+        face, _ = _lockstep(client, [good], first_seq=2)[0]
+        assert face.face_found and face.seq == 2
+        assert "image 1" in dict(client.refused)[1] and "decode" in dict(client.refused)[1], client.refused
+        assert client.report.bad_frames == 1
+        raw = np.zeros((480, 640, 3), np.uint8).tobytes()  # 900 kB: over a 512 KiB slot
+        raw_client.send_encoded(raw, encoding=pb.ImageFrame.RAW_RGB, width=640, height=480, seq=7)
+        assert raw_client.results.get(timeout=240)[0] is None
+        assert "--frame-slot-kib" in dict(raw_client.refused)[7], raw_client.refused
+    finally:
+        client.close()
+        raw_client.close()
+    assert not any("Traceback" in x for x in proc.lines)
+
+
 def test_a_killed_front_end_loses_only_its_streams(server, clip):  # noqa: F811
     proc, addresses = server
     jpegs, _ = clip
@@ -138,15 +173,15 @@ def _answers(address: str) -> bool:
 
 
 def test_the_engine_killed_stops_every_front_end_with_one_line(server):
-    """Last in this module: it takes the module's server down."""
+    """The last test of the module's server: it takes it down."""
     import grpc
 
     proc, addresses = server
-    assert all(_answers(address) for address in addresses)
+    assert wait_until(lambda: all(_answers(address) for address in addresses), 60, 0.5)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     ended = lambda: sum("the engine process ended" in x for x in proc.lines) == 2  # noqa: E731
-    assert wait_until(ended, 60, 0.1), proc.lines[-10:]
+    assert wait_until(ended, 120, 0.1), proc.lines[-10:]
 
     def down(address: str) -> bool:
         try:
@@ -155,5 +190,37 @@ def test_the_engine_killed_stops_every_front_end_with_one_line(server):
             return e.code() == grpc.StatusCode.UNAVAILABLE
         return False
 
-    assert wait_until(lambda: all(down(a) for a in addresses), 60, 0.2)
-    assert not any("Traceback" in x for x in proc.lines)
+    assert wait_until(lambda: all(down(a) for a in addresses), 60, 0.2), proc.lines[-10:]
+    assert not any("Traceback" in x for x in proc.lines), proc.lines
+
+
+def test_front_ends_take_the_same_token_and_tls_as_one_process(tmp_path, clip):  # noqa: F811
+    """The token and TLS reach every front end (sent on its control socket, never on a command line): a client over
+    TLS with the token is served, a wrong token refused with UNAUTHENTICATED, as tests/e2e/test_serve_access.py
+    checks of one process."""
+    import grpc
+
+    from bridge.serving.client import TrackClient
+    from tests.e2e.test_serve_access import TOKEN
+    from tests.helpers import tls_files
+
+    ca, cert, key = tls_files(tmp_path / "tls", "serve")
+    jpegs, _ = clip
+    with serve_process("--grpc", "127.0.0.1:0", "--grpc-token", TOKEN, "--grpc-tls-cert", str(cert),
+                       "--grpc-tls-key", str(key), "--max-streams", "2", "--front-ends", "1", "--updates", "off",
+                       home=tmp_path / "home") as (proc, addresses):
+        good = TrackClient(addresses[0], subject="Good", token=TOKEN, tls_ca=str(ca), deadline_ms=600_000)
+        wrong = TrackClient(addresses[0], subject="Wrong", token="not-the-token", tls_ca=str(ca), deadline_ms=600_000)
+        try:
+            good.send_encoded(jpegs[0], seq=0)
+            wrong.send_encoded(jpegs[0], seq=0)
+            face, _, _ = good.results.get(timeout=240)
+            assert face is not None and face.face_found, good.error
+            assert wrong.results.get(timeout=120) is None
+            assert wrong.error is not None and wrong.error.code() == grpc.StatusCode.UNAUTHENTICATED
+        finally:
+            good.close()
+            wrong.close()
+        front_end = _front_end_pids(proc)[0]
+        with open(f"/proc/{front_end}/cmdline", "rb") as f:
+            assert TOKEN.encode() not in f.read()

@@ -17,6 +17,7 @@ from bridge.console import was_interrupted
 from bridge.engines.base import EngineBuildError, EngineUnavailable
 from bridge.engines.native_output import native_stderr
 from bridge.engines.tensorrt.flavour import Flavour
+from bridge.fsutil import atomic_write_bytes
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,7 @@ def profiles_for(onnx_bytes: bytes, opt_batch: int = DEFAULT_OPT_BATCH, max_batc
     1..max_batch; other dynamic axes take the model manifest's engine.profiles {input: [min, opt, max]} when
     given, else OTHER_AXIS_RANGE.
     """
+    # optional extra: onnx (fed, tools), about 1.1 s to import
     import onnx
 
     model = onnx.load_from_string(onnx_bytes)
@@ -100,6 +102,7 @@ def profiles_for(onnx_bytes: bytes, opt_batch: int = DEFAULT_OPT_BATCH, max_batc
 
 def refittable_initializers(onnx_bytes: bytes, patterns: list[str]) -> tuple[str, ...]:
     """Initializer names matching any glob in `patterns` (e.g. the lip-sync adapter's 'adapter.*')."""
+    # optional extra: onnx (fed, tools), about 1.1 s to import
     import onnx
 
     model = onnx.load_from_string(onnx_bytes)
@@ -234,8 +237,6 @@ def _load_timing_cache(config, path: Path | None):
 
 
 def _save_timing_cache(config, path: Path, warnings: list[str]) -> None:
-    from bridge.fsutil import atomic_write_bytes
-
     try:
         atomic_write_bytes(path, memoryview(config.get_timing_cache().serialize()).tobytes())
     except OSError as e:  # the engine is still good; only the next build is slower

@@ -5,6 +5,8 @@ host staging buffers are pinned so copies run asynchronously on the session's ow
 """
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
 
 from bridge.engines.base import EngineUnavailable
@@ -12,6 +14,7 @@ from bridge.engines.base import EngineUnavailable
 
 def _cudart():
     try:
+        # optional extra: cuda-bindings (gpu, tensorrt)
         from cuda.bindings import runtime
     except ImportError:
         raise EngineUnavailable("cuda-python is not installed (TensorRT sessions use it for CUDA memory)",
@@ -77,7 +80,6 @@ class PinnedBuffer:
         self._rt = _cudart()
         self.nbytes = max(int(nbytes), 1)
         self.ptr = int(check(self._rt.cudaMallocHost(self.nbytes)))
-        import ctypes
 
         self._raw = (ctypes.c_byte * self.nbytes).from_address(self.ptr)
 

@@ -12,6 +12,7 @@ import warnings
 from dataclasses import dataclass
 
 import numpy as np
+import onnxruntime as ort
 
 from bridge.engines.base import EngineError
 
@@ -37,6 +38,7 @@ class ParityReport:
 
 def convert_to_fp16(onnx_bytes: bytes) -> bytes:
     """The same model with float16 weights and activations, float32 inputs and outputs."""
+    # optional extra: tensorrt (onnx, onnxconverter-common)
     import onnx
     from onnxconverter_common import float16
 
@@ -50,8 +52,6 @@ def convert_to_fp16(onnx_bytes: bytes) -> bytes:
 def check_parity(fp32_bytes: bytes, fp16_bytes: bytes, feeds: dict[str, np.ndarray],
                  tolerance: float = 0.01) -> ParityReport:
     """Run both graphs on `feeds` (real frames) in ONNX Runtime CPU and compare every output."""
-    import onnxruntime as ort
-
     def run(model: bytes) -> dict[str, np.ndarray]:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1

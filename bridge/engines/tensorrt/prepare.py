@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bridge.engines.base import EngineError
+from bridge.engines.base import EngineError, EngineUnavailable
 from bridge.engines.cache import CacheEntry, CorruptEngine, EngineCache, sha256_bytes
 from bridge.engines.gpu import probe_gpu
 from bridge.engines.shipped import ShippedModel, frames_as_input, value_range_of
@@ -23,6 +23,7 @@ from bridge.engines.tensorrt.builder import (
     refittable_initializers,
 )
 from bridge.engines.tensorrt.flavour import Flavour
+from bridge.engines.tensorrt.fp16 import check_parity, convert_to_fp16
 
 log = logging.getLogger(__name__)
 DEFAULT_AOT_TARGET = "sm86"  # RTX 30 series: the most common RTX card; pass --target for others
@@ -44,8 +45,6 @@ def resolve_target(flavour: Flavour, requested: str | None) -> str:
     if flavour.builds_without_gpu:
         return gpu.sm if gpu else DEFAULT_AOT_TARGET
     if gpu is None:
-        from bridge.engines.base import EngineUnavailable
-
         raise EngineUnavailable(f"{flavour.name} needs an NVIDIA GPU to build engines ({probe_gpu().reason})",
                                 "use --backend tensorrt-rtx to build ahead of time, or onnxruntime to run")
     return "current"
@@ -123,9 +122,8 @@ def prepare_engine(model: ShippedModel, flavour: Flavour, cache: EngineCache, sp
 
 def _fp16_graph(model: ShippedModel, onnx_bytes: bytes) -> tuple[bytes, dict]:
     """FP16 ONNX graph checked against FP32 on real frames; refuses the build when outputs drift."""
+    # optional extra: onnx (fed, tools), about 1.1 s to import
     import onnx
-
-    from bridge.engines.tensorrt.fp16 import check_parity, convert_to_fp16
 
     fp16 = convert_to_fp16(onnx_bytes)
     graph = onnx.load_from_string(onnx_bytes)

@@ -3,15 +3,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bridge.engines.base import EngineUnavailable
 from bridge.engines.cache import CacheEntry, CorruptEngine, EngineCache, sha256_bytes
+from bridge.engines.gpu import probe_gpu
+from bridge.engines.tensorrt.flavour import load_flavour
 
 
 def check_entry(entry: CacheEntry) -> str:
     """'ok', or what is wrong with the entry, in a few words."""
-    from bridge.engines.base import EngineUnavailable
-    from bridge.engines.gpu import probe_gpu
-    from bridge.engines.tensorrt.flavour import load_flavour
-
     if entry.meta.get("broken_metadata"):
         return "corrupt: metadata unreadable"
     try:
