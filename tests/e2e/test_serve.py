@@ -86,10 +86,12 @@ def test_the_server_reports_what_its_garbage_collector_cost(server, clip):
 
 def test_jpegs_decoded_in_batches_give_the_same_frames(clip):
     """`--jpeg-batches on` (`auto` with GPU runners: one nvJPEG call for every JPEG waiting) on the CPU: the
-    same JpegBatches path, OpenCV decoding each image of a batch."""
+    same JpegBatches path, OpenCV decoding each image of a batch, over both wires."""
     with serve_process("--grpc", "127.0.0.1:0", "--max-streams", "4", "--jpeg-batches", "on") as (proc, addresses):
         assert any("batched" in line for line in proc.lines if "listening on" in line)
         _streams_get_the_run_frames(addresses[0], clip, 4, jpeg_batched=True)
+        # and over TrackMany: a group's JPEGs go to the batches one by one, the last decoded posts the group
+        _served_are_the_run_frames(_over_track_many(addresses[0], clip, 4), clip, 4, jpeg_batched=True)
 
 
 def _stages_add_up(frame, jpeg_batched: bool) -> None:
