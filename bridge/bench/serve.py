@@ -53,7 +53,7 @@ MESSAGE_BYTES = 4 * 1024 * 1024  # a TrackManyRequest of the load generator at m
 # the server's thread groups (bridge/runtime/thread_cpu.py) by what they do: a library's unnamed threads (gRPC's
 # poller: "Thread (_poll_wrapper)") count as the front end, any other as "other"
 _PART = {"serve-loop": "front_end", "native": "front_end", "face-service-finish": "describe_and_replies",
-         "identity-refresh": "identity_refresh", "face-service": "inference", "serve-decode": "jpeg_decode",
+         "identity-refresh": "identity_refresh", "face-service": "passes", "serve-decode": "jpeg_decode",
          "serve-jpeg": "jpeg_decode"}
 _STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
@@ -100,19 +100,21 @@ def _wires(text: str) -> list[str]:
     return list(dict.fromkeys(wires))
 
 
-def _host_path(threads: dict) -> dict:
+def _host_path(threads: dict, cpu_runners: bool = True) -> dict:
     """The server's CPU a frame (ms) by what it did, from its CPU by thread group: the host path (the gRPC front end
     and its native threads; describing the passes and building the replies; the rest: the release watch, the main
-    thread) apart from inference (the batched passes: on CPU runners the models run there, identical for either
-    wire), JPEG decode (OpenCV here, nvJPEG with GPU runners) and the identity refresher (a new stream refreshes
-    on each of its first 30 frames, then every 30th: a short trial of new streams is mostly that, the same for
-    either wire)."""
-    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "other": 0.0, "inference": 0.0, "jpeg_decode": 0.0,
+    thread) apart from JPEG decode (OpenCV on CPU runners, nvJPEG with GPU runners), the identity refresher (a new
+    stream refreshes on each of its first 30 frames, then every 30th: a short trial of new streams is mostly that,
+    the same for either wire) and, on CPU runners, the passes (the models' inference runs on their thread there,
+    identical for either wire; with GPU runners their thread is host work, in the host path)."""
+    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "other": 0.0, "passes": 0.0, "jpeg_decode": 0.0,
              "identity_refresh": 0.0}
     for group, ms in threads.items():
         parts[_PART.get(group, "front_end" if group.startswith("Thread") else "other")] += ms
-    host = parts["front_end"] + parts["describe_and_replies"] + parts["other"]
-    return {"host_path": round(host, 4), **{k: round(v, 4) for k, v in parts.items()}}
+    host = parts["front_end"] + parts["describe_and_replies"] + parts["other"] + (0.0 if cpu_runners else
+                                                                                   parts["passes"])
+    return {"host_path": round(host, 4), "passes_in_host_path": not cpu_runners,
+            **{k: round(v, 4) for k, v in parts.items()}}
 
 
 def _cpu_seconds(pids: list[int]) -> dict[int, float]:
@@ -347,7 +349,8 @@ def _status_snapshot(addresses) -> dict:
             continue
         out[address] = {"collections": list(r.gc_collections), "pause_ms_total": r.gc_pause_ms_total,
                         "pause_ms_max": r.gc_pause_ms_max, "over_10ms": r.gc_pauses_over_10ms,
-                        "thread_cpu_s": dict(r.thread_cpu_s), "frames_served": r.frames_served}
+                        "thread_cpu_s": dict(r.thread_cpu_s), "frames_served": r.frames_served,
+                        "runners": r.runners}
     return out
 
 
@@ -438,9 +441,11 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
         "server_gc": _gc_during(status_start, status_end),
         "server_frames_served_in_window": in_window,
         "server_thread_cpu_ms_per_frame": threads,
-        # the same by what it did: host_path = front end + describe and replies + other (inference, JPEG decode and
-        # identity refreshes apart: on CPU runners inference is most of a frame; all three the same for either wire)
-        "server_cpu_ms_per_frame_by_part": _host_path(threads),
+        # the same by what it did: host_path = front end + describe and replies + other (JPEG decode, identity
+        # refreshes and, on CPU runners, the passes apart: there the passes are the inference, most of a frame; all
+        # three the same for either wire)
+        "server_cpu_ms_per_frame_by_part": _host_path(threads, all(v["runners"] in ("cpu", "") for v in
+                                                                   status_end.values())),
         "streams_within_p99_limit": sum(1 for p, share in zip(p99s, shares)
                                         if p is not None and p <= P99_LIMIT_MS and share >= MIN_SERVED_SHARE),
         "streams_p99_within_limit_any_share": sum(1 for p in p99s if p is not None and p <= P99_LIMIT_MS),
@@ -489,7 +494,7 @@ def _per_stream_latency(streams: list[dict]) -> dict:
 
 def _wire_ratios(trials: list[dict]) -> list[dict]:
     """For each stream count run over both wires: each wire's mean over its trials of the server's host path,
-    its whole CPU but inference, and the client's CPU a frame, and many's share of track's."""
+    its whole CPU but the passes, and the client's CPU a frame, and many's share of track's."""
     out = []
     for n in sorted({t["streams"] for t in trials}):
         means = {}
@@ -501,16 +506,16 @@ def _wire_ratios(trials: list[dict]) -> list[dict]:
                 "trials": len(got),
                 "host_path_ms": round(float(np.mean([t["server_cpu_ms_per_frame_by_part"]["host_path"]
                                                      for t in got])), 4),
-                "all_but_inference_ms": round(float(np.mean([
-                    sum(v for k, v in t["server_cpu_ms_per_frame_by_part"].items() if k not in ("host_path",
-                                                                                           "inference"))
+                "all_but_passes_ms": round(float(np.mean([
+                    sum(v for k, v in t["server_cpu_ms_per_frame_by_part"].items()
+                        if k not in ("host_path", "passes", "passes_in_host_path"))
                     for t in got])), 4),
                 "client_ms": round(float(np.mean([t["client_cpu_ms_per_frame_sent"] for t in got])), 4)}
         else:
             track, many = means["track"], means["many"]
             out.append({"streams": n, **{w: means[w] for w in WIRES},
                         "many_over_track": {k: round(many[k] / track[k], 3) if track[k] else None
-                                            for k in ("host_path_ms", "all_but_inference_ms", "client_ms")}})
+                                            for k in ("host_path_ms", "all_but_passes_ms", "client_ms")}})
     return out
 
 
@@ -601,7 +606,7 @@ def run(args) -> dict:
                     f" within {P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
                     f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
                     f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame (host path "
-                    f"{part['host_path']}, inference {part['inference']}, JPEG {part['jpeg_decode']}, identity "
+                    f"{part['host_path']}, passes {part['passes']}, JPEG {part['jpeg_decode']}, identity "
                     f"{part['identity_refresh']}), client "
                     f"{trial['client_cpu_ms_per_frame_sent']} ms a frame sent")
                 trials.append(trial)
@@ -609,10 +614,9 @@ def run(args) -> dict:
                     atomic_write_json(args.json + ".partial", {"benchmark": "serve", "results": results()})
         for r in results()["wire_ratios"]:
             say(f"{r['streams']} streams: many / track = {r['many_over_track']['host_path_ms']} of the server's host "
-                f"path a frame ({r['many']['host_path_ms']} / {r['track']['host_path_ms']} ms, inference, JPEG "
-                f"decode and identity refreshes apart), {r['many_over_track']['all_but_inference_ms']} with the "
-                f"last two, client "
-                f"{r['many_over_track']['client_ms']}")
+                f"path a frame ({r['many']['host_path_ms']} / {r['track']['host_path_ms']} ms, JPEG decode, "
+                f"identity refreshes and CPU runners' passes apart), {r['many_over_track']['all_but_passes_ms']} "
+                f"with the first two, client {r['many_over_track']['client_ms']}")
     finally:
         _stop_all()
     return results()

@@ -30,8 +30,9 @@
 # seconds with --gil then all threads; profile-top.txt summarised by tools/measure/pyspy_top.py (SPY: py-spy elsewhere;
 # on the 2-core VM: RUNNERS=cpu WHEELS= SPY=.venv/bin/py-spy PYTHON=.venv/bin/python).
 #
-# The batched wire against Track (`wires`): one server (--prewarm), `bench serve --address` over WIRES ("track many")
-# at STREAMS_N (64,256), IN_FLIGHT (1), CLIENTS (4), SECS per count; wires-{track,many}.json.
+# The batched wire against Track (`wires`): one server (--prewarm), one `bench serve --address --wire WIRES`
+# (track,many: a trial of each in turn, ROUNDS (1) times per count, many's share of track's in wire_ratios) at
+# STREAMS_N (64,256), IN_FLIGHT (1), CLIENTS (4), SECS per count; wires.json.
 #
 # The engine process and its front ends (`fronts`, issue 43): `bench serve` starts one `facebridge serve --front-ends
 # FRONT_ENDS (8) --frame-slot-kib SLOT_KIB (48: the sample's JPEGs are 25-27 kB; /dev/shm holds the rings, 8 x 125
@@ -197,11 +198,10 @@ case "$MODE" in
     "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams "${WIRE_STREAMS_MAX:-512}" \
       --prewarm 480x360 ${SERVE_ARGS:-} > "$OUT/wires-serve.log" 2>&1 & spid=$!
     for _ in $(seq "${T_START:-300}"); do grep -q "listening on" "$OUT/wires-serve.log" && break; sleep 1; done
-    for wire in ${WIRES:-track many}; do
-      timeout -k 10 "${T_WIRE:-150}" "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" --wire "$wire" \
-        --streams "${STREAMS_N:-64,256}" --seconds "$SECONDS_PER_COUNT" --warmup 5 --in-flight "${IN_FLIGHT:-1}" \
-        --client-processes "${CLIENTS:-4}" --json "$OUT/wires-$wire.json" 2>&1 | grep -v " INFO " | tail -6
-    done
+    timeout -k 10 "${T_WIRE:-300}" "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
+      --wire "${WIRES:-track,many}" --rounds "${ROUNDS:-1}" --streams "${STREAMS_N:-64,256}" \
+      --seconds "$SECONDS_PER_COUNT" --warmup 5 --in-flight "${IN_FLIGHT:-1}" --client-processes "${CLIENTS:-4}" \
+      --json "$OUT/wires.json" 2>&1 | grep -v " INFO " | tail -8
     kill "$spid"; tail -3 "$OUT/wires-serve.log" ;;
   fronts)  # the engine process and its front-end processes (issue 43), one server for every wire and count
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
