@@ -63,7 +63,7 @@ def _violations(sources: tuple[str, ...], targets: tuple[str, ...]) -> list[str]
 
 
 def test_the_import_graph_covers_the_house():
-    assert "bridge.runtime.session" in GRAPH and "bridge.serving.tracker" in GRAPH
+    assert "bridge.runtime.session" in GRAPH and "bridge.multistream.tracker" in GRAPH
     assert "bridge.runtime.runner" in GRAPH["bridge.runtime.session"]
 
 
@@ -74,7 +74,19 @@ def test_leaf_modules_import_nothing_of_the_house():
 
 def test_engines_and_serving_never_import_the_face_domain():
     assert _violations(("bridge.engines",), FACE_DOMAIN) == []
-    assert _violations(("bridge.serving",), ("bridge.stages",)) == []
+    assert _violations(("bridge.serving", "bridge.multistream"), ("bridge.stages",)) == []
+
+
+def test_the_engine_package_knows_no_front_end():
+    """bridge/multistream (the batched runners, decode, the passes: the engine process of `serve --front-ends`)
+    imports nothing of the front end (bridge/serving: the wire, the streams, the scale-out), of the gRPC code or of
+    the composition roots (bridge/runtime), and no face domain; bridge/serving uses it, never the reverse. The
+    wiring of the two (engine and front-end processes) is the composition root's (runtime/serve_engine.py)."""
+    assert _violations(("bridge.multistream",), ("bridge.serving", "bridge.grpc", "bridge.runtime",
+                                                 *FACE_DOMAIN)) == []
+    for path in (ROOT / "bridge" / "multistream").glob("*.py"):
+        assert "import grpc" not in path.read_text(encoding="utf-8"), path.name
+    assert any(_within(d, "bridge.multistream") for d in GRAPH["bridge.serving.engine_link"])
 
 
 def test_sinks_never_import_each_other_and_formats_open_no_socket():

@@ -38,8 +38,8 @@ def _measured():
     """The sample's frames as the batched tracker measures them on the CPU: the packed result rows, the size."""
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
 
     frames = sample_frames(CLIP, step=1)
     hw = frames[0].shape[:2]
@@ -55,7 +55,7 @@ def _measured():
 
 def _pass_faces(faces, n: int, k: int):
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
-    from bridge.serving.service import StreamFaces
+    from bridge.multistream.service import StreamFaces
 
     picked = [faces[(k + 7 * i) % CLIP] for i in range(n)]
     fields = ("tracked", "presence", "landmarks", "irises", "emotion", "blendshapes", "expression_head")

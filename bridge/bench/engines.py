@@ -113,7 +113,7 @@ def bench_model_cuda_device(model, batches: list[int], seconds: float) -> dict:
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import torch
 
-    from bridge.serving.runners import OrtCudaRunner
+    from bridge.multistream.runners import OrtCudaRunner
 
     out = {}
     for graphs in (False, True):

@@ -13,9 +13,9 @@ import numpy as np
 from bridge.bench.common import percentiles, reporter, torch_cuda
 from bridge.engines.shipped import sample_frames
 from bridge.fsutil import atomic_write_json
-from bridge.serving.runners import make_runners
-from bridge.serving.torch_runner import capture_graphs
-from bridge.serving.tracker import RESULT_WIDTH, BatchedFaceTracker
+from bridge.multistream.runners import make_runners
+from bridge.multistream.torch_runner import capture_graphs
+from bridge.multistream.tracker import RESULT_WIDTH, BatchedFaceTracker
 
 P99_LIMIT_MS = 20.0
 FPS = 30.0

@@ -78,7 +78,7 @@ def _list(args) -> int:
     # loaded when the command runs: `facebridge --help` stays light (bridge/cli.py)
     from bridge.engines.cache import EngineCache
     from bridge.engines.select import explain
-    from bridge.serving.runners import runner_availability
+    from bridge.multistream.runners import runner_availability
 
     print("backends here (automatic order):")
     for a in explain("auto"):

@@ -25,6 +25,8 @@ from bridge.expression.refresh import IdentityRefresher
 from bridge.expression.rows import takes
 from bridge.expression.stage import ExpressionEstimator
 from bridge.models import manifest
+from bridge.multistream.runners import make_runner, make_runners, role_models
+from bridge.multistream.service import MultiStreamFaceService
 from bridge.runtime.gc_pauses import GcPauses
 from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.native_pools import pin_native_pools
@@ -33,8 +35,6 @@ from bridge.runtime.serve_releases import PassGate, ServeReleases
 from bridge.serving.engine_link import RemoteService
 from bridge.serving.grpc_service import FaceServeServer, check_listen
 from bridge.serving.replies import PassReplies
-from bridge.serving.runners import make_runner, make_runners, role_models
-from bridge.serving.service import MultiStreamFaceService
 from bridge.serving.streams import StreamTable
 from bridge.stages.describe_rows import DescribeRows, MeasuredFaces
 

@@ -1,4 +1,4 @@
-"""`facebridge serve --front-ends N`: this process becomes the engine (serving/engine.py: the batched runners and so
+"""`facebridge serve --front-ends N`: this process becomes the engine (multistream/engine.py: the batched runners and so
 the CUDA context, every image's decode, every batched pass) and starts N front-end processes
 (runtime/serve_front_end.py: the gRPC streams, their state and the describe step), which reach it only through a
 shared-memory ring and a control socket each.
@@ -27,13 +27,13 @@ from dataclasses import asdict
 
 from bridge.errors import FaceBridgeError
 from bridge.grpc import access
+from bridge.multistream.decode import ImageDecoder
+from bridge.multistream.engine import Engine
+from bridge.multistream.rings import RingShape, shm_room
 from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
 from bridge.runtime.serve_front_end import CONFIG
 from bridge.runtime.thread_cpu import cpu_between, thread_cpu_seconds
-from bridge.serving.decode import ImageDecoder
-from bridge.serving.engine import Engine
-from bridge.serving.rings import RingShape, shm_room
 
 log = logging.getLogger(__name__)
 

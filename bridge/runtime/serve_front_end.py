@@ -19,10 +19,10 @@ import sys
 import threading
 
 from bridge import console
+from bridge.multistream.engine import LISTENING
+from bridge.multistream.rings import SlotRing
 from bridge.runtime.serve import ServeConfig, build_front_end
-from bridge.serving.engine import LISTENING
 from bridge.serving.engine_link import EngineLink
-from bridge.serving.rings import SlotRing
 
 log = logging.getLogger(__name__)
 

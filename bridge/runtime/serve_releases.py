@@ -4,7 +4,7 @@ the background, checked, and swapped in between two batched passes; streams neve
 The watch is the run's own (runtime/releases.py: one stat() of the update store a poll, files re-verified by the
 registry) and so is the builder (runtime/swap.py: one thread, a refused release is never retried). What differs is
 what gets built: the runner of that model's role, exactly as the server built the one in use
-(serving/runners.make_runner: same kind, batch sizes, precision), checked against the release's reference outputs
+(multistream/runners.make_runner: same kind, batch sizes, precision), checked against the release's reference outputs
 and then on a batch as large as the server's largest pass (a model that cannot take the server's batches is
 refused: the installer's smoke test runs one item). `PassGate` is the lock every batched pass holds (the services
 of every frame size share the runners); entering it first takes what the builder has ready, so a swap happens
@@ -37,7 +37,7 @@ from bridge.updates.smoke import read_npz, split_reference
 log = logging.getLogger(__name__)
 
 PERSIST_PASSES = 5  # passes in a row with non-finite outputs of a release's role before it is rolled back
-# the roles whose outputs a pass's results carry (serving.service.StreamFaces fields), in the order values flow
+# the roles whose outputs a pass's results carry (multistream.service.StreamFaces fields), in the order values flow
 ROLE_FIELDS = {"landmarks": ("landmarks",), "iris": ("irises",), "expression": ("blendshapes", "expression_head"),
                "emotion": ("emotion",)}
 FP16_TOLERANCE = (3e-2, 3e-2)  # atol, rtol at least, for runners in half precision (the references are float32)
@@ -160,7 +160,7 @@ class ServeReleases:
         self._pass_lock = threading.Lock()
 
     def check_pass(self, faces) -> None:
-        """One pass's results (serving.service.StreamFaces): count the passes in a row on which a role that runs a
+        """One pass's results (multistream.service.StreamFaces): count the passes in a row on which a role that runs a
         release gave non-finite outputs, and roll that release back after PERSIST_PASSES of them."""
         rows = np.asarray(faces.tracked, bool)
         if not rows.any():

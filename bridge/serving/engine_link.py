@@ -1,4 +1,4 @@
-"""EngineLink: a front-end process's end of its SlotRing and control socket (the engine's end: serving/engine.py),
+"""EngineLink: a front-end process's end of its SlotRing and control socket (the engine's end: multistream/engine.py),
 and RemoteService, what the front end's StreamTable holds in place of a batched service of one frame size.
 
 A stream's image whose turn it is goes to the engine undecoded: its bytes are copied into a ring slot of the stream's
@@ -18,10 +18,10 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from bridge.serving import rings
-from bridge.serving.decode import BadImage
-from bridge.serving.engine import FRAMES, MAX_MESSAGE, RESULTS, VERSIONS, read_slots, slots_message
-from bridge.serving.service import StreamFaces
+from bridge.multistream import rings
+from bridge.multistream.decode import BadImage
+from bridge.multistream.engine import FRAMES, MAX_MESSAGE, RESULTS, VERSIONS, read_slots, slots_message
+from bridge.multistream.service import StreamFaces
 
 log = logging.getLogger(__name__)
 

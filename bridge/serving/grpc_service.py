@@ -4,7 +4,7 @@ stream.
 
 One long-lived bidirectional Track stream per face stream, run as two coroutines (bridge/serving/track.py); JPEG is
 decoded by a small pool of decode workers (threads: OpenCV and nvJPEG release the interpreter lock); the batched
-service's passes run on its own threads (bridge/serving/batcher.py) and hand each result back to its stream's
+service's passes run on its own threads (bridge/multistream/batcher.py) and hand each result back to its stream's
 coroutine through loop.call_soon_threadsafe. A stream lives on the replica that accepted it until it ends; a client
 that cancels, vanishes (keepalive 10 s) or is killed frees its slot at once. Beyond `max_streams` a stream is
 refused with RESOURCE_EXHAUSTED; a client that stops reading is ended after `write_deadline_s`, one that sends
@@ -27,9 +27,9 @@ from bridge.errors import FaceBridgeError
 from bridge.grpc import access
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.listeners import AUTO_TOKEN, listener_token, warn_plain_text
+from bridge.multistream.decode import ImageDecoder
+from bridge.multistream.decode_batch import JpegBatches
 from bridge.runtime.thread_cpu import thread_cpu_seconds
-from bridge.serving.decode import ImageDecoder
-from bridge.serving.decode_batch import JpegBatches
 from bridge.serving.event_loop import ServeLoop
 from bridge.serving.leases import IDLE_TIMEOUT_S, WRITE_DEADLINE_S, WriteDeadline
 from bridge.serving.streams import StreamTable

@@ -14,7 +14,7 @@ import math
 
 from bridge.errors import SinkError
 from bridge.grpc.access import Malformed
-from bridge.serving.decode import BadImage
+from bridge.multistream.decode import BadImage
 
 MAX_IMAGE_BYTES = 8 * 1024 * 1024 - 4096  # the image within an 8 MiB message (a raw 1080p frame is 6.2 MB)
 MAX_TIME_S = 1e11  # seconds: beyond the year 5000 as a Unix time, far beyond any monotonic clock

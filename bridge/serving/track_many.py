@@ -27,7 +27,7 @@ import grpc
 from bridge.grpc import access
 from bridge.grpc.frame_wire import many_frame_reply, replica_field, send_time, varint
 from bridge.grpc.gen import facebridge_pb2 as pb
-from bridge.serving.decode import JPEG, BadImage
+from bridge.multistream.decode import JPEG, BadImage
 from bridge.serving.requests import StreamRefused, first_subject, image_size
 from bridge.serving.track import CLOSE_WAIT_S, StreamState
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from bridge.models.registry import default_registry
+from bridge.multistream.runners import make_runner
 from bridge.runtime.serve_releases import PassGate, check_runner
 from bridge.runtime.swap import ModelSwapper, SwapRefused, SwapRequest
-from bridge.serving.runners import make_runner
 from tests.helpers import wait_until
 from tests.updates.kit import emotion_model
 

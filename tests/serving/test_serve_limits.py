@@ -14,9 +14,9 @@ import pytest
 @pytest.fixture
 def serve():
     torch = pytest.importorskip("torch")
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
     from bridge.serving.grpc_service import FaceServeServer
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
     from bridge.serving.streams import StreamTable
 
     torch.set_num_threads(1)

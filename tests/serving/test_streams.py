@@ -19,8 +19,8 @@ def clip():
 @pytest.fixture
 def table():
     torch = pytest.importorskip("torch")
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
     from bridge.serving.streams import StreamTable
 
     torch.set_num_threads(1)

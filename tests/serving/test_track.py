@@ -12,10 +12,10 @@ def test_an_image_whose_pass_fails_is_answered_and_the_stream_goes_on():
     import cv2
 
     from bridge.engines.shipped import sample_frames
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
     from bridge.serving.client import TrackClient, encode_jpeg
     from bridge.serving.grpc_service import FaceServeServer
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
     from bridge.serving.streams import StreamTable
 
     torch.set_num_threads(1)
@@ -58,10 +58,10 @@ def test_track_many_frames_whose_pass_fails_are_each_answered_and_their_streams_
     import cv2
 
     from bridge.engines.shipped import sample_frames
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
     from bridge.serving.client import TrackManyClient, encode_jpeg
     from bridge.serving.grpc_service import FaceServeServer
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
     from bridge.serving.streams import StreamTable
 
     torch.set_num_threads(1)

@@ -28,8 +28,8 @@ def measured():
     """The sample's frames as the batched tracker measures them (one stream, consecutive frames)."""
     pytest.importorskip("torch")
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
 
     frames = sample_frames(FRAMES, step=1)
     hw = frames[0].shape[:2]

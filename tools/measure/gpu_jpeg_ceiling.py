@@ -1,7 +1,7 @@
 """How many of the sample's JPEG frames a second the GPU's decoders take, whatever serves them.
 
 P processes (each its own CUDA context; under MPS if its daemon runs) each decode batches of B frames with
-torchvision's batched nvJPEG call (`decode_jpeg` of a list, as bridge/serving/decode.py does), one batch after
+torchvision's batched nvJPEG call (`decode_jpeg` of a list, as bridge/multistream/decode.py does), one batch after
 another, synchronised each time, for --seconds after a warm-up. Reports images a second in all, each process's
 CPU per image and its batches' wall p50 / p99; with nvidia-smi on the path, the hardware JPEG engines' utilisation
 (dmon's `jpg`) over each configuration. The serve front end needs 30 images a second per stream, so the ceiling

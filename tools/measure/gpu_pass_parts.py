@@ -71,9 +71,9 @@ def measure(n: int) -> dict:
     import torch
 
     from bridge.engines.shipped import sample_frames
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
     from bridge.runtime.serve import GPU_BUCKETS
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
 
     frames = sample_frames(n, step=1)
     hw = frames[0].shape[:2]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `facebridge serve` on the H200 machine, in ONE device call (issue 17): the GPU parity tests of the serving path
-# (tests/serving/test_gpu.py), then `facebridge bench serve` over real gRPC on loopback with JPEG frames decoded
+# (tests/multistream/test_gpu.py), then `facebridge bench serve` over real gRPC on loopback with JPEG frames decoded
 # by nvJPEG and the full FaceFrame per stream, first on one server process, then on several processes sharing
 # the GPU (direct ingress, one port each, as Ray Serve replicas would be). Everything lands in $OUT (at most
 # 8 files come back): env.txt, gpu-tests.txt, serve-1proc.{json,log}, serve-Nproc.{json,log}.
@@ -132,7 +132,7 @@ case "$MODE" in
   all)
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
-    timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/serving/test_gpu.py 2>&1 \
+    timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/multistream/test_gpu.py 2>&1 \
       | tail -40 > "$OUT/gpu-tests.txt"
     echo "gpu tests: exit ${PIPESTATUS[0]}" >> "$OUT/gpu-tests.txt"; tail -5 "$OUT/gpu-tests.txt"
     bench serve-1proc "${T_ONE:-120}" --streams "${STREAMS_1:-32}" --client-processes 2

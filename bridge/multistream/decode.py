@@ -129,7 +129,7 @@ class ImageDecoder:
         return out
 
     def _host_tensor(self, data):
-        """The encoded bytes as a uint8 tensor for nvJPEG: a numpy array (an engine ring slot, serving/rings.py) as
+        """The encoded bytes as a uint8 tensor for nvJPEG: a numpy array (an engine ring slot, multistream/rings.py) as
         it lies, without a copy; bytes copied once (torch needs a writable buffer)."""
         torch = self._torch
         if isinstance(data, np.ndarray):

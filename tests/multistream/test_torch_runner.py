@@ -14,7 +14,7 @@ def test_torch_conversion_matches_onnx_runtime_on_real_frames(name):
     torch = pytest.importorskip("torch")
     from bridge.engines.onnxruntime_backend import OrtSession
     from bridge.engines.shipped import frames_as_input, value_range_of
-    from bridge.serving.onnx_torch import load_torch_module
+    from bridge.multistream.onnx_torch import load_torch_module
 
     torch.set_num_threads(1)
     model = find_model(name)
@@ -34,8 +34,8 @@ def test_compile_traces_each_model_once_and_its_batch_dimension_stays_dynamic(tm
     (an example input that is not an inference tensor, a shape the converter fixes) compiles again per call
     shape, which on a GPU costs half a minute per bucket and model. Traced here with a backend that counts."""
     torch = pytest.importorskip("torch")
-    from bridge.serving.onnx_torch import load_torch_module
-    from bridge.serving.torch_runner import compile_module
+    from bridge.multistream.onnx_torch import load_torch_module
+    from bridge.multistream.torch_runner import compile_module
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch._dynamo.reset()
@@ -63,7 +63,7 @@ def test_compile_traces_each_model_once_and_its_batch_dimension_stays_dynamic(tm
 
 def test_a_compiled_model_that_fails_at_run_time_falls_back_to_its_eager_kernels_with_a_warning():
     torch = pytest.importorskip("torch")
-    from bridge.serving.torch_runner import TorchRunner
+    from bridge.multistream.torch_runner import TorchRunner
 
     lines = []
     runner = TorchRunner(find_model("emotion").path, 4, "cpu", report=lines.append)
@@ -87,7 +87,7 @@ def test_a_compiled_model_that_fails_at_run_time_falls_back_to_its_eager_kernels
 def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
     pytest.importorskip("torch")
     from bridge.engines.base import EngineError
-    from bridge.serving.onnx_torch import load_torch_module
+    from bridge.multistream.onnx_torch import load_torch_module
 
     with pytest.raises(EngineError, match="cannot run Resize") as info:
         load_torch_module(find_model("face_detection_full_range").path, (1, 3, 192, 192))
@@ -96,7 +96,7 @@ def test_torch_conversion_refuses_an_operator_it_cannot_run_by_name():
 
 def test_gpu_runners_where_they_cannot_run_say_why_and_what_works_instead():
     pytest.importorskip("torch")
-    from bridge.serving.runners import make_runners, runner_availability
+    from bridge.multistream.runners import make_runners, runner_availability
 
     usable = {kind: ok for kind, ok, _ in runner_availability()}
     assert usable["onnxruntime"]
@@ -116,7 +116,8 @@ def test_a_converted_model_lays_out_its_buffers_the_same_in_every_process():
 
     from tests.helpers import subprocess_env
 
-    code = ("from bridge.engines.shipped import find_model; from bridge.serving.onnx_torch import load_torch_module; "
+    code = ("from bridge.engines.shipped import find_model; "
+            "from bridge.multistream.onnx_torch import load_torch_module; "
             "m = load_torch_module(find_model('emotion').verified_path(), (1, 1, 64, 64)); "
             "print([(tuple(b.shape), round(float(b.double().sum()), 3)) for b in m.buffers()])")
     layouts = {subprocess.run([sys.executable, "-c", code], env={**subprocess_env(), "PYTHONHASHSEED": seed},

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from bridge.serving.onnx_torch import load_torch_module
+from bridge.multistream.onnx_torch import load_torch_module
 
 
 def batch_buckets(max_batch: int) -> list[int]:

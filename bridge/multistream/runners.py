@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from bridge.engines.shipped import find_model
-from bridge.serving.torch_runner import TorchRunner, batch_buckets, bucket_for
+from bridge.multistream.torch_runner import TorchRunner, batch_buckets, bucket_for
 
 
 class OrtCpuRunner:

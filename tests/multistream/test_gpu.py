@@ -60,7 +60,7 @@ def test_device_bound_cuda_graph_runner_matches_cpu(name):
     import torch
 
     from bridge.engines import create_session
-    from bridge.serving.runners import OrtCudaRunner
+    from bridge.multistream.runners import OrtCudaRunner
 
     model, input_name, x = _feeds(name, batch=3)
     cpu = list(create_session(model.path, "onnxruntime").run({input_name: x}).values())
@@ -78,8 +78,8 @@ def test_batched_tracker_on_gpu_matches_cpu():
     import torch
 
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     frames = np.stack(sample_frames(4))
     streams = torch.arange(4)
@@ -130,7 +130,7 @@ def test_torch_cuda_graph_runner_matches_ort_cpu_and_fp16_stays_close(name):
     import torch
 
     from bridge.engines import create_session
-    from bridge.serving.torch_runner import TorchRunner
+    from bridge.multistream.torch_runner import TorchRunner
 
     model, input_name, x = _torch_feeds(name, batch=3)
     cpu = list(create_session(model.path, "onnxruntime").run({input_name: x}).values())
@@ -149,8 +149,8 @@ def test_batched_tracker_torch_cuda_fp16_matches_cpu():
     import torch
 
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     frames = np.stack(sample_frames(6, step=1))
     streams = torch.arange(6)
@@ -175,8 +175,8 @@ def test_captured_tracked_pass_matches_the_eager_pass_with_padding_and_a_lost_st
     import torch
 
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     frames = torch.from_numpy(np.stack(sample_frames(8, step=1))).cuda()
     runners = make_runners("torch-cuda", 8, buckets=[4, 8], tracked_pass_graphs=True)
@@ -206,7 +206,7 @@ def test_captured_tracked_pass_matches_the_eager_pass_with_padding_and_a_lost_st
 def test_compiled_runner_matches_eager_kernels_for_every_bucket_and_batch_one_stays_eager():
     import torch
 
-    from bridge.serving.torch_runner import TorchRunner
+    from bridge.multistream.torch_runner import TorchRunner
 
     model, _input, x = _feeds("face_landmark", batch=3)
     xd = torch.from_numpy(x).cuda()
@@ -226,8 +226,8 @@ def test_face_service_on_the_gpu_product_path_matches_the_cpu_service():
     import torch
 
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
 
     clip = sample_frames(10, step=1)
     hw = clip[0].shape[:2]
@@ -258,8 +258,8 @@ def test_nvjpeg_on_the_serving_gpu_decodes_what_opencv_decodes():
     import cv2
 
     from bridge.engines.shipped import sample_frames
+    from bridge.multistream.decode import JPEG, ImageDecoder
     from bridge.serving.client import encode_jpeg
-    from bridge.serving.decode import JPEG, ImageDecoder
 
     data = encode_jpeg(cv2.cvtColor(sample_frames(1)[0], cv2.COLOR_RGB2BGR))
     decoder = ImageDecoder("cuda")
@@ -275,8 +275,8 @@ def test_nvjpeg_decodes_a_batch_in_one_call_and_refuses_only_the_bad_image():
     import cv2
 
     from bridge.engines.shipped import sample_frames
+    from bridge.multistream.decode import BadImage, ImageDecoder
     from bridge.serving.client import encode_jpeg
-    from bridge.serving.decode import BadImage, ImageDecoder
 
     frames = sample_frames(3, step=5)
     datas = [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR)) for f in frames]

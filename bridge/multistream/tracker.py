@@ -18,7 +18,7 @@ import numpy as np
 
 from bridge import mesh
 from bridge.engines.shipped import find_model
-from bridge.serving.torch_runner import capture_graphs
+from bridge.multistream.torch_runner import capture_graphs
 
 LANDMARK_SIZE, EYE_SIZE, EMOTION_SIZE, DETECT_SIZE = 192, 64, 64, 128
 # per eye, in ARKit's order like the single-face pipeline: subject's left eye (image right, mirrored for the iris

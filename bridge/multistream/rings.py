@@ -29,7 +29,7 @@ from multiprocessing import shared_memory
 
 import numpy as np
 
-from bridge.serving.tracker import RESULT_WIDTH
+from bridge.multistream.tracker import RESULT_WIDTH
 
 REQUEST_WIDTH = 5  # nbytes, height, width, encoding, generation
 NBYTES, HEIGHT, WIDTH, ENCODING, GENERATION = range(REQUEST_WIDTH)

@@ -8,8 +8,8 @@ import pytest
 
 
 def _service(torch, streams: int = 3, **options):
-    from bridge.serving.runners import make_runners
-    from bridge.serving.service import MultiStreamFaceService
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.service import MultiStreamFaceService
 
     torch.set_num_threads(1)
     return MultiStreamFaceService(streams, (360, 480), make_runners("torch", 4), device="cpu", **options)
@@ -19,8 +19,8 @@ def test_face_service_serves_concurrent_streams_in_order_like_one_tracker_per_st
     torch = pytest.importorskip("torch")
 
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     clip = sample_frames(6, step=1)
     futures = {s: [] for s in range(3)}
@@ -68,7 +68,7 @@ def test_face_service_gives_a_stream_one_frame_per_pass_and_refuses_bad_frames()
 
 def test_face_service_refuses_a_shape_it_cannot_serve_before_loading_anything():
     pytest.importorskip("torch")
-    from bridge.serving.service import MultiStreamFaceService
+    from bridge.multistream.service import MultiStreamFaceService
 
     for options, message in ((dict(num_streams=0, frame_hw=(360, 480)), "at least one stream"),
                              (dict(num_streams=2, frame_hw=(0, 480)), r"at least 32x32 pixels .*\(0, 480\)"),

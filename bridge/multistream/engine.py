@@ -1,6 +1,6 @@
 """Engine: the one process per GPU of `facebridge serve --front-ends N`. It owns the batched runners (and so the
 CUDA context), every stream's image decode and every batched pass; the front-end processes own the gRPC streams,
-each stream's state and the describe step, and reach the engine only through their SlotRing (serving/rings.py) and
+each stream's state and the describe step, and reach the engine only through their SlotRing (multistream/rings.py) and
 a control socket each (a SOCK_SEQPACKET pair: one message is one datagram, only slot numbers travel).
 
 Per frame: a front end writes the image into its stream's ring slot and names the slot (`F`). The engine's reader
@@ -28,10 +28,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from bridge.serving import rings
-from bridge.serving.decode import JPEG, BadImage
-from bridge.serving.decode_batch import JpegBatches
-from bridge.serving.rings import SlotRing
+from bridge.multistream import rings
+from bridge.multistream.decode import JPEG, BadImage
+from bridge.multistream.decode_batch import JpegBatches
+from bridge.multistream.rings import SlotRing
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ import logging
 import time
 from typing import NamedTuple
 
-from bridge.serving.batcher import DeadlineBatcher
-from bridge.serving.decode import BadImage
+from bridge.multistream.batcher import DeadlineBatcher
+from bridge.multistream.decode import BadImage
 
 log = logging.getLogger(__name__)
 

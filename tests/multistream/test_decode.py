@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
-from bridge.serving.decode import JPEG, RAW_BGR, RAW_RGB, BadImage, ImageDecoder, _jpeg_size
+from bridge.multistream.decode import JPEG, RAW_BGR, RAW_RGB, BadImage, ImageDecoder, _jpeg_size
 
 
 def _sample_bgr():
@@ -49,8 +49,8 @@ def test_what_is_not_an_image_is_refused_with_its_reason():
 
 
 def test_an_image_is_sized_from_its_header_and_refused_before_any_pixel_work():
+    from bridge.multistream.decode import MAX_SEGMENTS
     from bridge.serving.client import encode_jpeg
-    from bridge.serving.decode import MAX_SEGMENTS
 
     decoder = ImageDecoder("cpu")
     data = encode_jpeg(_sample_bgr())
@@ -73,8 +73,8 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
     import threading
     import time
 
+    from bridge.multistream.decode_batch import JpegBatches
     from bridge.serving.client import encode_jpeg
-    from bridge.serving.decode_batch import JpegBatches
 
     data = encode_jpeg(_sample_bgr())
     want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
@@ -117,7 +117,7 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
 def test_a_batch_the_decoder_cannot_take_answers_every_image_as_refused():
     import threading
 
-    from bridge.serving.decode_batch import JpegBatches
+    from bridge.multistream.decode_batch import JpegBatches
 
     done, got = threading.Event(), []
     batches = JpegBatches(ImageDecoder("cpu"))

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bridge.serving.batcher import DeadlineBatcher
-from bridge.serving.tracker import RESULT_FIELDS, RESULT_WIDTH, BatchedFaceTracker
+from bridge.multistream.batcher import DeadlineBatcher
+from bridge.multistream.tracker import RESULT_FIELDS, RESULT_WIDTH, BatchedFaceTracker
 
 log = logging.getLogger(__name__)
 

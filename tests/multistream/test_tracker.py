@@ -11,8 +11,8 @@ from bridge.engines.shipped import find_model
 def test_batched_face_tracker_finds_and_tracks_the_sample_face_on_cpu():
     torch = pytest.importorskip("torch")
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     torch.set_num_threads(1)
     frames = torch.from_numpy(np.stack(sample_frames(2)))
@@ -40,7 +40,7 @@ def test_batched_face_tracker_finds_and_tracks_the_sample_face_on_cpu():
 def test_gpu_side_expression_features_match_the_reference_layout():
     torch = pytest.importorskip("torch")
     from bridge.expression.features import features_batch
-    from bridge.serving.tracker import landmark_features_torch
+    from bridge.multistream.tracker import landmark_features_torch
 
     rng = np.random.default_rng(0)
     xy = rng.uniform(100, 300, (3, 468, 2))
@@ -53,8 +53,8 @@ def test_gpu_side_expression_features_match_the_reference_layout():
 def test_batched_eye_pair_crops_are_the_single_crops_in_face_order():
     torch = pytest.importorskip("torch")
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     frames = torch.from_numpy(np.stack(sample_frames(2)))
     images = frames.permute(0, 3, 1, 2).float()
@@ -75,8 +75,8 @@ def test_batched_eye_pair_crops_are_the_single_crops_in_face_order():
 def test_batched_tracker_with_torch_runners_matches_onnx_runtime_runners():
     torch = pytest.importorskip("torch")
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     torch.set_num_threads(1)
     frames = torch.from_numpy(np.stack(sample_frames(3, step=1)))
@@ -97,8 +97,8 @@ def test_tracker_passes_of_every_size_reuse_one_compiled_graph_per_model(monkeyp
     On the H200 each extra graph is another half-minute compile."""
     torch = pytest.importorskip("torch")
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.torch_runner import TorchRunner, compile_module
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.torch_runner import TorchRunner, compile_module
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     torch.set_num_threads(1)
@@ -130,8 +130,8 @@ def test_tracker_passes_of_every_size_reuse_one_compiled_graph_per_model(monkeyp
 def test_batched_tracker_with_bounded_detector_slots_acquires_lost_streams_over_passes():
     torch = pytest.importorskip("torch")
     from bridge.engines.shipped import sample_frames
-    from bridge.serving.runners import make_runners
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.runners import make_runners
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     torch.set_num_threads(1)
     frames = torch.from_numpy(np.stack(sample_frames(4, step=1)))
@@ -158,8 +158,8 @@ def test_the_captured_pass_is_pure_device_work():
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
 
-    from bridge.serving.torch_runner import TorchRunner
-    from bridge.serving.tracker import BatchedFaceTracker
+    from bridge.multistream.torch_runner import TorchRunner
+    from bridge.multistream.tracker import BatchedFaceTracker
 
     class HostTensorSpy(TorchDispatchMode):
         def __init__(self):

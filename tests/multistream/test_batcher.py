@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from bridge.serving.batcher import DeadlineBatcher
+from bridge.multistream.batcher import DeadlineBatcher
 
 
 def test_lone_stream_is_not_held_back_for_a_batch():
