@@ -27,6 +27,7 @@ from bridge.serving.engine_link import EngineLink
 log = logging.getLogger(__name__)
 
 CONFIG = b"C\0\0\0"  # the engine's first message: what to serve (JSON)
+CLOSE_LIMIT_S = 15.0  # the engine gone: this front end ends within this, its streams closed or not
 
 
 def _serve(spec: dict) -> int:
@@ -48,19 +49,24 @@ def _serve(spec: dict) -> int:
         return 1
     server = build_front_end(config, link, spec["address"], spec["slots"], replica=None)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    engine = os.getppid()
     try:
         sock.send(LISTENING + json.dumps({"address": server.address, "pid": os.getpid()}).encode())
-        stop.wait()
+        while not stop.wait(1.0):
+            if os.getppid() != engine:  # handed to another parent: the engine died, whatever its socket says
+                lost()
     finally:
+        if engine_lost.is_set():  # the line first, and an end within CLOSE_LIMIT_S however the closing goes
+            print(f"facebridge serve: front end {index} (pid {os.getpid()}, {server.address}): the engine process "
+                  "ended, so this front end stops and its streams end; start `facebridge serve` again",
+                  file=sys.stderr, flush=True)
+            deadline = threading.Timer(CLOSE_LIMIT_S, os._exit, args=(1,))
+            deadline.daemon = True
+            deadline.start()
         server.close()
         link.close()
         ring.close()
-    if engine_lost.is_set():
-        print(f"facebridge serve: front end {index} (pid {os.getpid()}, {server.address}): the engine process "
-              "ended, so this front end stops and its streams end; start `facebridge serve` again", file=sys.stderr,
-              flush=True)
-        return 1
-    return 0
+    return 1 if engine_lost.is_set() else 0
 
 
 def main(argv: list[str] | None = None) -> int:

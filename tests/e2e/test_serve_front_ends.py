@@ -181,7 +181,7 @@ def test_the_engine_killed_stops_every_front_end_with_one_line(server):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     ended = lambda: sum("the engine process ended" in x for x in proc.lines) == 2  # noqa: E731
-    assert wait_until(ended, 120, 0.1), proc.lines[-10:]
+    assert wait_until(ended, 120, 0.1), "\n".join(proc.lines[-12:])
 
     def down(address: str) -> bool:
         try:
