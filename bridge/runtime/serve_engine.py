@@ -30,10 +30,10 @@ from bridge.grpc import access
 from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
 from bridge.runtime.serve_front_end import CONFIG
-from bridge.runtime.thread_cpu import cpu_between, thread_cpu_seconds
 from bridge.serving.decode import ImageDecoder
 from bridge.serving.engine import Engine
 from bridge.serving.rings import RingShape, shm_room
+from bridge.thread_cpu import cpu_between, thread_cpu_seconds
 
 log = logging.getLogger(__name__)
 

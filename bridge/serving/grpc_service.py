@@ -27,7 +27,6 @@ from bridge.errors import FaceBridgeError
 from bridge.grpc import access
 from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.listeners import AUTO_TOKEN, listener_token, warn_plain_text
-from bridge.runtime.thread_cpu import thread_cpu_seconds
 from bridge.serving.decode import ImageDecoder
 from bridge.serving.decode_batch import JpegBatches
 from bridge.serving.event_loop import ServeLoop
@@ -35,6 +34,7 @@ from bridge.serving.leases import IDLE_TIMEOUT_S, WRITE_DEADLINE_S, WriteDeadlin
 from bridge.serving.streams import StreamTable
 from bridge.serving.track import TrackStreams, serialize_response
 from bridge.serving.track_many import TrackManyStreams
+from bridge.thread_cpu import thread_cpu_seconds
 
 log = logging.getLogger(__name__)
 
