@@ -19,7 +19,7 @@ from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from bridge.grpc.server import GrpcSink
 from bridge.listeners import MIN_TOKEN_BITS, listener_token, token_bits
 from bridge.monitor.server import MonitorServer
-from bridge.runtime.stats import RunStats
+from bridge.stats import RunStats
 from tests.helpers import facebridge_cmd, http_get, subprocess_env
 
 STRONG = "Zq8rT2vXk9LmW4nBc7Hs1Jd5"  # 24 letters and digits: about 143 bits

@@ -50,7 +50,7 @@ STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_d
           "decode_batch", "decode_batch_cpu", "to_service", "queue", "pass", "gpu", "to_describe")
 WIRES = ("track", "many")
 MESSAGE_BYTES = 4 * 1024 * 1024  # a TrackManyRequest of the load generator at most (the server takes 8 MiB)
-# the server's thread groups (bridge/runtime/thread_cpu.py) by what they do: a library's unnamed threads (gRPC's
+# the server's thread groups (bridge/thread_cpu.py) by what they do: a library's unnamed threads (gRPC's
 # poller: "Thread (_poll_wrapper)") count as the front end, any other as "other"
 _PART = {"serve-loop": "front_end", "native": "front_end", "face-service-finish": "describe_and_replies",
          "identity-refresh": "identity_refresh", "face-service": "passes", "serve-decode": "jpeg_decode",
@@ -120,7 +120,7 @@ def _host_path(threads: dict, cpu_runners: bool = True) -> dict:
 def _cpu_seconds(pids: list[int]) -> dict[int, float]:
     """User + system CPU seconds of each process still alive (a killed replica drops out of the sum)."""
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
-    from bridge.runtime.thread_cpu import stat_cpu_seconds
+    from bridge.thread_cpu import stat_cpu_seconds
 
     out = {}
     for pid in pids:
@@ -358,7 +358,7 @@ def _threads_during(before: dict, after: dict, frames: int) -> dict:
     """The servers' CPU in the measured window by thread group, in ms a frame served in it (summed over the
     servers)."""
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
-    from bridge.runtime.thread_cpu import cpu_between
+    from bridge.thread_cpu import cpu_between
 
     total: dict[str, float] = {}
     for address in (a for a in after if a in before):

@@ -30,8 +30,8 @@ from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.grpc.gen import facebridge_pb2_grpc as pb_grpc
 from bridge.grpc.subscribers import MAX_LAG_S, MAX_PER_PEER, Subscriber, choose_slot
 from bridge.listeners import AUTO_TOKEN, listener_token, warn_plain_text
-from bridge.runtime.stats import RollingWindow
 from bridge.sinks.base import Sink
+from bridge.stats import RollingWindow
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ model is loaded and a frame reached the sinks within the last READY_WITHIN_S sec
 `StatsSnapshot`, so a `facebridge serve` box answers them the same way."""
 from __future__ import annotations
 
-from bridge.runtime.stats import StatsSnapshot
+from bridge.stats import StatsSnapshot
 
 READY_WITHIN_S = 3.0  # a frame older than this: the source stalled, or the pipeline did
 

@@ -17,7 +17,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from bridge.runtime.stats import BUCKETS_MS, CAPTURE_TO_SEND, RunStats
+from bridge.stats import BUCKETS_MS, CAPTURE_TO_SEND, RunStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # What the update loop (bridge/updates/) reports; an unknown status is shown as well.

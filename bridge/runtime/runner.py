@@ -26,9 +26,9 @@ from bridge.console import was_interrupted
 from bridge.errors import RunEnded
 from bridge.runtime.queues import Closed, LatestQueue
 from bridge.runtime.sink_worker import SinkWorker
-from bridge.runtime.stats import RunStats
 from bridge.sinks.base import Sink
 from bridge.sources.base import FrameSource, SourceMode
+from bridge.stats import RunStats
 
 log = logging.getLogger(__name__)
 

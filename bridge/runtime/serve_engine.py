@@ -33,7 +33,7 @@ from bridge.multistream.rings import RingShape, shm_room
 from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
 from bridge.runtime.serve_front_end import CONFIG
-from bridge.runtime.thread_cpu import cpu_between, thread_cpu_seconds
+from bridge.thread_cpu import cpu_between, thread_cpu_seconds
 
 log = logging.getLogger(__name__)
 

@@ -53,7 +53,6 @@ from bridge.runtime.recreate import SessionRecreator
 from bridge.runtime.releases import ReleaseWatch
 from bridge.runtime.remote import RemotePipeline
 from bridge.runtime.runner import BridgeRunner, sink_labels
-from bridge.runtime.stats import RunStats
 from bridge.runtime.summary import RunSummary, summarise  # noqa: F401 (re-exported)
 from bridge.runtime.swap import ModelSwapper
 from bridge.runtime.timecode_clock import open_clock
@@ -66,6 +65,7 @@ from bridge.sinks.udp import parse_host_port
 from bridge.sinks.vmc import VmcSink
 from bridge.sources import open_source
 from bridge.sources.base import SourceMode
+from bridge.stats import RunStats
 
 log = logging.getLogger(__name__)
 INITIAL_RELEASE_WAIT_S = 30.0  # longest wait for an installed lip-sync release before the audio plays anyway

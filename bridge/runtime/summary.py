@@ -3,7 +3,7 @@
 A degradation is never silent: the source's and each sink's own reports (a failing output, frames a slow output
 missed, a take that lost frames, which fails the run), frames dropped (by reason), lip-sync results that missed
 their frames, an audio-only take that covers less than its file, and fewer frames than --max-frames asked are
-each one line. The numbers come from the run's one RunStats (bridge/runtime/stats.py), the same the status line
+each one line. The numbers come from the run's one RunStats (bridge/stats.py), the same the status line
 shows.
 """
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bridge.audio.fusion import STALE_S
-from bridge.runtime.stats import StatsSnapshot
 from bridge.sinks.base import Sink
 from bridge.sources.base import SourceMode
+from bridge.stats import StatsSnapshot
 
 COVERAGE_WARNING = 0.9  # an audio-only take covering less of its file than this is flagged
 

@@ -29,12 +29,12 @@ from bridge.grpc.gen import facebridge_pb2 as pb
 from bridge.listeners import AUTO_TOKEN, listener_token, warn_plain_text
 from bridge.multistream.decode import ImageDecoder
 from bridge.multistream.decode_batch import JpegBatches
-from bridge.runtime.thread_cpu import thread_cpu_seconds
 from bridge.serving.event_loop import ServeLoop
 from bridge.serving.leases import IDLE_TIMEOUT_S, WRITE_DEADLINE_S, WriteDeadline
 from bridge.serving.streams import StreamTable
 from bridge.serving.track import TrackStreams, serialize_response
 from bridge.serving.track_many import TrackManyStreams
+from bridge.thread_cpu import thread_cpu_seconds
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from bridge.runtime.stats import RollingWindow
+from bridge.stats import RollingWindow
 
 DEFAULT_DEADLINE_S = 0.1  # an image older than this when its turn comes is late: the client has newer ones
 

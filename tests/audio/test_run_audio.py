@@ -16,7 +16,7 @@ from bridge.audio.run_audio import AudioFrameClock, AudioFusion, LipSync
 from bridge.audio.sources import FileSource
 from bridge.frame import FaceFrame, Frame
 from bridge.pipeline import Tracked
-from bridge.runtime.stats import RunStats
+from bridge.stats import RunStats
 
 
 def _wav(tmp_path, seconds: float):

@@ -79,7 +79,7 @@ def test_the_server_reports_what_its_garbage_collector_cost(server, clip):
     assert 0.0 <= after.gc_pause_ms_max <= after.gc_pause_ms_total
     assert after.gc_pause_ms_total >= before.gc_pause_ms_total
     assert after.gc_pauses_over_10ms >= before.gc_pauses_over_10ms
-    # and its CPU by thread (runtime/thread_cpu.py): the streams' loop and the passes worked for those frames
+    # and its CPU by thread (bridge/thread_cpu.py): the streams' loop and the passes worked for those frames
     spent = {k: v - before.thread_cpu_s.get(k, 0.0) for k, v in after.thread_cpu_s.items()}
     assert spent["serve-loop"] > 0 and spent["face-service"] > 0, spent  # (a group whose thread ended can fall)
 

@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from bridge.monitor.health import readiness
 from bridge.monitor.metrics import metrics_registry, metrics_text
 from bridge.runtime.session import OutputConfig, RunConfig
-from bridge.runtime.stats import RunStats
 from bridge.runtime.swap import SwapEvent
+from bridge.stats import RunStats
 from tests.helpers import http_get, running_session, udp_collector
 
 

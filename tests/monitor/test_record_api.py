@@ -11,8 +11,8 @@ from bridge.formats.take import TakeReader
 from bridge.monitor.server import MonitorServer
 from bridge.runtime.control import RunControl
 from bridge.runtime.recording import RecordSwitch, safe_name
-from bridge.runtime.stats import RunStats
 from bridge.sinks.recorder import TakeRecorder
+from bridge.stats import RunStats
 from tests.helpers import face_frame
 
 

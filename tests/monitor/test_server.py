@@ -14,7 +14,7 @@ import pytest
 from bridge.errors import FaceBridgeError
 from bridge.monitor.server import MonitorServer
 from bridge.runtime.session import OutputConfig, RunConfig
-from bridge.runtime.stats import RunStats
+from bridge.stats import RunStats
 from tests.helpers import http_get, running_session
 
 

@@ -8,7 +8,7 @@ from bridge.formats.take import TakeReader
 from bridge.frame import ARKIT_INDEX, Frame, MorphParams
 from bridge.runtime.guard import PERSIST_FRAMES, OutputGuard, frame_faults, head_jump, morph_faults
 from bridge.runtime.session import BridgeSession, OutputConfig, RunConfig
-from bridge.runtime.stats import RunStats
+from bridge.stats import RunStats
 from tests.helpers import face_frame
 
 

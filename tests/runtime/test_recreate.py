@@ -11,8 +11,8 @@ import pytest
 from bridge.frame import Frame
 from bridge.pipeline import FacePipeline
 from bridge.runtime.recreate import SessionRecreator, finite_on_zeros
-from bridge.runtime.stats import RunStats
 from bridge.runtime.swap import ModelSwapper, SwapRefused, SwapRequest
+from bridge.stats import RunStats
 
 
 @pytest.fixture(scope="module")

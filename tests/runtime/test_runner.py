@@ -287,7 +287,7 @@ def test_frames_a_source_skipped_are_counted_as_dropped_by_the_source():
 
 
 def test_the_caller_shares_its_stats_with_the_runner():
-    from bridge.runtime.stats import RunStats
+    from bridge.stats import RunStats
 
     shared = RunStats()
     runner = BridgeRunner(CountingSource(5, SourceMode.FAST), [describe], [ListSink()], status=False, stats=shared)

@@ -3,9 +3,9 @@ missed frames, an audio-only take shorter than its file, fewer frames than --max
 from __future__ import annotations
 
 from bridge.runtime.session import RunSummary
-from bridge.runtime.stats import RunStats
 from bridge.runtime.summary import summary_lines
 from bridge.sources.base import SourceMode
+from bridge.stats import RunStats
 
 
 def _stats(sent: int, captured: int, dropped: dict | None = None, lipsync: dict | None = None) -> RunStats:

@@ -24,7 +24,7 @@ import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
-from bridge.runtime.thread_cpu import stat_cpu_seconds  # noqa: E402
+from bridge.thread_cpu import stat_cpu_seconds  # noqa: E402
 
 METHOD = "/floor.Echo/Track"
 

@@ -1,11 +1,11 @@
-"""A process's CPU by thread (bridge/runtime/thread_cpu.py): named threads found by name, pools grouped."""
+"""A process's CPU by thread (bridge/thread_cpu.py): named threads found by name, pools grouped."""
 import sys
 import threading
 import time
 
 import pytest
 
-from bridge.runtime.thread_cpu import cpu_between, thread_cpu_seconds
+from bridge.thread_cpu import cpu_between, thread_cpu_seconds
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
 

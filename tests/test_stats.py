@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from bridge.runtime.stats import BUCKETS_MS, CAPTURE_TO_SEND, RunStats
 from bridge.runtime.swap import SwapEvent
 from bridge.sinks.base import Sink
+from bridge.stats import BUCKETS_MS, CAPTURE_TO_SEND, RunStats
 
 
 class CountingSink(Sink):
