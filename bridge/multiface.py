@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bridge.errors import FaceBridgeError
 from bridge.frame import FaceFrame, Frame
 from bridge.pipeline import PRESENCE_THRESHOLD, FaceModels, FacePipeline, PipelineOptions, Tracked
 from bridge.stages.describe import StageTimer
@@ -225,8 +226,6 @@ class MultiFacePipeline:
 def subject_names(spec: str, faces: int) -> list[str]:
     """Subject names for `faces` faces from --subject: comma-separated names, one per face; faces without a name
     get the first name followed by their number (FaceBridge, FaceBridge2, ...). One face keeps `spec` as given."""
-    from bridge.errors import FaceBridgeError
-
     if faces < 1:
         raise FaceBridgeError(f"--faces must be at least 1, not {faces}", "pass --faces 1 (default) or more")
     if faces == 1:

@@ -18,14 +18,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from bridge.blas_threads import single_threaded_blas
 from bridge.calibration import CalibrationProfile
+from bridge.engines import check_available
 from bridge.errors import FaceBridgeError
+from bridge.expression.contract import load_contract
+from bridge.expression.stage import ExpressionEstimator
 from bridge.frame import FaceFrame, Frame, versions_with
+from bridge.models import manifest
+from bridge.models.registry import default_registry
+from bridge.stages.attention import AttentionLandmarker
 from bridge.stages.describe import EMOTION_EVERY, FaceDescriber, MeasuredFace, StageTimer
 from bridge.stages.detection import FaceDetector
 from bridge.stages.emotion import EmotionClassifier
@@ -81,8 +88,6 @@ class PipelineOptions:
 
     def check(self) -> PipelineOptions:
         """Raise FaceBridgeError for an option no pipeline can run with (before any model loads)."""
-        import math
-
         if not (math.isfinite(float(self.smoothing)) and 0.0 <= float(self.smoothing) <= MAX_SMOOTHING):
             raise FaceBridgeError(f"--smoothing {self.smoothing:g} is out of range",
                                   f"give 0 (off) to {MAX_SMOOTHING:g}; 1 is the default")
@@ -98,7 +103,6 @@ class PipelineOptions:
             raise FaceBridgeError(f"--emotion-every {self.emotion_every} is not a positive number",
                                   "give 1 (every frame) or more")
         if self.expression_model:  # its manifest and hash, before the other models load
-            from bridge.expression.contract import load_contract
 
             load_contract(self.expression_model)
         return self
@@ -128,8 +132,6 @@ class Tracked:
 
 def landmark_path(options: PipelineOptions) -> tuple[str, str]:
     """("attention" or "mesh+iris", why) for these options."""
-    from bridge.engines import check_available
-
     if options.landmarks != "auto":
         return options.landmarks, "asked for (--landmarks)"
     if options.backend not in ("auto", "litert"):
@@ -137,8 +139,6 @@ def landmark_path(options: PipelineOptions) -> tuple[str, str]:
     if not check_available("litert").ok:
         return "mesh+iris", "LiteRT is not installed (the attention mesh runs on it only)"
     try:
-        from bridge.models.registry import default_registry
-
         registry = default_registry()
         installed = next((m for m in ("face_landmark", "iris_landmark") if registry.installed(m) is not None), None)
     except Exception:  # noqa: BLE001 - an unreadable update store is reported where releases are followed
@@ -158,8 +158,6 @@ class FacePipeline:
                  shared: FacePipeline | None = None) -> None:
         """`shared`: another pipeline whose model sessions this one uses (another face of the same run,
         bridge/multiface.py); the temporal state (tracking, pose, blinks, identity, filters) is this pipeline's."""
-        from bridge.expression.stage import ExpressionEstimator
-
         self.options = options = (options or PipelineOptions()).check()
         engine = {"backend": options.backend, "threads": options.threads, "cpu_precision": options.cpu_precision}
         self.landmark_path, self.landmark_reason = (
@@ -229,8 +227,6 @@ class FacePipeline:
 
     def _landmarker(self, engine: dict):
         if self.landmark_path == "attention":
-            from bridge.stages.attention import AttentionLandmarker
-
             return AttentionLandmarker(**engine)
         return FaceLandmarker(**engine)
 
@@ -259,8 +255,6 @@ class FacePipeline:
         dict is never modified: a swap replaces it, so frames already handed on keep the versions they were made
         with."""
         if self._model_versions is None:
-            from bridge.models import manifest
-
             versions = {name: entry["sha256"][:12] for name, entry in manifest()["models"].items()}
             versions.update(self.expression.model_versions)
             self._model_versions = versions
@@ -326,8 +320,6 @@ class FacePipeline:
         """A new session for a component's model ("detector", "landmarker", "iris", "emotion", "expression": the
         names of SWAP_POINTS), opened as at the start: same model file, backend and options (the output guard's
         recreation of a session whose model came with the pipeline)."""
-        from bridge.expression.stage import ExpressionEstimator
-
         o = self.options
         engine = {"backend": o.backend, "threads": o.threads, "cpu_precision": o.cpu_precision}
         build = {"detector": lambda: FaceDetector(NEAR, **engine), "far_detector": lambda: FaceDetector(FAR, **engine),

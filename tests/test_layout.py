@@ -180,12 +180,6 @@ def test_there_is_no_import_circle():
             assert cycle is None, " -> ".join(cycle)
 
 
-# Function-level imports of the house with no comment saying why, all in modules being rewritten when the rule came
-# (runtime/session.py, pipeline.py, multiface.py, runtime/serve_engine.py and serve_front_end.py, serving/,
-# expression/); lower it as they move to the top or say why, never raise it.
-UNEXPLAINED_LAZY_IMPORTS = 25
-
-
 def _lazy_house_imports_without_a_reason() -> list[str]:
     """`from bridge... import` / `from fedagent... import` inside a function, with no comment on its line or on the
     line above its block of imports: an import belongs at the top of its module unless something measured (a
@@ -212,8 +206,7 @@ def _lazy_house_imports_without_a_reason() -> list[str]:
 
 
 def test_imports_sit_at_the_top_of_their_module_unless_a_comment_says_why():
-    found = _lazy_house_imports_without_a_reason()
-    assert len(found) <= UNEXPLAINED_LAZY_IMPORTS, f"{len(found)} lazy imports without a reason: {found}"
+    assert _lazy_house_imports_without_a_reason() == []
 
 
 def test_only_the_model_registry_reads_a_manifest():

@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 
 from bridge.expression.model import FLIP, GAZE_SHAPES, VISUAL, MorphableModel, project
+from bridge.expression.synth import sample_expressions
 
 IDENTITY_FRAMES = 90
 NOISE_FRACTION = 0.005  # assumed landmark noise, as a share of the face width
@@ -67,7 +68,6 @@ class ExpressionFit:
     def __init__(self, model: MorphableModel, prior_strength: float = 1.0, iterations: int = 3):
         self.model = model
         self.iterations = iterations
-        from bridge.expression.synth import sample_expressions
 
         samples = sample_expressions(np.random.default_rng(1234), 20000)[:, VISUAL]
         cov = np.cov(samples.T) + 1e-3 * np.eye(len(VISUAL))

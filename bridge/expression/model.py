@@ -15,6 +15,7 @@ import math
 from functools import lru_cache
 from pathlib import Path
 
+import cv2
 import numpy as np
 
 from bridge.errors import ModelError
@@ -70,8 +71,6 @@ def batch_head_matrices(angles: np.ndarray) -> np.ndarray:
 
 def rotvec_from_matrix(m: np.ndarray) -> np.ndarray:
     """Axis-angle (radians) of a rotation matrix."""
-    import cv2
-
     return cv2.Rodrigues(np.asarray(m, dtype=np.float64))[0].reshape(3)
 
 
@@ -193,8 +192,6 @@ class MorphableModel:
 
     def eye_rotations(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Axis-angle (radians, head space) of the left and right eyeball for the eyeLook weights."""
-        import cv2
-
         angles = (np.asarray(weights, np.float64) @ self._eye_angles_flat).tolist()  # eye_angles: (yaw, pitch) x 2
         left, right = (cv2.Rodrigues(head_matrix(angles[2 * e], angles[2 * e + 1], 0.0))[0].reshape(3) for e in (0, 1))
         return left.astype(np.float32), right.astype(np.float32)

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from bridge import compiled
 from bridge.expression.fit import NOISE_FRACTION
 from bridge.expression.model import FLIP, MorphableModel, head_matrix, rotvec_from_matrix
 
@@ -131,8 +132,6 @@ class ResultMath:
     finish_face / finish_rows, compiled where numba is (result_compiled.py)."""
 
     def __init__(self, model: MorphableModel, compiled_loops: bool | None = None) -> None:
-        from bridge import compiled
-
         self.model = model
         n_exp = model.ict_to_arkit.shape[1]
         # weights (52,) @ params -> the 53 ICT expression coefficients, the jaw's axis-angle, both eyes' (yaw, pitch)

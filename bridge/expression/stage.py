@@ -21,6 +21,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from bridge.engines import create_session
 from bridge.errors import FaceBridgeError
 from bridge.expression.contract import ModelContract, check_session, face_crop, load_contract
 from bridge.expression.features import camera_for, landmark_features
@@ -76,8 +77,6 @@ class ExpressionEstimator:
         self.contract: ModelContract | None = None
         self.session = None
         if method == "regressor":
-            from bridge.engines import create_session
-
             self.contract = load_contract(model_dir or SHIPPED_DIR)
             if session:
                 self.session = create_session(self.contract.path, backend=backend, threads=1,

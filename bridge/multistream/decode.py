@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 
+import cv2
 import numpy as np
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,7 @@ class ImageDecoder:
             gpu_jpeg = on_gpu
         if gpu_jpeg:
             try:
+                # optional extra: torch (gpu), about 1.5 s to import
                 import torch
                 from torchvision.io import decode_jpeg
 
@@ -144,7 +146,6 @@ class ImageDecoder:
             except RuntimeError as e:
                 raise BadImage(f"nvJPEG cannot decode this JPEG ({str(e).splitlines()[0][:120]})") from None
             return frame.permute(1, 2, 0).contiguous(), (h, w)
-        import cv2
 
         frame = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
         if frame is None or frame.shape[:2] != (h, w):

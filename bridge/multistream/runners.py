@@ -10,8 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
+from bridge.engines.base import EngineUnavailable
+from bridge.engines.gpu import probe_gpu
+from bridge.engines.onnxruntime_backend import OrtSession, cuda_provider_available
 from bridge.engines.shipped import find_model
+from bridge.engines.tensorrt.fp16 import convert_to_fp16
 from bridge.multistream.torch_runner import TorchRunner, batch_buckets, bucket_for
 
 
@@ -19,12 +24,11 @@ class OrtCpuRunner:
     """ONNX Runtime CPU over torch CPU tensors."""
 
     def __init__(self, path: Path, threads: int = 1):
-        from bridge.engines.onnxruntime_backend import OrtSession
-
         self._session = OrtSession(path, threads=threads)
         self._input = self._session.inputs[0].name
 
     def __call__(self, x):
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
 
         out = self._session.run({self._input: x.contiguous().numpy()})
@@ -41,14 +45,12 @@ class OrtCudaRunner:
 
     def __init__(self, path: Path, max_batch: int, cuda_graphs: bool = True, fp16: bool = False,
                  buckets: list[int] | None = None, conv_search: str = "HEURISTIC", graph_limit: int = 32):
-        import onnxruntime as ort
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
 
         self._torch = torch
         model_bytes = Path(path).read_bytes()
         if fp16:
-            from bridge.engines.tensorrt.fp16 import convert_to_fp16
-
             model_bytes = convert_to_fp16(model_bytes)
         probe = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
         self._input = probe.get_inputs()[0]
@@ -115,10 +117,8 @@ RUNNER_KINDS = ("torch-cuda", "onnxruntime-cuda", "torch", "onnxruntime")
 
 def runner_availability() -> list[tuple[str, bool, str]]:
     """(kind, usable here, why) for every RUNNER_KINDS entry, fastest first: what `facebridge engines list` shows."""
-    from bridge.engines.gpu import probe_gpu
-    from bridge.engines.onnxruntime_backend import cuda_provider_available
-
     try:
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
     except ImportError:
         torch = None
@@ -154,7 +154,6 @@ def make_runners(kind: str, max_batch: int, fp16: bool = False, cuda_graphs: boo
     if kind not in RUNNER_KINDS:
         raise ValueError(f"unknown runner kind {kind!r}; choose one of {', '.join(RUNNER_KINDS)}")
     if kind.endswith("-cuda"):  # say why before loading anything, instead of torch's or ORT's deep errors
-        from bridge.engines.base import EngineUnavailable
 
         availability = runner_availability()
         _kind, usable, reason = next(row for row in availability if row[0] == kind)

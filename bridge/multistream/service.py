@@ -82,6 +82,7 @@ class MultiStreamFaceService:
         batch sizes (torch-cuda runners only). pass_lock: shared by services that share runners (one per frame
         size in `facebridge serve`), so their passes never overlap on the same models. finish_pass(streams, tags,
         faces: StreamFaces) -> one result per frame: what the futures give (see the module's docstring)."""
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
 
         if int(num_streams) < 1:

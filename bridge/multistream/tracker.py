@@ -54,6 +54,7 @@ class BatchedFaceTracker:
                  detector: str = "face_detection_short_range", branches: bool = True):
         """branches: on a GPU, run the parts of a pass that do not wait for each other side by side on their own
         CUDA streams (see `_beside`); same results, a shorter pass on a GPU the pass alone leaves mostly idle."""
+        # optional extra: torch (gpu), about 1.5 s to import
         import torch
 
         self.t = torch
@@ -367,6 +368,7 @@ class BatchedFaceTracker:
 def landmark_features_torch(xy, iris_xy, focal: float, centre):
     """bridge.expression.features.features_batch ("landmarks-2d-v1", 944 values) on the GPU, iris present.
     centre: the image centre (x, y), as a tensor on xy's device (or a pair of floats)."""
+    # optional extra: torch (gpu), about 1.5 s to import
     import torch
 
     mean = xy.mean(dim=1, keepdim=True)

@@ -24,11 +24,14 @@ import os
 import sys
 import time
 
+from bridge.audio.learn_recorder import LearnRecorder
 from bridge.audio.learn_store import LearnStore
+from bridge.audio.run_audio import AudioFrameClock, AudioFusion, AudioOnlyPipeline
 from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError
 from bridge.mapping import load_mapping, parse_mapping
 from bridge.monitor.feed import LiveFeed
+from bridge.monitor.server import MonitorServer
 from bridge.multiface import MultiFacePipeline, subject_names
 from bridge.pipeline import FacePipeline, PipelineOptions
 from bridge.runtime.control import RunControl
@@ -47,6 +50,8 @@ from bridge.runtime.options import (  # noqa: F401 (address_or_off, llf_targets 
     llf_targets,
     update_state_dir,
 )
+from bridge.runtime.osc_remote import DEFAULT_PORT as OSC_REMOTE_PORT
+from bridge.runtime.osc_remote import OscRemote
 from bridge.runtime.pipeline_protocol import Pipeline
 from bridge.runtime.recording import RecordSwitch
 from bridge.runtime.recreate import SessionRecreator
@@ -88,6 +93,7 @@ def open_sinks(outputs: OutputConfig, control: RunControl | None = None) -> list
         if outputs.record:
             sinks.append(TakeRecorder(outputs.record))
         if outputs.grpc:
+            # loaded with --grpc (off by default): gRPC and its generated code cost a run that sends none
             from bridge.grpc.server import GrpcSink
 
             sinks.append(GrpcSink(outputs.grpc, token=outputs.grpc_token, tls_cert=outputs.grpc_tls_cert,
@@ -167,8 +173,6 @@ class BridgeSession:
                 # opened now, played once frames flow (CPU: 0.2 ms a hop, less than any GPU round trip)
                 self.audio = start_lipsync(config.audio, adapter=adapter, loop=loop, start=False, in_step=in_step)
             if config.learn is not None:  # consented: only while asked, into the owner-only, bounded store
-                from bridge.audio.learn_recorder import LearnRecorder
-
                 self.learn = LearnRecorder(LearnStore(config.learn or None), keep_audio=config.learn_audio)
                 self.audio.stream.feature_listener = self.learn.on_audio
             if config.audio_only:
@@ -208,10 +212,9 @@ class BridgeSession:
         spec = self.config.osc_remote
         if not spec:
             return None
-        from bridge.runtime.osc_remote import DEFAULT_PORT, OscRemote
 
         spec = spec.strip()
-        host, port = ("127.0.0.1", int(spec)) if spec.isdigit() else parse_host_port(spec, DEFAULT_PORT,
+        host, port = ("127.0.0.1", int(spec)) if spec.isdigit() else parse_host_port(spec, OSC_REMOTE_PORT,
                                                                                        "--osc-remote")
         return OscRemote(host, port, self.recording, fps=lambda: float(self.source.fps), allow=self.config.osc_allow)
 
@@ -219,7 +222,6 @@ class BridgeSession:
         config = self.config
         if not config.monitor:
             return None
-        from bridge.monitor.server import MonitorServer
 
         self.feed = LiveFeed()
         return MonitorServer(config.monitor, self.stats, control=self.control, feed=self.feed,
@@ -229,8 +231,6 @@ class BridgeSession:
 
     def _open_source(self):
         if self.config.audio_only:
-            from bridge.audio.run_audio import AudioFrameClock
-
             if self.config.camera_size or self.config.camera_fps or self.config.mirror:
                 raise FaceBridgeError("--camera-size, --camera-fps and --mirror need a camera",
                                       "leave them out with --audio-only")
@@ -242,8 +242,6 @@ class BridgeSession:
     def _build_pipeline(self) -> Pipeline:
         config = self.config
         if config.audio_only:
-            from bridge.audio.run_audio import AudioOnlyPipeline
-
             return AudioOnlyPipeline(self.audio.stream, subject=config.subject, live=self.audio.live, stats=self.stats)
         if config.remote:  # the server describes with its own calibration profiles
             return RemotePipeline(config.remote, subject=config.subject, token=config.remote_token,
@@ -306,8 +304,6 @@ class BridgeSession:
         """The pipeline's steps, one thread each: track and describe on two or more cores, else one step."""
         config, pipeline = self.config, self.pipeline
         if self.audio is not None and not config.audio_only:
-            from bridge.audio.run_audio import AudioFusion
-
             fuse = lambda step: AudioFusion(step, self.audio.stream, self.stats, learn=self.learn)
         else:
             fuse = lambda step: step

@@ -14,7 +14,9 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+import cv2
 import grpc
 import numpy as np
 
@@ -88,8 +90,6 @@ class StreamReport:
 
 
 def encode_jpeg(image_bgr: np.ndarray, quality: int = JPEG_QUALITY) -> bytes:
-    import cv2
-
     ok, data = cv2.imencode(".jpg", image_bgr, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
     if not ok:
         raise ValueError(f"OpenCV could not encode a {image_bgr.shape} image as JPEG")
@@ -102,7 +102,6 @@ def open_channel(address: str, tls_ca: str | None = None) -> grpc.Channel:
     options = [("grpc.max_send_message_length", 8 * 1024 * 1024), ("grpc.keepalive_time_ms", 10_000),
                ("grpc.use_local_subchannel_pool", 1)]
     if tls_ca:
-        from pathlib import Path
 
         return grpc.secure_channel(address, grpc.ssl_channel_credentials(Path(tls_ca).read_bytes()), options)
     return grpc.insecure_channel(address, options)

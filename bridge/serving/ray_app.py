@@ -67,6 +67,7 @@ class FaceServeReplica:
 def deploy(build, config, replicas: int, gpus_per_replica: float, cpus_per_replica: float = 1.0,
            base_port: int | None = None) -> list[dict]:
     """Run `replicas` replicas on the connected Ray cluster; return each one's info once all listen."""
+    # optional extra: serve (ray)
     from ray import serve
 
     base = base_port if base_port is not None else int(config.grpc.rpartition(":")[2])
@@ -96,6 +97,7 @@ def deploy(build, config, replicas: int, gpus_per_replica: float, cpus_per_repli
 
 
 def shutdown() -> None:
+    # optional extra: serve (ray)
     from ray import serve
 
     try:

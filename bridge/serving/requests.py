@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 from bridge.errors import SinkError
+from bridge.formats.livelinkface import check_subject
 from bridge.grpc.access import Malformed
 from bridge.multistream.decode import BadImage
 
@@ -27,8 +28,6 @@ class StreamRefused(Exception):
 
 def first_subject(request, default_subject: str) -> str:
     """The stream's subject from its first message, or StreamRefused naming the problem and the fix."""
-    from bridge.formats.livelinkface import check_subject
-
     if isinstance(request, Malformed):
         raise StreamRefused(f"the first message is not a facebridge.v1.TrackRequest ({request.error}); send the "
                             "stream's subject and first image in one TrackRequest")
