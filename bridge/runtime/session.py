@@ -31,7 +31,6 @@ from bridge.calibration import CalibrationProfile
 from bridge.errors import FaceBridgeError
 from bridge.mapping import load_mapping, parse_mapping
 from bridge.monitor.feed import LiveFeed
-from bridge.monitor.server import MonitorServer
 from bridge.multiface import MultiFacePipeline, subject_names
 from bridge.pipeline import FacePipeline, PipelineOptions
 from bridge.runtime.control import RunControl
@@ -222,6 +221,9 @@ class BridgeSession:
         config = self.config
         if not config.monitor:
             return None
+        # loaded when the monitor is on: aiohttp and prometheus_client cost about 0.3 s to import, which `replay`
+        # and `run --monitor off` skip
+        from bridge.monitor.server import MonitorServer
 
         self.feed = LiveFeed()
         return MonitorServer(config.monitor, self.stats, control=self.control, feed=self.feed,
