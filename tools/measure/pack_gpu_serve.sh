@@ -4,7 +4,7 @@
 #
 #   bash tools/measure/pack_gpu_serve.sh [wheels] [DIR=.gpuwheels]   # default: the one-call set, 7.4 MB of cp312 wheels:
 #       grpcio 1.85.1, grpcio-health-checking and grpcio-reflection 1.81.1, protobuf 6.33.5 (the bridge's gRPC
-#       stack: the image has grpcio 1.84 and neither health nor reflection; bridge/grpc/gen needs protobuf >= 6.33.5), timecode 1.5.1 and ntplib 0.4.0 (pure Python)
+#       stack: the image has grpcio 1.84 and neither health nor reflection; bridge/grpc/gen needs protobuf >= 6.33.5), timecode 1.5.1 and ntplib 0.4.0 (pure Python), soxr 1.1.0
 #   bash tools/measure/pack_gpu_serve.sh ray [DIR=.gpuserve]          # Ray Serve for the `ray`/`two-gpu` modes (two calls):
 #       ray[serve] 2.60 and the part of its closure the image has not, trimmed of Java (ray/jars), the dashboard's
 #       client build and the py-spy binary, plus the wheels above, as tar.xz split into DIR/part-aa/ and DIR/part-ab/
@@ -19,11 +19,12 @@ PLATFORMS=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --p
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 TARGET=(--only-binary=:all: --python-version 3.12 --implementation cp "${PLATFORMS[@]}")
 GRPC_STACK=("grpcio==1.85.1" "grpcio-health-checking==1.81.1" "grpcio-reflection==1.81.1" "protobuf==6.33.5")
+BRIDGE_DEPS=("soxr==1.1.0")  # the audio resampler, imported by the serve path since imports moved to the top
 PURE=("timecode==1.5.1" "ntplib==0.4.0")  # pure Python (timecode is published as an sdist only: built into a wheel here)
 if [ "$KIND" = wheels ]; then
   OUT=$(realpath -m "${1:-.gpuwheels}")
   mkdir -p "$OUT" && rm -f "$OUT"/*.whl
-  "$PY" -m pip download -q --no-deps -d "$OUT" "${TARGET[@]}" "${GRPC_STACK[@]}"
+  "$PY" -m pip download -q --no-deps -d "$OUT" "${TARGET[@]}" "${GRPC_STACK[@]}" "${BRIDGE_DEPS[@]}"
   "$PY" -m pip wheel -q --no-deps -w "$OUT" "${PURE[@]}"
   du -sh "$OUT"; ls -1 "$OUT"
   echo "carry $(basename "$OUT") in the device call: bash tools/measure/gpu_serve_bench.sh"
