@@ -229,3 +229,15 @@ def bug(prog: str, e: BaseException, log: Path | None) -> int:
     print(f"{prog}: error: unexpected {_describe(e)}; this is a bug{_where(log)}, please report it with that file",
           file=sys.stderr, flush=True)
     return EXIT_BUG
+
+
+def exit_text(rc: int | None) -> str:
+    """A child process's ending in words: 'exit 0', 'killed by SIGTERM' (not 'exit -15'), 'still running'."""
+    if rc is None:
+        return "still running"
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return {0: "exit 0 (clean)", 130: "exit 130 (Ctrl-C)"}.get(rc, f"exit {rc}")

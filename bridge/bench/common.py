@@ -8,13 +8,13 @@ doing while it runs and ends with a table a person can read (the JSON holds ever
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 
 import numpy as np
 
 from bridge.argparsing import positive_float, positive_int  # noqa: F401 (the bench options' types)
+from bridge.console import exit_text  # noqa: F401 (the benches' words for a child's ending)
 
 
 def percentiles(values, qs=(50, 99), digits: int = 3) -> list[float | None]:
@@ -81,18 +81,6 @@ def cost_text(pct: float | None) -> str:
     if pct is None:
         return "not measured"
     return f"+{pct:g}%" if pct > 0 else "none measurable"
-
-
-def exit_text(rc: int | None) -> str:
-    """A child process's ending in words: 'exit 0', 'killed by SIGTERM' (not 'exit -15'), 'still running'."""
-    if rc is None:
-        return "still running"
-    if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    return {0: "exit 0 (clean)", 130: "exit 130 (Ctrl-C)"}.get(rc, f"exit {rc}")
 
 
 def table(headers: list[str], rows: list[list]) -> str:

@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import asdict
 
+from bridge.console import exit_text
 from bridge.errors import FaceBridgeError
 from bridge.grpc import access
 from bridge.multistream.decode import ImageDecoder
@@ -41,17 +42,6 @@ START_TIMEOUT_S = 240.0  # every front end listening (a loaded machine imports s
 RESTART_AFTER_S = 1.0  # a front end that died is started again after this
 QUICK_END_S, MAX_QUICK_ENDS = 10.0, 5  # one that ends this soon after its start this many times in a row stays down
 STOP_WAIT_S = 15.0
-
-
-def _ended(rc: int | None) -> str:
-    if rc is None:
-        return "still running"
-    if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
-    return f"exit {rc}"
 
 
 def front_end_addresses(address: str, count: int) -> list[str]:
@@ -120,18 +110,18 @@ class FrontEnds:
             proc.kill()
             rc = proc.wait(10)
         if not self.ready:  # it never served: the command fails with it
-            self.failed = f"front end {index} (pid {proc.pid}) ended before it listened ({_ended(rc)})"
+            self.failed = f"front end {index} (pid {proc.pid}) ended before it listened ({exit_text(rc)})"
             with self._listening:
                 self._listening.notify_all()
             return
         quick = time.monotonic() - self.started_at[index] < QUICK_END_S
         self.quick_ends[index] = self.quick_ends[index] + 1 if quick else 0
         if self.quick_ends[index] >= MAX_QUICK_ENDS:
-            _report(f"front end {index} (pid {proc.pid}) ended ({_ended(rc)}) within {QUICK_END_S:.0f} s of its start "
-                    f"{MAX_QUICK_ENDS} times in a row: not starting it again ({self.addresses[index]} stays closed; "
-                    "the other front ends serve on)")
+            _report(f"front end {index} (pid {proc.pid}) ended ({exit_text(rc)}) within {QUICK_END_S:.0f} s of its "
+                    f"start {MAX_QUICK_ENDS} times in a row: not starting it again ({self.addresses[index]} stays "
+                    "closed; the other front ends serve on)")
             return
-        _report(f"front end {index} (pid {proc.pid}, {self.addresses[index]}) ended ({_ended(rc)}): its streams are "
+        _report(f"front end {index} (pid {proc.pid}, {self.addresses[index]}) ended ({exit_text(rc)}): its streams are "
                 "lost, the other front ends serve on; starting another in its place")
         self.restarts += 1
         pause = 5.0 if quick else RESTART_AFTER_S  # one that keeps ending waits longer
