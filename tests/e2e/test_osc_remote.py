@@ -8,7 +8,7 @@ import subprocess
 import threading
 
 from pythonosc.dispatcher import Dispatcher
-from pythonosc.osc_server import ThreadingOSCUDPServer
+from pythonosc.osc_server import BlockingOSCUDPServer
 from pythonosc.udp_client import SimpleUDPClient
 
 from tests.helpers import facebridge_cmd, free_udp_port, subprocess_env, wait_until
@@ -18,7 +18,7 @@ def replies_server():
     replies: list[tuple[str, list]] = []
     dispatcher = Dispatcher()
     dispatcher.set_default_handler(lambda address, *args: replies.append((address, list(args))))
-    server = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
+    server = BlockingOSCUDPServer(("127.0.0.1", 0), dispatcher)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, replies
 

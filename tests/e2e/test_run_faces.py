@@ -6,7 +6,7 @@ import time
 
 import pytest
 from pythonosc.dispatcher import Dispatcher
-from pythonosc.osc_server import ThreadingOSCUDPServer
+from pythonosc.osc_server import BlockingOSCUDPServer
 
 from bridge.formats.livelinkface import decode_llf_packet
 from tests.helpers import facebridge_cmd, subprocess_env, two_face_clip, udp_collector
@@ -21,7 +21,7 @@ def vmc_receiver():
     dispatcher.map("/VMC/Ext/Blend/Apply", lambda addr: got.__setitem__("apply", got["apply"] + 1))
     dispatcher.map("/VMC/Ext/Blend/Val", lambda addr, name, value: got["jaw"].append(value) if name == "jawOpen"
                    else None)
-    server = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
+    server = BlockingOSCUDPServer(("127.0.0.1", 0), dispatcher)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, got
 

@@ -10,7 +10,7 @@ import grpc
 import numpy as np
 import pytest
 from pythonosc.dispatcher import Dispatcher
-from pythonosc.osc_server import ThreadingOSCUDPServer
+from pythonosc.osc_server import BlockingOSCUDPServer
 
 from bridge.frame import ARKIT_INDEX, ARKIT_NAMES
 from tests.e2e.test_run import parse_llf
@@ -68,7 +68,7 @@ def test_a_mapping_reaches_every_output(tmp_path, isolated_home):
     osc: list[tuple[str, float]] = []
     dispatcher = Dispatcher()
     dispatcher.map("/VMC/Ext/Blend/Val", lambda addr, name, value: osc.append((name, value)))
-    vmc = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
+    vmc = BlockingOSCUDPServer(("127.0.0.1", 0), dispatcher)
     threading.Thread(target=vmc.serve_forever, daemon=True).start()
     grpc_address = f"127.0.0.1:{free_tcp_port()}"
     curves: list[np.ndarray] = []

@@ -347,14 +347,14 @@ def test_a_killed_client_frees_its_slot_and_a_full_server_refuses_clearly(server
 
 def test_run_remote_drives_live_link_face_and_vmc_receivers_here(server, isolated_home):
     from pythonosc.dispatcher import Dispatcher
-    from pythonosc.osc_server import ThreadingOSCUDPServer
+    from pythonosc.osc_server import BlockingOSCUDPServer
 
     from tests.e2e.test_run import parse_llf
 
     blends, frames = [], 20
     dispatcher = Dispatcher()
     dispatcher.map("/VMC/Ext/Blend/Val", lambda addr, name, value: blends.append((name, value)))
-    vmc = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
+    vmc = BlockingOSCUDPServer(("127.0.0.1", 0), dispatcher)
     threading.Thread(target=vmc.serve_forever, daemon=True).start()
     try:
         with udp_collector() as (llf_port, packets):

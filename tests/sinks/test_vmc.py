@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 from pythonosc.dispatcher import Dispatcher
-from pythonosc.osc_server import ThreadingOSCUDPServer
+from pythonosc.osc_server import BlockingOSCUDPServer
 from scipy.spatial.transform import Rotation
 
 from bridge.errors import SinkError
@@ -17,14 +17,16 @@ from bridge.sinks.vmc import HEAD_POSITION, NUM_FLOATS, NUM_INTS, VmcSink, euler
 
 
 class OscReceiver:
-    """A python-osc server that records (address, args) in arrival order."""
+    """A python-osc server that records (address, args) in arrival order (one thread: a server that handles each
+    datagram on a thread of its own records them in whatever order those threads run, on a loaded machine not the
+    order they came in)."""
 
     def __init__(self):
         self.messages: list[tuple[str, tuple]] = []
         self.lock = threading.Lock()
         dispatcher = Dispatcher(strict_timing=False)
         dispatcher.set_default_handler(self._record)
-        self.server = ThreadingOSCUDPServer(("127.0.0.1", 0), dispatcher)
+        self.server = BlockingOSCUDPServer(("127.0.0.1", 0), dispatcher)
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                                        daemon=True)
         self.thread.start()
