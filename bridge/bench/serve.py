@@ -44,17 +44,23 @@ SLOWEST_KEPT = 10  # the slowest frames of a count, each with its server stages:
 MIN_SERVED_SHARE = 0.95
 # the server's stages a FaceFrame's latencies carry that the bench summarises: the first six always (decode, wait,
 # track, describe, the describing thread's CPU, received to replies made), then where the server measured them, how
-# wait and track split (bridge/serving/replies.py: JPEG batches' hand-off, queue, decode and hand-on; the batcher's
-# queue, the pass, its GPU time, the wait for the describing thread)
+# wait and track split (bridge/serving/replies.py: JPEG batches' hand-off, queue, decode and hand-on; a front end's
+# frame to the engine and through its decode; the batcher's queue, the pass, its GPU time, the wait for the
+# describing thread)
 STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_decode", "decode_queue",
-          "decode_batch", "decode_batch_cpu", "to_service", "queue", "pass", "gpu", "to_describe")
+          "decode_batch", "decode_batch_cpu", "to_service", "to_engine", "engine_decode", "queue", "pass", "gpu",
+          "to_describe")
 WIRES = ("track", "many")
 MESSAGE_BYTES = 4 * 1024 * 1024  # a TrackManyRequest of the load generator at most (the server takes 8 MiB)
 # the server's thread groups (bridge/thread_cpu.py) by what they do: a library's unnamed threads (gRPC's
 # poller: "Thread (_poll_wrapper)") count as the front end, any other as "other"
 _PART = {"serve-loop": "front_end", "native": "front_end", "face-service-finish": "describe_and_replies",
          "identity-refresh": "identity_refresh", "face-service": "passes", "serve-decode": "jpeg_decode",
-         "serve-jpeg": "jpeg_decode"}
+         "serve-jpeg": "jpeg_decode", "engine-link": "describe_and_replies"}  # a front end's link describes
+# the engine process's threads (`engine:PID:GROUP` in its front ends' status): its passes and decode as above, the
+# rest (its readers of the front ends' messages, its finishing thread writing the results, gRPC-less native
+# threads, its main thread) is the engine's share of the host path
+_ENGINE_PART = {"face-service": "passes", "engine-jpeg": "jpeg_decode", "engine-decode": "jpeg_decode"}
 _STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
 
@@ -102,17 +108,20 @@ def _wires(text: str) -> list[str]:
 
 def _host_path(threads: dict, cpu_runners: bool = True) -> dict:
     """The server's CPU a frame (ms) by what it did, from its CPU by thread group: the host path (the gRPC front end
-    and its native threads; describing the passes and building the replies; the rest: the release watch, the main
-    thread) apart from JPEG decode (OpenCV on CPU runners, nvJPEG with GPU runners), the identity refresher (a new
+    and its native threads; describing the passes and building the replies; with front-end processes, the engine's
+    host work; the rest: the release watch, the main thread) apart from JPEG decode (OpenCV on CPU runners, nvJPEG with GPU runners), the identity refresher (a new
     stream refreshes on each of its first 30 frames, then every 30th: a short trial of new streams is mostly that,
     the same for either wire) and, on CPU runners, the passes (the models' inference runs on their thread there,
     identical for either wire; with GPU runners their thread is host work, in the host path)."""
-    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "other": 0.0, "passes": 0.0, "jpeg_decode": 0.0,
-             "identity_refresh": 0.0}
+    parts = {"front_end": 0.0, "describe_and_replies": 0.0, "engine": 0.0, "other": 0.0, "passes": 0.0,
+             "jpeg_decode": 0.0, "identity_refresh": 0.0}
     for group, ms in threads.items():
-        parts[_PART.get(group, "front_end" if group.startswith("Thread") else "other")] += ms
-    host = parts["front_end"] + parts["describe_and_replies"] + parts["other"] + (0.0 if cpu_runners else
-                                                                                   parts["passes"])
+        if group.startswith("engine:"):
+            parts[_ENGINE_PART.get(group.split(":", 2)[2], "engine")] += ms
+        else:
+            parts[_PART.get(group, "front_end" if group.startswith("Thread") else "other")] += ms
+    host = parts["front_end"] + parts["describe_and_replies"] + parts["engine"] + parts["other"] + \
+        (0.0 if cpu_runners else parts["passes"])
     return {"host_path": round(host, 4), "passes_in_host_path": not cpu_runners,
             **{k: round(v, 4) for k, v in parts.items()}}
 
@@ -363,7 +372,10 @@ def _threads_during(before: dict, after: dict, frames: int) -> dict:
     total: dict[str, float] = {}
     for address in (a for a in after if a in before):
         for group, seconds in cpu_between(before[address]["thread_cpu_s"], after[address]["thread_cpu_s"]).items():
-            total[group] = total.get(group, 0.0) + seconds
+            if group.startswith("engine:"):  # every front end of an engine carries its threads: counted once
+                total[group] = max(total.get(group, 0.0), seconds)
+            else:
+                total[group] = total.get(group, 0.0) + seconds
     return {k: round(v * 1000.0 / frames, 4) for k, v in sorted(total.items(), key=lambda kv: -kv[1])} if frames else {}
 
 

@@ -43,6 +43,15 @@ class JpegBatches:
         times its DecodeTimes (the wait for the thread, the batch's decode)."""
         self._batcher.post(None, (data, hw, then, args, time.perf_counter()))
 
+    def submit_many(self, datas: list, hws: list, then_many, tags: list) -> None:
+        """submit of many images at once, handed on together: `then_many(decoded, times, tags)` is called once for
+        those of them decoded in the same batch (lists in their order; DecodeTimes the same for all), so the
+        caller's work a frame is one list entry, not one call (the engine process: every image of a front end's
+        message)."""
+        posted = time.perf_counter()
+        self._batcher.post_many([None] * len(datas), [(data, hw, then_many, (tag,), posted, True)
+                                                      for data, hw, tag in zip(datas, hws, tags)])
+
     def _run(self, _streams, items: list) -> list:
         t0, cpu0 = time.perf_counter(), time.thread_time()
         try:
@@ -52,11 +61,24 @@ class JpegBatches:
             decoded = [BadImage(f"the JPEG could not be decoded ({str(e).splitlines()[0][:120]})")] * len(items)
         t1, cpu = time.perf_counter(), (time.thread_time() - cpu0) * 1000.0
         ms = (t1 - t0) * 1000.0 / len(items)
-        for (_, _, then, args, posted), result in zip(items, decoded):
+        together: dict = {}  # then_many -> (decoded, times, tags) of the images submitted with submit_many
+        for (_, _, then, args, posted, *many), result in zip(items, decoded):
+            times = DecodeTimes(posted, t0, t1, ms, cpu)
+            if many:
+                got = together.setdefault(then, ([], [], []))
+                got[0].append(result)
+                got[1].append(times)
+                got[2].append(args[0])
+                continue
             try:
-                then(result, DecodeTimes(posted, t0, t1, ms, cpu), *args)
+                then(result, times, *args)
             except Exception as e:  # noqa: BLE001 - one image's hand-over never costs the others theirs
                 log.warning("a decoded image could not be handed on: %s", e)
+        for then_many, (results, times, tags) in together.items():
+            try:
+                then_many(results, times, tags)
+            except Exception as e:  # noqa: BLE001 - never the decoding thread
+                log.warning("%d decoded images could not be handed on: %s", len(results), e)
         return [None] * len(items)
 
     def close(self) -> None:

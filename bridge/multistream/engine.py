@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 import threading
 import time
@@ -35,7 +36,8 @@ from bridge.multistream.rings import SlotRing
 
 log = logging.getLogger(__name__)
 
-FRAMES, RESULTS, VERSIONS, LISTENING = b"F\0\0\0", b"R\0\0\0", b"V\0\0\0", b"L\0\0\0"  # control message kinds
+# control message kinds: frames in, results out, model versions, a front end listening, the engine's CPU by thread
+FRAMES, RESULTS, VERSIONS, LISTENING, CPU = b"F\0\0\0", b"R\0\0\0", b"V\0\0\0", b"L\0\0\0", b"T\0\0\0"
 MAX_MESSAGE = 1 << 20
 SEND_TIMEOUT_S = 10.0  # a front end that takes no message for this long is cut off (it is hung)
 
@@ -106,8 +108,7 @@ class Engine:
                 break
             kind = message[:4]
             if kind == FRAMES:
-                for slot in read_slots(message).tolist():
-                    self._take(index, epoch, slot)
+                self._take(index, epoch, read_slots(message))
             elif kind == LISTENING:
                 self.listening[index] = hello = json.loads(message[4:])
                 self.on_listening(index, hello)
@@ -140,24 +141,35 @@ class Engine:
         except OSError:
             pass  # it died: its reader thread sees the socket closed
 
-    # ---- one frame -------------------------------------------------------------------------------------------
-    def _take(self, index: int, epoch: int, slot: int) -> None:
+    # ---- frames in -------------------------------------------------------------------------------------------
+    def _take(self, index: int, epoch: int, slots: np.ndarray) -> None:
+        """The images a front end named in one message: read in place from their slots (each slot is its stream's
+        until its result is back), JPEGs to the decoder's batches together, others each to a decode worker."""
         ring = self.rings[index]
-        if not 0 <= slot < ring.slots:
-            log.warning("front end %d named slot %d of %d; ignored", index, slot, ring.slots)
+        inside = (slots >= 0) & (slots < ring.slots)
+        if not inside.all():
+            log.warning("front end %d named slots %s of %d; ignored", index, slots[~inside].tolist()[:5], ring.slots)
+            slots = slots[inside]
+        if not len(slots):
             return
-        request = ring.requests[slot]
-        nbytes, height, width, encoding, generation = request.tolist()
-        hw = (height, width)
-        tag = (index, epoch, slot, generation)
-        if not 0 < nbytes <= ring.slot_bytes:
-            self._refuse(tag, f"the engine read {nbytes} bytes for this image; send it again")
-            return
-        data = ring.images[slot, :nbytes]  # read in place: the slot is this stream's until its result is back
-        if encoding == JPEG and self._jpeg is not None:
-            self._jpeg.submit(data, hw, self._decoded, tag)
-        else:
-            self._pool.submit(self._decode, tag, encoding, data, hw)
+        ring.info[slots, rings.READ] = time.perf_counter()
+        requests = ring.requests[slots]  # a copy: nbytes, height, width, encoding, generation
+        nbytes = requests[:, rings.NBYTES]
+        fits = (nbytes > 0) & (nbytes <= ring.slot_bytes)
+        for slot, n, generation in zip(slots[~fits].tolist(), nbytes[~fits].tolist(),
+                                       requests[~fits, rings.GENERATION].tolist()):
+            self._refuse((index, epoch, slot, generation), f"the engine read {n} bytes for this image; send it again")
+        jpegs, datas, hws = [], [], []
+        for slot, (n, height, width, encoding, generation) in zip(slots[fits].tolist(), requests[fits].tolist()):
+            tag, data = (index, epoch, slot, generation), ring.images[slot, :n]
+            if encoding == JPEG and self._jpeg is not None:
+                jpegs.append(tag)
+                datas.append(data)
+                hws.append((height, width))
+            else:
+                self._pool.submit(self._decode, tag, encoding, data, (height, width))
+        if jpegs:
+            self._jpeg.submit_many(datas, hws, self._decoded, jpegs)
 
     def _decode(self, tag: tuple, encoding: int, data, hw: tuple[int, int]) -> None:
         t0 = time.perf_counter()
@@ -169,34 +181,48 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - one broken image never takes a worker down
             self._refuse(tag, f"the image could not be decoded ({str(e).splitlines()[0][:120] if str(e) else e!r})")
             return
-        self._submit(tag, frame, hw, (time.perf_counter() - t0) * 1000.0)
+        self._submit([tag], [(frame, hw)], [(time.perf_counter() - t0) * 1000.0])
 
-    def _decoded(self, decoded, times, tag: tuple) -> None:
-        """A JPEG decoded with the others waiting (JpegBatches' thread)."""
-        if isinstance(decoded, BadImage):
-            self._refuse(tag, str(decoded))
-            return
-        frame, hw = decoded
-        self._submit(tag, frame, hw, times.ms)
+    def _decoded(self, decoded: list, times: list, tags: list) -> None:
+        """JPEGs decoded together (JpegBatches' thread); each that did not decode refused alone."""
+        good = []
+        for i, d in enumerate(decoded):
+            if isinstance(d, BadImage):
+                self._refuse(tags[i], str(d))
+            else:
+                good.append(i)
+        if good:
+            self._submit([tags[i] for i in good], [decoded[i] for i in good], [times[i].ms for i in good])
 
-    def _submit(self, tag: tuple, frame, hw: tuple[int, int], decode_ms: float) -> None:
-        index, epoch, slot, generation = tag
-        if self._epochs[index] != epoch:
-            return  # its front end is gone
-        try:
-            service = self._service(hw)
-        except ValueError as e:
-            self._refuse(tag, str(e))
-            return
-        row = index * self.slots_each + slot
-        if self._generations[row] != generation:  # a new stream in this slot: it starts from detection
-            service.reset_stream(row)
-            self._generations[row] = generation
-        self.rings[index].info[slot, rings.DECODE_MS] = decode_ms
-        try:
-            service.post_many([row], [frame], [tag], self._failed)  # no future: the pass's finish is the result
-        except ValueError as e:
-            self._refuse(tag, str(e))
+    def _submit(self, tags: list, decoded: list, decode_ms: list) -> None:
+        """Decoded frames ((frame, hw) each) to the services of their sizes, each size's in one post."""
+        by_size: dict[tuple[int, int], list[int]] = {}
+        for i, ((index, epoch, _slot, _generation), (_frame, hw)) in enumerate(zip(tags, decoded)):
+            if self._epochs[index] == epoch:  # else its front end is gone
+                by_size.setdefault(hw, []).append(i)
+        now = time.perf_counter()
+        for hw, picked in by_size.items():
+            these = [tags[i] for i in picked]
+            try:
+                service = self._service(hw)
+            except ValueError as e:
+                for tag in these:
+                    self._refuse(tag, str(e))
+                continue
+            rows = []
+            for i, (index, _epoch, slot, generation) in zip(picked, these):
+                row = index * self.slots_each + slot
+                if self._generations[row] != generation:  # a new stream in this slot: it starts from detection
+                    service.reset_stream(row)
+                    self._generations[row] = generation
+                info = self.rings[index].info[slot]
+                info[rings.DECODE_MS], info[rings.QUEUED] = decode_ms[i], now
+                rows.append(row)
+            try:
+                service.post_many(rows, [decoded[i][0] for i in picked], these, self._failed)
+            except ValueError as e:
+                for tag in these:
+                    self._refuse(tag, str(e))
 
     def _service(self, hw: tuple[int, int]):
         with self._services_lock:
@@ -243,6 +269,13 @@ class Engine:
             self._send(index, slots_message(RESULTS, slots, len(tags)))
         return [None] * len(tags)
 
+    def send_cpu(self, seconds: dict[str, float]) -> None:
+        """The engine's CPU seconds by thread group (bridge/thread_cpu.py) to every front end, whose GetServeStatus
+        carries them beside its own: a client sees the whole server's CPU, not just one front end's."""
+        message = CPU + json.dumps({"pid": os.getpid(), "threads": seconds}).encode()
+        for index in range(self.front_ends):
+            self._send(index, message)
+
     def _refuse(self, tag: tuple, reason: str, status: int = rings.REFUSED) -> None:
         index, epoch, slot, _generation = tag
         if self._epochs[index] != epoch:
@@ -269,8 +302,9 @@ class Engine:
         services = self.services()
         passes = sum(s.passes for s in services)
         frames = sum(s.frames for s in services)
+        non_finite = sum(s.non_finite for s in services)
         return {"passes": passes, "frames": frames, "mean_batch": frames / passes if passes else 0.0,
-                "refused": self.refused, "failed": self.failed,
+                "refused": self.refused, "failed": self.failed, "non_finite": non_finite,
                 "front_ends": sum(s is not None for s in self._socks),
                 "frame_sizes": [f"{w}x{h}" for h, w in (tuple(s.frame_hw) for s in services)]}
 

@@ -128,6 +128,7 @@ class MultiStreamFaceService:
             self._index = torch.empty(self._max_batch, dtype=torch.long, device=device)
         self.passes = 0
         self.frames = 0  # frames served, over all passes
+        self.non_finite = 0  # frames whose results held NaN or infinity
         self._pass_lock = pass_lock
         self._finish_pass = finish_pass
         self._events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) if on_gpu \
@@ -200,6 +201,7 @@ class MultiStreamFaceService:
             with self._pass_lock:
                 rows = self._run_passes(streams, frames, timing[:, 2])
         timing[:, 1] = time.perf_counter()
+        self._count_non_finite(streams, rows)
         if self._finish_pass is not None:
             return rows, timing
         return [_unpack(stream, row) for stream, row in zip(streams, rows)]
@@ -207,6 +209,21 @@ class MultiStreamFaceService:
     def _finish(self, streams: list[int], items: list, run: tuple[np.ndarray, np.ndarray]) -> list:
         rows, timing = run
         return self._finish_pass(streams, [item[1] for item in items], StreamFaces.of(streams, rows, timing))
+
+    def _count_non_finite(self, streams: list[int], rows: np.ndarray) -> None:
+        """Count the frames whose results hold NaN or infinity (a model's fault: the releases' fallback reads the
+        same rows and rolls a release back), and say which fields, at the first and every 100th."""
+        finite = np.isfinite(rows).all(axis=1)
+        if finite.all():
+            return
+        bad = np.flatnonzero(~finite)
+        before, self.non_finite = self.non_finite, self.non_finite + len(bad)
+        if before == 0 or before // 100 != self.non_finite // 100:
+            faces = StreamFaces.of(np.asarray(streams)[bad], rows[bad])
+            fields = [name for name, _ in RESULT_FIELDS if not np.isfinite(np.asarray(getattr(faces, name),
+                                                                                         np.float32)).all()]
+            log.warning("%d frames of a pass of %d had non-finite results (%s; %d so far, tracked: %s)", len(bad),
+                        len(rows), ", ".join(fields), self.non_finite, faces.tracked.tolist()[:8])
 
     @staticmethod
     def _failed(items: list, error: Exception) -> None:

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 240.0  # every front end listening (a loaded machine imports slowly)
 RESTART_AFTER_S = 1.0  # a front end that died is started again after this
+ENGINE_CPU_EVERY_S = 0.5  # the engine's CPU by thread to the front ends (their GetServeStatus), this often
 QUICK_END_S, MAX_QUICK_ENDS = 10.0, 5  # one that ends this soon after its start this many times in a row stays down
 STOP_WAIT_S = 15.0
 
@@ -203,6 +204,7 @@ def status_line(engine, fronts: FrontEnds, cpu: dict[str, float] | None = None) 
     busiest = ", ".join(f"{k} {v:.2f}" for k, v in sorted((cpu or {}).items(), key=lambda kv: -kv[1])[:4])
     return (f"engine: {s['front_ends']}/{fronts.count} front ends (restarted {fronts.restarts}) | passes "
             f"{s['passes']} | batch {s['mean_batch']:.1f} | images refused {s['refused']} | failed {s['failed']}"
+            + (f" | non-finite {s['non_finite']}" if s["non_finite"] else "")
             + (f" | cpu s {busiest}" if busiest else ""))
 
 
@@ -222,9 +224,10 @@ def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line
               f"{pids}; engine pid {os.getpid()}: {config.runners} runners, decode {engine.decoder_name}, up to "
               f"{config.max_streams} streams, {each} a front end)")
         last, cpu = time.monotonic(), thread_cpu_seconds()
-        while not stop.wait(0.5):
+        while not stop.wait(ENGINE_CPU_EVERY_S):
+            now = thread_cpu_seconds()
+            engine.send_cpu(now)
             if status and time.monotonic() - last >= 5.0:
-                now = thread_cpu_seconds()
                 print(status_line(engine, fronts, cpu_between(cpu, now)), file=sys.stderr, flush=True)
                 last, cpu = time.monotonic(), now
     except KeyboardInterrupt:

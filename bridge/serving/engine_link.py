@@ -20,7 +20,7 @@ import numpy as np
 
 from bridge.multistream import rings
 from bridge.multistream.decode import BadImage
-from bridge.multistream.engine import FRAMES, MAX_MESSAGE, RESULTS, VERSIONS, read_slots, slots_message
+from bridge.multistream.engine import CPU, FRAMES, MAX_MESSAGE, RESULTS, VERSIONS, read_slots, slots_message
 from bridge.multistream.service import StreamFaces
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ class EngineLink:
         """sock: this front end's control socket; ring: its SlotRing (attached); on_lost(): the engine is gone."""
         self.sock, self.ring, self._on_lost = sock, ring, on_lost
         self.versions: dict[str, str] = {}
+        self.engine_cpu: dict = {}  # the engine's pid and CPU seconds by thread group, as it last sent them
         self.ready = threading.Event()  # the engine's first message (the model versions) arrived
         self._lock = threading.Lock()
         self._free = list(range(ring.slots - 1, -1, -1))
@@ -110,6 +111,8 @@ class EngineLink:
             elif kind == VERSIONS:
                 self.versions = json.loads(message[4:])  # a new dict: frames handed on keep theirs
                 self.ready.set()
+            elif kind == CPU:
+                self.engine_cpu = json.loads(message[4:])
         self._fail_waiting("the engine process ended")
         self._on_lost()
 
@@ -135,8 +138,10 @@ class EngineLink:
             info = ring.info[ring_slots]
             done = [entries[i] for i in picked]
             tags = [entry[3] for entry in done]
-            for tag, decode_ms in zip(tags, info[:, rings.DECODE_MS].tolist()):
+            engine_times = info[:, [rings.DECODE_MS, rings.READ, rings.QUEUED]].tolist()
+            for tag, (decode_ms, read, queued) in zip(tags, engine_times):
                 tag.extra["decode_ms"] = decode_ms
+                tag.extra["engine_times"] = (read, queued)
             timing = info[:, [rings.PASS_START, rings.PASS_END, rings.GPU_MS]]
             service.passes += 1
             service.frames += pass_size or len(picked)

@@ -164,7 +164,8 @@ class FaceServeServer:
             model_versions={str(k): str(v) for k, v in (s.get("model_versions") or {}).items()},
             release=str(s.get("release") or ""), gc_collections=s.get("gc_collections", []),
             gc_pause_ms_total=s.get("gc_pause_ms_total", 0.0), gc_pause_ms_max=s.get("gc_pause_ms_max", 0.0),
-            gc_pauses_over_10ms=s.get("gc_pauses_over_10ms", 0), thread_cpu_s=thread_cpu_seconds(),
+            gc_pauses_over_10ms=s.get("gc_pauses_over_10ms", 0),
+            thread_cpu_s=_with_engine(thread_cpu_seconds(), s.get("engine_cpu")),
             frame_sizes=s["frame_sizes"], max_frame_sizes=s["max_sizes"], frame_sizes_released=s["sizes_released"],
             max_streams_per_peer=s["max_streams_per_peer"], streams_refused_per_peer=s["refused_per_peer"])
 
@@ -219,3 +220,11 @@ class FaceServeServer:
         self._stopped.set()
         for fn in self._on_close:
             fn()
+
+
+def _with_engine(own: dict[str, float], engine: dict | None) -> dict[str, float]:
+    """A front end's CPU by thread group with its engine process's (as the engine last sent them, every second),
+    each of those named `engine:PID:GROUP` (every front end of that engine carries the same ones)."""
+    if not engine:
+        return own
+    return {**own, **{f"engine:{engine['pid']}:{k}": v for k, v in engine["threads"].items()}}

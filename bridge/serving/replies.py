@@ -29,7 +29,8 @@ def _split_stages(served: list, faces, t0: float) -> tuple[tuple[str, ...], np.n
     + decode_batch (this batch's decode; decode_batch_cpu: the JPEG thread's CPU time in it) + to_service (the
     batch's images handed on before it, and submit); with the service's pass timing, track = queue (the batcher's
     previous pass) + pass (this pass, taken to results on the host; gpu: its GPU time) + to_describe (waiting for
-    the describing thread)."""
+    the describing thread); in a front-end process, to_engine (the slot's number to the engine's reader) and
+    engine_decode (read to queued for the pass: the engine's JPEG batches) come before the queue."""
     cols, keys = [], []
     decode = [s.extra.get("decode_times") for s in served]
     if all(d is not None for d in decode):
@@ -40,8 +41,13 @@ def _split_stages(served: list, faces, t0: float) -> tuple[tuple[str, ...], np.n
         keys += ["to_decode", "decode_queue", "decode_batch", "decode_batch_cpu", "to_service"]
     timing = getattr(faces, "timing", None)
     if timing is not None:
-        submitted = np.array([s.submitted for s in served], np.float64)
-        cols += [timing[:, 0] - submitted, timing[:, 1] - timing[:, 0], t0 - timing[:, 1]]
+        queued = submitted = np.array([s.submitted for s in served], np.float64)
+        engine = [s.extra.get("engine_times") for s in served]
+        if all(e is not None for e in engine):  # a front end's frame: its way through the engine process
+            read, queued = np.array(engine, np.float64).T
+            cols += [read - submitted, queued - read]
+            keys += ["to_engine", "engine_decode"]
+        cols += [timing[:, 0] - queued, timing[:, 1] - timing[:, 0], t0 - timing[:, 1]]
         keys += ["queue", "pass", "to_describe"]
     if not cols:
         return (), None

@@ -61,11 +61,13 @@ def test_bench_serve_refuses_a_negative_in_flight(tmp_path):
 
 def test_bench_serve_drives_both_wires_in_turn_on_one_server(tmp_path):
     # --wire track,many: a trial over Track, then one over TrackMany (each client process's streams on one call,
-    # the frames due together in one message), on the same server; each with the same records and sums, the
-    # server's CPU a frame by part, the client's, and many's share of track's
+    # the frames due together in one message), on the same server (an engine process and its front end); each with
+    # the same records and sums, the server's CPU a frame by part (the engine's threads, which its front end
+    # reports, counted once), the client's, and many's share of track's
     out = tmp_path / "serve.json"
     run = subprocess.run(facebridge_cmd("bench", "serve", "--streams", "3", "--seconds", "6", "--warmup", "2",
                                         "--fps", "10", "--in-flight", "1", "--deadline-ms", "60000",
+                                        "--serve-args", "--front-ends 1 --updates off",
                                         "--wire", "track,many", "--json", str(out)),
                          capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=600)
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
@@ -80,7 +82,10 @@ def test_bench_serve_drives_both_wires_in_turn_on_one_server(tmp_path):
         assert trial["frames_served"] > 0 and trial["dropped_stale"] == 0
         assert trial["server_frames_served_in_window"] > 0  # the server's own count: the CPU a frame's divisor
         threads, part = trial["server_thread_cpu_ms_per_frame"], trial["server_cpu_ms_per_frame_by_part"]
-        assert "serve-loop" in threads and part["passes"] == threads["face-service"]
+        engine = {k.split(":", 2)[2]: v for k, v in threads.items() if k.startswith("engine:")}
+        assert "serve-loop" in threads and "engine-link" in threads and part["passes"] == engine["face-service"]
+        engine_host = sum(v for k, v in engine.items() if k not in ("face-service", "engine-decode", "engine-jpeg"))
+        assert part["engine"] > 0 and abs(part["engine"] - engine_host) < 0.001
         assert part["passes_in_host_path"] is False  # CPU runners: the passes are the inference
         assert abs(sum(threads.values()) - part["host_path"] - part["passes"] - part["jpeg_decode"]
                    - part["identity_refresh"]) < 0.01

@@ -32,8 +32,10 @@ STREAMS = 8
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
+    # --jpeg-batches on: the engine's JPEGs go as they do on a GPU (every image of a message decoded together and
+    # handed on together), here with OpenCV; raw images still go to its decode workers
     with serve_process("--grpc", "127.0.0.1:0", "--max-streams", str(STREAMS), "--front-ends", "2",
-                       "--updates", "off", home=home) as (proc, addresses):
+                       "--updates", "off", "--jpeg-batches", "on", home=home) as (proc, addresses):
         yield proc, addresses
 
 
@@ -48,7 +50,8 @@ def test_eight_streams_over_both_wires_through_two_front_ends_get_the_facebridge
     from bridge.serving.client import TrackClient, TrackManyClient
 
     proc, addresses = server
-    assert len(addresses) == 2 and "2 front-end processes" in next(x for x in proc.lines if "listening on" in x)
+    listening = next(x for x in proc.lines if "listening on" in x)
+    assert len(addresses) == 2 and "2 front-end processes" in listening and ", batched" in listening
     jpegs, _ = clip
     clips = [jpegs[:FRAMES], jpegs[FRAMES:]]  # even streams one half of the clip, odd streams the other
     served: dict[int, list] = {}
@@ -89,6 +92,9 @@ def test_eight_streams_over_both_wires_through_two_front_ends_get_the_facebridge
     assert {replicas[i] for i in (0, 2, 4, 5)} == {addresses[0]} and {replicas[i] for i in (1, 3, 6, 7)} == \
         {addresses[1]}  # each stream on the front end it connected to
     _served_are_the_run_frames(served, clip, STREAMS)
+    # every frame's way through the engine is in its stages (the sum is checked in _served_are_the_run_frames)
+    assert all({"to_engine", "engine_decode"} <= set(face.latencies_ms) for faces in served.values()
+               for face, _ in faces)
     for address in addresses:  # every frame's pass ran in the engine: the front ends saw passes, decoded nothing
         status = _status(address)
         assert status.passes > 0 and status.frames_served >= 4 * FRAMES and status.decoder == "in the engine process"

@@ -10,6 +10,8 @@ that passes every check and gives NaN on the client's real face is rolled back b
 shipped model serves on."""
 from __future__ import annotations
 
+import re
+
 import cv2
 import grpc
 import numpy as np
@@ -154,3 +156,5 @@ def test_serve_rolls_back_a_release_that_gives_nan_on_the_streams_faces_and_neve
     assert all(np.isfinite(e).all() for _, v, e in stream.frames[end + 3:])
     log = "\n".join(proc.lines)
     assert "failed in service" in log and "rolled back to the shipped model" in log and "Traceback" not in log
+    # the service counted the frames the faulty release gave NaN for, and named the field
+    assert re.search(r"frames of a pass of \d+ had non-finite results \(emotion; \d+ so far", log), log[-2000:]

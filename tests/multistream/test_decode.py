@@ -114,6 +114,35 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
     assert isinstance(got[2][0], BadImage) and "does not decode" in str(got[2][0])
 
 
+def test_images_submitted_together_are_handed_on_together_in_their_order():
+    """submit_many (the engine's path: every image of a front end's message): one hand-on call for those decoded in
+    the same batch, the lists in submission order, a bad image in its place as the BadImage it is."""
+    import threading
+
+    from bridge.multistream.decode_batch import JpegBatches
+    from bridge.serving.client import encode_jpeg
+
+    data = encode_jpeg(_sample_bgr())
+    calls, done = [], threading.Event()
+    batches = JpegBatches(ImageDecoder("cpu"))
+
+    def then_many(decoded, times, tags):
+        calls.append((decoded, times, tags))
+        if sum(len(t) for _, _, t in calls) == 4:
+            done.set()
+
+    try:
+        batches.submit_many([data] * 4, [(360, 480), (360, 480), (480, 640), (360, 480)], then_many, list("abcd"))
+        assert done.wait(30)
+    finally:
+        batches.close()
+    assert list(batches.batch_sizes) == [4] and len(calls) == 1  # one decode call, one hand-on
+    decoded, times, tags = calls[0]
+    assert tags == list("abcd") and len(times) == 4 and len({t.started for t in times}) == 1
+    assert [isinstance(d, BadImage) for d in decoded] == [False, False, True, False]
+    assert all(d[1] == (360, 480) and d[0].shape == (360, 480, 3) for i, d in enumerate(decoded) if i != 2)
+
+
 def test_a_batch_the_decoder_cannot_take_answers_every_image_as_refused():
     import threading
 
