@@ -109,10 +109,11 @@ def _wires(text: str) -> list[str]:
 def _host_path(threads: dict, cpu_runners: bool = True) -> dict:
     """The server's CPU a frame (ms) by what it did, from its CPU by thread group: the host path (the gRPC front end
     and its native threads; describing the passes and building the replies; with front-end processes, the engine's
-    host work; the rest: the release watch, the main thread) apart from JPEG decode (OpenCV on CPU runners, nvJPEG with GPU runners), the identity refresher (a new
-    stream refreshes on each of its first 30 frames, then every 30th: a short trial of new streams is mostly that,
-    the same for either wire) and, on CPU runners, the passes (the models' inference runs on their thread there,
-    identical for either wire; with GPU runners their thread is host work, in the host path)."""
+    host work; the rest: the release watch, the main thread) apart from JPEG decode (OpenCV on CPU runners, nvJPEG
+    with GPU runners), the identity refresher (a new stream refreshes on each of its first 30 frames, then every
+    30th: a short trial of new streams is mostly that, the same for either wire) and, on CPU runners, the passes
+    (the models' inference runs on their thread there, identical for either wire; with GPU runners their thread is
+    host work, in the host path)."""
     parts = {"front_end": 0.0, "describe_and_replies": 0.0, "engine": 0.0, "other": 0.0, "passes": 0.0,
              "jpeg_decode": 0.0, "identity_refresh": 0.0}
     for group, ms in threads.items():
