@@ -40,7 +40,9 @@
 # 480x360, --max-streams the largest count) and drives it over WIRES (track; "track,many": both in turn on the same
 # server) at STREAMS_N (1000), SECS per count, IN_FLIGHT (1), CLIENTS (8), round-robin over the front ends'
 # addresses; server_cpu_ms_per_frame sums the engine's and every front end's CPU (their pids are on the ready line).
-# fronts.{json,log}; LOAD=1 adds the host's CPU and the GPU's activity. 1,000 streams for 60 s on both wires:
+# fronts.{json,log}; LOAD=1 adds the host's CPU and the GPU's activity; SPY_AT="TEXT" (py-spy's wheel in WHEELS)
+# profiles the engine and one front end SPY_AFTER (20) seconds after the bench log's line with TEXT, into
+# fronts-spy.txt. 1,000 streams for 60 s on both wires:
 #   LOAD=1 SECS=60 WIRES=track,many bash tools/measure/gpu_serve_bench.sh fronts
 #
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
@@ -128,6 +130,23 @@ unpack_ray() {
   "$PY" -c "import ray, ray.serve; print('ray', ray.__version__)" | tee -a "$OUT/env.txt" || exit 3
 }
 
+spy_fronts() {  # SPY_AT (a line of the bench log, e.g. "1000 streams x 30 fps"): SPY_S seconds after it, py-spy on the
+  # engine and on one front end, the interpreter lock's holders (--gil) then every thread, into fronts-spy.txt
+  local spy=${SPY:-/tmp/site/bin/py-spy} f="$OUT/fronts-spy.txt"
+  for _ in $(seq 600); do grep -q -- "$SPY_AT" "$OUT/fronts.tlog" 2> /dev/null && break; sleep 1; done
+  sleep "${SPY_AFTER:-20}"
+  local engine front
+  engine=$(pgrep -f -- "-m bridge.cli serve" | head -1) front=$(pgrep -f "bridge.runtime.serve_front_end" | head -1)
+  for who in "engine $engine" "front-end $front"; do
+    set -- $who
+    [ -n "${2:-}" ] || { echo "$1: no process found" >> "$f"; continue; }
+    "$spy" record -p "$2" -d "${SPY_S:-6}" -r 200 --gil -f raw -o "/tmp/$1-gil.txt" --nonblocking > /dev/null 2>&1
+    "$spy" record -p "$2" -d "${SPY_S:-6}" -r 200 -f raw -o "/tmp/$1-all.txt" --nonblocking > /dev/null 2>&1
+    { echo "== $1 (pid $2): the lock's holders"; "$PY" tools/measure/pyspy_top.py "/tmp/$1-gil.txt" --top 40
+      echo "== $1 (pid $2): every thread"; "$PY" tools/measure/pyspy_top.py "/tmp/$1-all.txt" --top 40; } >> "$f" 2>&1
+  done
+}
+
 case "$MODE" in
   all)
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
@@ -208,10 +227,14 @@ case "$MODE" in
     preflight
     df -h /dev/shm | tee -a "$OUT/env.txt"
     load_start
+    [ -n "${SPY_AT:-}" ] && { spy_fronts & SPY_PID=$!; }
     IN_FLIGHT=${IN_FLIGHT:-1} bench fronts "${T_FRONTS:-540}" --streams "${STREAMS_N:-1000}" \
       --client-processes "${CLIENTS:-8}" --wire "${WIRES:-track}" \
       --serve-args "--front-ends ${FRONT_ENDS:-8} --frame-slot-kib ${SLOT_KIB:-48} --updates off ${SERVE_ARGS:-}"
     load_stop
+    [ -n "${SPY_PID:-}" ] && { wait "$SPY_PID"; tail -45 "$OUT/fronts-spy.txt"; }
+    # the per-second samples are summarised in fronts-load.json; at most 8 files come back
+    rm -rf "$OUT/load-fronts"
     grep -E "front end|engine:" "$OUT/fronts.tlog" | tail -5 ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
