@@ -164,6 +164,14 @@ class BatchedModels:
             self.releases.close()
 
 
+def apply_switch_interval(config: ServeConfig) -> None:
+    """--switch-interval-ms in this process (the one server, the engine, and each front end, whose describing thread
+    waits for the lock while its gRPC loop holds it)."""
+    if config.switch_interval_ms is not None:
+        sys.setswitchinterval(config.switch_interval_ms / 1000.0)
+        log.info("interpreter lock switch interval: %.2f ms", config.switch_interval_ms)
+
+
 def check_config(config: ServeConfig) -> None:
     if config.runners not in RUNNER_KINDS:
         raise FaceBridgeError(f"unknown runners {config.runners!r}", f"use one of {', '.join(RUNNER_KINDS)}")
@@ -191,9 +199,7 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
     if on_gpu:  # before any CUDA call of this process creates the context
 
         log.info("%s", set_cuda_wait(config.cuda_wait))
-    if config.switch_interval_ms is not None:
-        sys.setswitchinterval(config.switch_interval_ms / 1000.0)
-        log.info("interpreter lock switch interval: %.2f ms", config.switch_interval_ms)
+    apply_switch_interval(config)
     # one thread per native pool: the streams are the parallelism (CPU runners: --threads for torch's own pool)
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
     whole_pass = kind == "torch-cuda" and config.graphs

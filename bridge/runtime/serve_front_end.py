@@ -21,7 +21,7 @@ import threading
 from bridge import console
 from bridge.multistream.engine import LISTENING
 from bridge.multistream.rings import SlotRing
-from bridge.runtime.serve import ServeConfig, build_front_end
+from bridge.runtime.serve import ServeConfig, apply_switch_interval, build_front_end
 from bridge.serving.engine_link import EngineLink
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ def _serve(spec: dict) -> int:
     fields["prewarm"] = ()  # the engine builds its services
     fields["frame_sizes"] = tuple(tuple(hw) for hw in fields["frame_sizes"])
     config = ServeConfig(**fields)
+    apply_switch_interval(config)
     ring = SlotRing.attach(spec["ring"], spec["slots"], spec["slot_bytes"])
     stop, engine_lost = threading.Event(), threading.Event()
 

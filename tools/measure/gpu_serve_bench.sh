@@ -40,7 +40,9 @@
 # 480x360, --max-streams the largest count) and drives it over WIRES (track; "track,many": both in turn on the same
 # server) at STREAMS_N (1000), SECS per count, IN_FLIGHT (1), CLIENTS (8), round-robin over the front ends'
 # addresses; server_cpu_ms_per_frame sums the engine's and every front end's CPU (their pids are on the ready line).
-# fronts.{json,log}; LOAD=1 adds the host's CPU and the GPU's activity; SPY_AT="TEXT" (py-spy's wheel in WHEELS)
+# fronts.{json,log}; PROCS (1) such servers side by side (an engine each, FRONT_ENDS front ends each: nvJPEG decodes
+# one batch at a time in a process, so the engines' decoders work in parallel), under CUDA MPS when MPS=1.
+# LOAD=1 adds the host's CPU and the GPU's activity; SPY_AT="TEXT" (py-spy's wheel in WHEELS)
 # profiles the engine and one front end SPY_AFTER (20) seconds after the bench log's line with TEXT, into
 # fronts-spy.txt. 1,000 streams for 60 s on both wires:
 #   LOAD=1 SECS=60 WIRES=track,many bash tools/measure/gpu_serve_bench.sh fronts
@@ -130,6 +132,20 @@ unpack_ray() {
   "$PY" -c "import ray, ray.serve; print('ray', ray.__version__)" | tee -a "$OUT/env.txt" || exit 3
 }
 
+mps_start() {  # MPS=1: the MPS daemon, a user-space one (GPU settings, compute mode and MIG, stay as they are)
+  [ "${MPS:-0}" = 1 ] || return 0
+  command -v nvidia-cuda-mps-control > /dev/null || { echo "no nvidia-cuda-mps-control here"; exit 5; }
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$OUT/env.txt"
+}
+
+mps_stop() {  # a bench cut short by its time limit can leave its servers behind, and the daemon's quit waits for them
+  pkill -KILL -f -- "-m bridge.cli serve --quiet --grpc 127.0.0.1:0" 2> /dev/null
+  [ "${MPS:-0}" = 1 ] && { echo quit | timeout 20 nvidia-cuda-mps-control; sleep 1; }
+  return 0
+}
+
 spy_fronts() {  # SPY_AT (a line of the bench log, e.g. "1000 streams x 30 fps"): SPY_S seconds after it, py-spy on the
   # engine and on one front end, the interpreter lock's holders (--gil) then every thread, into fronts-spy.txt
   local spy=${SPY:-/tmp/site/bin/py-spy} f="$OUT/fronts-spy.txt"
@@ -162,12 +178,7 @@ case "$MODE" in
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
     P=${PROCS:-8}
-    if [ "${MPS:-0}" = 1 ]; then  # a user-space daemon: GPU settings (compute mode, MIG) stay as they are
-      command -v nvidia-cuda-mps-control > /dev/null || { echo "no nvidia-cuda-mps-control here"; exit 5; }
-      export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-      mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-      nvidia-cuda-mps-control -d && echo "MPS daemon started" | tee -a "$OUT/env.txt"
-    fi
+    mps_start
     load_start
     i=0
     IFS=';' read -ra variants <<< "${SERVE_ARGS:-}"
@@ -177,9 +188,7 @@ case "$MODE" in
         --client-processes "${CLIENTS:-8}" --serve-args "$extra"
     done
     load_stop
-    # a bench cut short by its time limit can leave its servers behind, and the MPS daemon's quit waits for them
-    pkill -KILL -f -- "-m bridge.cli serve --quiet --grpc 127.0.0.1:0" 2> /dev/null
-    [ "${MPS:-0}" = 1 ] && { echo quit | timeout 20 nvidia-cuda-mps-control; sleep 1; } ;;
+    mps_stop ;;
   describe)
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
@@ -227,11 +236,13 @@ case "$MODE" in
     preflight
     df -h /dev/shm | tee -a "$OUT/env.txt"
     load_start
+    mps_start
     [ -n "${SPY_AT:-}" ] && { spy_fronts & SPY_PID=$!; }
     IN_FLIGHT=${IN_FLIGHT:-1} bench fronts "${T_FRONTS:-540}" --streams "${STREAMS_N:-1000}" \
-      --client-processes "${CLIENTS:-8}" --wire "${WIRES:-track}" \
+      --client-processes "${CLIENTS:-8}" --wire "${WIRES:-track}" --server-processes "${PROCS:-1}" \
       --serve-args "--front-ends ${FRONT_ENDS:-8} --frame-slot-kib ${SLOT_KIB:-48} --updates off ${SERVE_ARGS:-}"
     load_stop
+    mps_stop
     [ -n "${SPY_PID:-}" ] && { wait "$SPY_PID"; tail -45 "$OUT/fronts-spy.txt"; }
     # the per-second samples are summarised in fronts-load.json; at most 8 files come back
     rm -rf "$OUT/load-fronts"
