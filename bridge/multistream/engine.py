@@ -33,10 +33,12 @@ from bridge.multistream import rings
 from bridge.multistream.decode import JPEG, BadImage
 from bridge.multistream.decode_batch import JpegBatches
 from bridge.multistream.rings import SlotRing
+from bridge.thread_cpu import thread_cpu_seconds
 
 log = logging.getLogger(__name__)
 
 # control message kinds: frames in, results out, model versions, a front end listening, the engine's CPU by thread
+# (asked by a front end with an empty one)
 FRAMES, RESULTS, VERSIONS, LISTENING, CPU = b"F\0\0\0", b"R\0\0\0", b"V\0\0\0", b"L\0\0\0", b"T\0\0\0"
 MAX_MESSAGE = 1 << 20
 SEND_TIMEOUT_S = 10.0  # a front end that takes no message for this long is cut off (it is hung)
@@ -112,6 +114,8 @@ class Engine:
             elif kind == LISTENING:
                 self.listening[index] = hello = json.loads(message[4:])
                 self.on_listening(index, hello)
+            elif kind == CPU:
+                self._send_cpu(index)
         self._lost(index, epoch)
 
     def _lost(self, index: int, epoch: int) -> None:
@@ -159,7 +163,7 @@ class Engine:
         for slot, n, generation in zip(slots[~fits].tolist(), nbytes[~fits].tolist(),
                                        requests[~fits, rings.GENERATION].tolist()):
             self._refuse((index, epoch, slot, generation), f"the engine read {n} bytes for this image; send it again")
-        jpegs, datas, hws = [], [], []
+        jpegs, datas, hws, others = [], [], [], []
         for slot, (n, height, width, encoding, generation) in zip(slots[fits].tolist(), requests[fits].tolist()):
             tag, data = (index, epoch, slot, generation), ring.images[slot, :n]
             if encoding == JPEG and self._jpeg is not None:
@@ -167,24 +171,31 @@ class Engine:
                 datas.append(data)
                 hws.append((height, width))
             else:
-                self._pool.submit(self._decode, tag, encoding, data, (height, width))
+                others.append((tag, encoding, data, (height, width)))
         if jpegs:
-            self._jpeg.submit_many(datas, hws, self._decoded, jpegs)
+            self._jpeg.submit_many(datas, hws, self._jpegs_decoded, jpegs)
+        if others:  # each on a worker; the last one done posts them together (one pass, one describe call)
+            group = _Decoded(len(others))
+            for tag, encoding, data, hw in others:
+                self._pool.submit(self._decode, group, tag, encoding, data, hw)
 
-    def _decode(self, tag: tuple, encoding: int, data, hw: tuple[int, int]) -> None:
+    def _decode(self, group: _Decoded, tag: tuple, encoding: int, data, hw: tuple[int, int]) -> None:
         t0 = time.perf_counter()
         try:
-            frame, hw = self._decoder.decode_measured(encoding, data, hw)
+            decoded = self._decoder.decode_measured(encoding, data, hw)
         except BadImage as e:
-            self._refuse(tag, str(e))
-            return
+            decoded = e
         except Exception as e:  # noqa: BLE001 - one broken image never takes a worker down
-            self._refuse(tag, f"the image could not be decoded ({str(e).splitlines()[0][:120] if str(e) else e!r})")
-            return
-        self._submit([tag], [(frame, hw)], [(time.perf_counter() - t0) * 1000.0])
+            decoded = BadImage(f"the image could not be decoded ({str(e).splitlines()[0][:120] if str(e) else e!r})")
+        if group.add(tag, decoded, (time.perf_counter() - t0) * 1000.0):
+            self._decoded(group.decoded, group.ms, group.tags)
 
-    def _decoded(self, decoded: list, times: list, tags: list) -> None:
-        """JPEGs decoded together (JpegBatches' thread); each that did not decode refused alone."""
+    def _jpegs_decoded(self, decoded: list, times: list, tags: list) -> None:
+        """JPEGs decoded in one batch (JpegBatches' thread; times: their DecodeTimes)."""
+        self._decoded(decoded, [t.ms for t in times], tags)
+
+    def _decoded(self, decoded: list, decode_ms: list[float], tags: list) -> None:
+        """Images of one message decoded; each that did not decode refused alone, the others posted together."""
         good = []
         for i, d in enumerate(decoded):
             if isinstance(d, BadImage):
@@ -192,7 +203,7 @@ class Engine:
             else:
                 good.append(i)
         if good:
-            self._submit([tags[i] for i in good], [decoded[i] for i in good], [times[i].ms for i in good])
+            self._submit([tags[i] for i in good], [decoded[i] for i in good], [decode_ms[i] for i in good])
 
     def _submit(self, tags: list, decoded: list, decode_ms: list) -> None:
         """Decoded frames ((frame, hw) each) to the services of their sizes, each size's in one post."""
@@ -269,12 +280,10 @@ class Engine:
             self._send(index, slots_message(RESULTS, slots, len(tags)))
         return [None] * len(tags)
 
-    def send_cpu(self, seconds: dict[str, float]) -> None:
-        """The engine's CPU seconds by thread group (bridge/thread_cpu.py) to every front end, whose GetServeStatus
-        carries them beside its own: a client sees the whole server's CPU, not just one front end's."""
-        message = CPU + json.dumps({"pid": os.getpid(), "threads": seconds}).encode()
-        for index in range(self.front_ends):
-            self._send(index, message)
+    def _send_cpu(self, index: int) -> None:
+        """The engine's CPU seconds by thread group (bridge/thread_cpu.py) to the front end that asked, whose
+        GetServeStatus carries them beside its own: a client sees the whole server's CPU, not one front end's."""
+        self._send(index, CPU + json.dumps({"pid": os.getpid(), "threads": thread_cpu_seconds()}).encode())
 
     def _refuse(self, tag: tuple, reason: str, status: int = rings.REFUSED) -> None:
         index, epoch, slot, _generation = tag
@@ -326,3 +335,22 @@ class Engine:
             service.close()
         for ring in self.rings:
             ring.close()
+
+
+class _Decoded:
+    """The images of one front end's message that go to the decode workers: each worker adds its own, and the one that
+    adds the last hears so (`add` returns True) and posts them all."""
+
+    def __init__(self, count: int) -> None:
+        self._left, self._lock = count, threading.Lock()
+        self.tags: list = []
+        self.decoded: list = []  # (frame, hw), or the BadImage it is
+        self.ms: list[float] = []
+
+    def add(self, tag: tuple, decoded, ms: float) -> bool:
+        with self._lock:
+            self.tags.append(tag)
+            self.decoded.append(decoded)
+            self.ms.append(ms)
+            self._left -= 1
+            return self._left == 0

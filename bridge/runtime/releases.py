@@ -32,7 +32,7 @@ from bridge.updates.watch import ReleaseWatcher
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.25
+POLL_S = 1.0  # a release is picked up within a second; each poll stats every model's store (about 0.3 ms)
 DEFAULT_TOLERANCE = (1e-3, 1e-3)  # atol, rtol when a release's bundle does not say
 
 

@@ -297,7 +297,7 @@ def build_front_end(config: ServeConfig, link, address: str, max_streams: int, r
     log.info("heap settled after start-up in %.0f ms", settle_heap())
     pauses = GcPauses().start()
     server.on_close(pauses.close)
-    server.status_extra = lambda: {"model_versions": link.versions, "engine_cpu": link.engine_cpu, **pauses.stats()}
+    server.status_extra = lambda: {"model_versions": link.versions, "engine_cpu": link.engine_cpu(), **pauses.stats()}
     return server
 
 

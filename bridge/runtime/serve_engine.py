@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 240.0  # every front end listening (a loaded machine imports slowly)
 RESTART_AFTER_S = 1.0  # a front end that died is started again after this
-ENGINE_CPU_EVERY_S = 0.5  # the engine's CPU by thread to the front ends (their GetServeStatus), this often
 QUICK_END_S, MAX_QUICK_ENDS = 10.0, 5  # one that ends this soon after its start this many times in a row stays down
 STOP_WAIT_S = 15.0
 
@@ -220,14 +219,14 @@ def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line
     try:
         each = engine.slots_each
         pids = ", ".join(f"pid {p}" for p in fronts.pids())
-        ready(f"facebridge serve: listening on {', '.join(fronts.addresses)} ({fronts.count} front-end processes: "
-              f"{pids}; engine pid {os.getpid()}: {config.runners} runners, decode {engine.decoder_name}, up to "
+        processes = "front-end process" if fronts.count == 1 else "front-end processes"
+        ready(f"facebridge serve: listening on {', '.join(fronts.addresses)} ({fronts.count} {processes}: {pids}; "
+              f"engine pid {os.getpid()}: {config.runners} runners, decode {engine.decoder_name}, up to "
               f"{config.max_streams} streams, {each} a front end)")
         last, cpu = time.monotonic(), thread_cpu_seconds()
-        while not stop.wait(ENGINE_CPU_EVERY_S):
-            now = thread_cpu_seconds()
-            engine.send_cpu(now)
+        while not stop.wait(0.5):
             if status and time.monotonic() - last >= 5.0:
+                now = thread_cpu_seconds()
                 print(status_line(engine, fronts, cpu_between(cpu, now)), file=sys.stderr, flush=True)
                 last, cpu = time.monotonic(), now
     except KeyboardInterrupt:

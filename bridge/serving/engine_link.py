@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -25,13 +26,17 @@ from bridge.multistream.service import StreamFaces
 
 log = logging.getLogger(__name__)
 
+CPU_FRESH_S, CPU_WAIT_S = 1.0, 0.25  # the engine's CPU asked for at most once a second; its answer waited for
+
 
 class EngineLink:
     def __init__(self, sock, ring, on_lost=lambda: None) -> None:
         """sock: this front end's control socket; ring: its SlotRing (attached); on_lost(): the engine is gone."""
         self.sock, self.ring, self._on_lost = sock, ring, on_lost
         self.versions: dict[str, str] = {}
-        self.engine_cpu: dict = {}  # the engine's pid and CPU seconds by thread group, as it last sent them
+        self._engine_cpu: dict = {}  # the engine's pid and CPU seconds by thread group, as it last sent them
+        self._engine_cpu_at = -CPU_FRESH_S
+        self._engine_cpu_came = threading.Event()
         self.ready = threading.Event()  # the engine's first message (the model versions) arrived
         self._lock = threading.Lock()
         self._free = list(range(ring.slots - 1, -1, -1))
@@ -95,6 +100,20 @@ class EngineLink:
                 self._waiting[ring_slot] = None
                 self._free.append(ring_slot)
 
+    def engine_cpu(self) -> dict:
+        """The engine's pid and CPU seconds by thread group: asked for (at most once in CPU_FRESH_S; a status call
+        waits for the answer, up to CPU_WAIT_S), else as last sent."""
+        now = time.monotonic()
+        if now - self._engine_cpu_at >= CPU_FRESH_S:
+            self._engine_cpu_at = now
+            self._engine_cpu_came.clear()
+            try:
+                self.sock.send(CPU)
+            except OSError:
+                return self._engine_cpu
+            self._engine_cpu_came.wait(CPU_WAIT_S)
+        return self._engine_cpu
+
     # ---- results in (the link's thread) ----------------------------------------------------------------------
     def _read(self) -> None:
         while True:
@@ -112,7 +131,8 @@ class EngineLink:
                 self.versions = json.loads(message[4:])  # a new dict: frames handed on keep theirs
                 self.ready.set()
             elif kind == CPU:
-                self.engine_cpu = json.loads(message[4:])
+                self._engine_cpu = json.loads(message[4:])
+                self._engine_cpu_came.set()
         self._fail_waiting("the engine process ended")
         self._on_lost()
 
