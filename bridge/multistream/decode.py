@@ -11,6 +11,7 @@ with a message for the client naming the fix.
 from __future__ import annotations
 
 import logging
+import threading
 
 import cv2
 import numpy as np
@@ -68,6 +69,7 @@ class ImageDecoder:
                 gpu_jpeg = False
         self.gpu_jpeg = bool(gpu_jpeg and on_gpu)
         self.name = "gpu (nvjpeg)" if self.gpu_jpeg else "cpu (opencv)"
+        self._streams = threading.local()  # each decoding thread's own CUDA stream (see _nvjpeg)
 
     def measure(self, encoding: int, data: bytes, width: int = 0, height: int = 0, raw_ok: bool | None = None
                 ) -> tuple[int, int]:
@@ -114,7 +116,7 @@ class ImageDecoder:
         is decoded alone so a bad image costs only itself. On the CPU each alone (OpenCV)."""
         if self.gpu_jpeg and len(datas) > 1:
             try:
-                frames = self._decode_jpeg([self._host_tensor(d) for d in datas], device=self.device)
+                frames = self._nvjpeg([self._host_tensor(d) for d in datas])
             except RuntimeError:
                 frames = None  # one of them is bad: each alone below
             if frames is not None:
@@ -130,6 +132,21 @@ class ImageDecoder:
                 out.append(e)
         return out
 
+    def _nvjpeg(self, encoded):
+        """torchvision's nvJPEG decode (one image, or a list in one batched call) on this thread's own CUDA stream,
+        drained first. nvJPEG's hardware engine writes its outputs before the work queued on its stream has run
+        (pytorch/vision#9606, meta-pytorch/torchcodec#1634), and the caching allocator hands the decode blocks freed
+        on that stream: on the stream the passes use, that was memory a queued pass still read (NaN landmarks for
+        dozens of streams at once, H100). Here only decodes run on the stream, and the outputs are read once the
+        call returns (it waits for its decode)."""
+        torch = self._torch
+        stream = getattr(self._streams, "stream", None)
+        if stream is None:
+            stream = self._streams.stream = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(stream):
+            stream.synchronize()
+            return self._decode_jpeg(encoded, device=self.device)
+
     def _host_tensor(self, data):
         """The encoded bytes as a uint8 tensor for nvJPEG: a numpy array (an engine ring slot, multistream/rings.py) as
         it lies, without a copy; bytes copied once (torch needs a writable buffer)."""
@@ -142,7 +159,7 @@ class ImageDecoder:
         if self.gpu_jpeg:
             raw = self._host_tensor(data)
             try:
-                frame = self._decode_jpeg(raw, device=self.device)  # (3, H, W) uint8 RGB on the GPU
+                frame = self._nvjpeg(raw)  # (3, H, W) uint8 RGB on the GPU
             except RuntimeError as e:
                 raise BadImage(f"nvJPEG cannot decode this JPEG ({str(e).splitlines()[0][:120]})") from None
             return frame.permute(1, 2, 0).contiguous(), (h, w)
