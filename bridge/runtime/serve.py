@@ -12,10 +12,7 @@ describe step, one row per stream, through the same formulas), so a remote strea
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
-import time
 from dataclasses import dataclass
 
 from bridge.calibration import CalibrationProfile
@@ -32,6 +29,7 @@ from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.native_pools import pin_native_pools
 from bridge.runtime.options import update_state_dir
 from bridge.runtime.serve_releases import PassGate, ServeReleases
+from bridge.runtime.stopping import serve_until_stopped
 from bridge.serving.engine_link import RemoteService
 from bridge.serving.grpc_service import FaceServeServer, check_listen
 from bridge.serving.replies import PassReplies
@@ -316,25 +314,10 @@ def status_line(stats: dict) -> str:
 def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(line, flush=True)) -> int:
     """Serve until Ctrl-C or SIGTERM; `ready(line)` is told the address once the server listens."""
     server = build_server(config)
-    stop = threading.Event()
-    previous = None
-    interrupted = False
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    try:  # Ctrl-C: the streams end cleanly, then the command's Ctrl-C status (130)
         ready(f"facebridge serve: listening on {server.address} ({config.runners} runners, decode "
               f"{server.decoder_name}, up to {config.max_streams} streams)")
-        last = time.monotonic()
-        while not stop.wait(0.5):
-            if status and time.monotonic() - last >= 5.0:
-                print(status_line(server.stats()), file=sys.stderr, flush=True)
-                last = time.monotonic()
-    except KeyboardInterrupt:  # Ctrl-C: the streams end cleanly, then the command's Ctrl-C status (130)
-        interrupted = True
+        serve_until_stopped((lambda: status_line(server.stats())) if status else None)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         server.close()
-    if interrupted:
-        raise KeyboardInterrupt
     return 0

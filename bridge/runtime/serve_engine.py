@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from bridge.multistream.rings import RingShape, shm_room
 from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
 from bridge.runtime.serve_front_end import CONFIG
+from bridge.runtime.stopping import serve_until_stopped
 from bridge.thread_cpu import cpu_between, thread_cpu_seconds
 
 log = logging.getLogger(__name__)
@@ -211,32 +211,23 @@ def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line
                      verbose: bool = False) -> int:
     """Serve until Ctrl-C or SIGTERM; `ready(line)` is told every front end's address once all listen."""
     engine, fronts, models = build_engine(config, verbose)
-    stop = threading.Event()
-    previous = None
-    interrupted = False
-    if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
+    cpu = [thread_cpu_seconds()]
+
+    def line() -> str:  # with the engine's CPU by thread since the last line
+        now = thread_cpu_seconds()
+        text, cpu[0] = status_line(engine, fronts, cpu_between(cpu[0], now)), now
+        return text
+
+    try:  # Ctrl-C: the front ends and the engine end cleanly, then the command's Ctrl-C status (130)
         each = engine.slots_each
         pids = ", ".join(f"pid {p}" for p in fronts.pids())
         processes = "front-end process" if fronts.count == 1 else "front-end processes"
         ready(f"facebridge serve: listening on {', '.join(fronts.addresses)} ({fronts.count} {processes}: {pids}; "
               f"engine pid {os.getpid()}: {config.runners} runners, decode {engine.decoder_name}, up to "
               f"{config.max_streams} streams, {each} a front end)")
-        last, cpu = time.monotonic(), thread_cpu_seconds()
-        while not stop.wait(0.5):
-            if status and time.monotonic() - last >= 5.0:
-                now = thread_cpu_seconds()
-                print(status_line(engine, fronts, cpu_between(cpu, now)), file=sys.stderr, flush=True)
-                last, cpu = time.monotonic(), now
-    except KeyboardInterrupt:
-        interrupted = True
+        serve_until_stopped(line if status else None)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         fronts.stop()
         engine.close()
         models.close()
-    if interrupted:
-        raise KeyboardInterrupt
     return 0

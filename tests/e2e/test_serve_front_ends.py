@@ -230,3 +230,6 @@ def test_front_ends_take_the_same_token_and_tls_as_one_process(tmp_path, clip): 
         front_end = _front_end_pids(proc)[0]
         with open(f"/proc/{front_end}/cmdline", "rb") as f:
             assert TOKEN.encode() not in f.read()
+    # the context's SIGTERM (a service manager's stop): the engine stops its front end and ends with 0
+    assert proc.returncode == 0 and not os.path.exists(f"/proc/{front_end}"), proc.lines[-5:]
+    assert not any("Traceback" in x for x in proc.lines)

@@ -1,0 +1,32 @@
+"""Serving until told to stop: SIGTERM (a service manager, `kill`) or Ctrl-C, with a status line every few seconds.
+
+`facebridge serve` in one process and the engine of `serve --front-ends N` both wait here. SIGTERM sets an Event
+(the handler is put back afterwards); Ctrl-C is a KeyboardInterrupt that passes through, so the caller's cleanup runs
+first and the command then ends with Ctrl-C's status.
+"""
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+STATUS_EVERY_S = 5.0
+
+
+def serve_until_stopped(status_line: Callable[[], str] | None = None) -> None:
+    """Return on SIGTERM; print status_line() to stderr every STATUS_EVERY_S meanwhile (None: nothing)."""
+    stop = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        last = time.monotonic()
+        while not stop.wait(0.5):
+            if status_line is not None and time.monotonic() - last >= STATUS_EVERY_S:
+                print(status_line(), file=sys.stderr, flush=True)
+                last = time.monotonic()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
