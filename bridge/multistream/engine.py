@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 # control message kinds: frames in, results out, model versions, a front end listening, the engine's CPU by thread
 # (asked by a front end with an empty one)
 FRAMES, RESULTS, VERSIONS, LISTENING, CPU = b"F\0\0\0", b"R\0\0\0", b"V\0\0\0", b"L\0\0\0", b"T\0\0\0"
+IDLE = b"I\0\0\0"  # a front end's last stream of a frame size ended (height, width)
 MAX_MESSAGE = 1 << 20
 SEND_TIMEOUT_S = 10.0  # a front end that takes no message for this long is cut off (it is hung)
 
@@ -72,8 +74,9 @@ class Engine:
         self._socks: list[socket.socket | None] = [None] * front_ends
         self._epochs = [0] * front_ends
         self._generations = np.full(self.total, -1, np.int64)  # per slot: the stream whose state it holds
-        self._services: dict[tuple[int, int], object] = {}
+        self._sizes: dict[tuple[int, int], _Size] = {}  # a batched service per frame size, and who uses it
         self._services_lock = threading.Lock()
+        self.sizes_released = 0
         self._sent_versions = None
         self.listening: list[dict | None] = [None] * front_ends
         self.on_listening = lambda index, hello: None
@@ -116,6 +119,12 @@ class Engine:
                 self.on_listening(index, hello)
             elif kind == CPU:
                 self._send_cpu(index)
+            elif kind == IDLE:
+                height, width = read_slots(message)[:2].tolist()
+                with self._services_lock:
+                    size = self._sizes.get((height, width))
+                    if size is not None:
+                        size.users.discard(index)
         self._lost(index, epoch)
 
     def _lost(self, index: int, epoch: int) -> None:
@@ -125,6 +134,9 @@ class Engine:
             self._epochs[index] += 1  # what of it is still in a pass is dropped when it comes back
             self._generations[index * self.slots_each:(index + 1) * self.slots_each] = -1
             sock, self._socks[index] = self._socks[index], None
+        with self._services_lock:
+            for size in self._sizes.values():
+                size.users.discard(index)
         if sock is not None:
             sock.close()
         if self.on_lost is not None:
@@ -215,7 +227,7 @@ class Engine:
         for hw, picked in by_size.items():
             these = [tags[i] for i in picked]
             try:
-                service = self._service(hw)
+                service = self._service(hw, {tag[0] for tag in these}, len(these))
             except ValueError as e:
                 for tag in these:
                     self._refuse(tag, str(e))
@@ -230,30 +242,66 @@ class Engine:
                 info[rings.DECODE_MS], info[rings.QUEUED] = decode_ms[i], now
                 rows.append(row)
             try:
-                service.post_many(rows, [decoded[i][0] for i in picked], these, self._failed)
-            except ValueError as e:
+                service.post_many(rows, [decoded[i][0] for i in picked], these,
+                                  lambda tags, error, hw=hw: self._failed(hw, tags, error))
+            except (ValueError, RuntimeError) as e:  # RuntimeError: its service closed meanwhile (a stop)
+                self._done(hw, len(these))
                 for tag in these:
                     self._refuse(tag, str(e))
 
-    def _service(self, hw: tuple[int, int]):
+    def _service(self, hw: tuple[int, int], users: set[int] = frozenset(), frames: int = 0):
+        """The batched service of frame size hw, made when none is (in the place of the least recently used size no
+        front end has a stream of and no frame is out in, when `max_frame_sizes` are made: short streams of odd
+        sizes never lock a later size out); `frames` of it from front ends `users` are about to be posted."""
+        closed = None
         with self._services_lock:
-            service = self._services.get(hw)
-            if service is None:
-                if len(self._services) >= self.max_frame_sizes:
-                    sizes = ", ".join(f"{w}x{h}" for h, w in self._services)
-                    raise ValueError(f"this server already serves {self.max_frame_sizes} frame sizes ({sizes}); "
-                                     "send one of them")
-                service = self._services[hw] = self._make_service(hw, self.total, self._finish)
-            return service
+            size = self._sizes.get(hw)
+            if size is None:
+                if len(self._sizes) >= self.max_frame_sizes:
+                    closed = self._release_idle_size()
+                if len(self._sizes) >= self.max_frame_sizes:
+                    sizes = ", ".join(f"{w}x{h}" for h, w in self._sizes)
+                    raise ValueError(f"this server already serves {self.max_frame_sizes} frame sizes ({sizes}), each "
+                                     "with streams now; send one of them")
+                finish = lambda rows, tags, faces, hw=hw: self._finish(hw, rows, tags, faces)  # noqa: E731
+                size = self._sizes[hw] = _Size(self._make_service(hw, self.total, finish))
+            size.users |= users
+            size.out += frames
+            size.used = time.monotonic()
+        if closed is not None:
+            closed.close()
+        return size.service
+
+    def _release_idle_size(self):
+        """Take out the least recently used size no front end uses and no frame is out in (not one built at start);
+        its service, to close once the lock is let go (call with the lock held)."""
+        idle = [hw for hw, size in self._sizes.items() if not size.pinned and not size.users and size.out == 0]
+        if not idle:
+            return None
+        hw = min(idle, key=lambda k: self._sizes[k].used)
+        self.sizes_released += 1
+        log.info("frame size %dx%d released: no stream uses it (%d released so far)", hw[1], hw[0],
+                 self.sizes_released)
+        return self._sizes.pop(hw).service
+
+    def _done(self, hw: tuple[int, int], frames: int) -> None:
+        """`frames` of size hw are back (served, or failed)."""
+        with self._services_lock:
+            size = self._sizes.get(hw)
+            if size is not None:
+                size.out -= frames
 
     def prepare(self, hw: tuple[int, int]) -> None:
-        """Build the batched service of one frame size now (--prewarm)."""
+        """Build the batched service of one frame size now (--prewarm); it is kept for the server's life."""
         self._service(tuple(hw))
+        with self._services_lock:
+            self._sizes[tuple(hw)].pinned = True
 
     # ---- results ---------------------------------------------------------------------------------------------
-    def _finish(self, _rows, tags: list, faces) -> list:
+    def _finish(self, hw: tuple[int, int], _rows, tags: list, faces) -> list:
         """A pass's results (the service's finishing thread): each frame's row into its slot, one message a front
         end naming its slots."""
+        self._done(hw, len(tags))
         if self._on_pass is not None:
             self._on_pass(faces)
         versions = self._versions()
@@ -296,8 +344,9 @@ class Engine:
         self.rings[index].set_error(slot, status, reason)
         self._send(index, slots_message(RESULTS, [slot], 0))
 
-    def _failed(self, tags: list, error: Exception) -> None:
+    def _failed(self, hw: tuple[int, int], tags: list, error: Exception) -> None:
         """Frames whose pass (or its finishing) failed: theirs only, each answered with the error."""
+        self._done(hw, len(tags))
         text = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
         for tag in tags:
             self._refuse(tag, text, rings.FAILED)
@@ -305,7 +354,7 @@ class Engine:
     # ---- reports ---------------------------------------------------------------------------------------------
     def services(self) -> list:
         with self._services_lock:
-            return list(self._services.values())
+            return [size.service for size in self._sizes.values()]
 
     def stats(self) -> dict:
         services = self.services()
@@ -313,6 +362,7 @@ class Engine:
         frames = sum(s.frames for s in services)
         non_finite = sum(s.non_finite for s in services)
         return {"passes": passes, "frames": frames, "mean_batch": frames / passes if passes else 0.0,
+                "sizes_released": self.sizes_released,
                 "refused": self.refused, "failed": self.failed, "non_finite": non_finite,
                 "front_ends": sum(s is not None for s in self._socks),
                 "frame_sizes": [f"{w}x{h}" for h, w in (tuple(s.frame_hw) for s in services)]}
@@ -354,3 +404,13 @@ class _Decoded:
             self.ms.append(ms)
             self._left -= 1
             return self._left == 0
+
+
+@dataclass
+class _Size:
+    """One frame size's batched service, and what says whether it may be released."""
+    service: object
+    users: set[int] = field(default_factory=set)  # front ends with a stream of this size (until they say idle)
+    out: int = 0  # its frames posted and not yet back
+    used: float = 0.0  # when frames were last posted to it (time.monotonic())
+    pinned: bool = False  # built at start (--prewarm): kept

@@ -176,6 +176,10 @@ class MultiStreamFaceService:
         on_device.record_stream(self._compute_stream)  # its memory is not reused before the pass has read it
         return on_device
 
+    def idle(self) -> None:
+        """No stream of this size is left (the stream table says so): nothing to do here, the table that holds this
+        service releases it itself (a front end's remote service tells its engine instead)."""
+
     def reset_stream(self, stream: int) -> None:
         """Forget a stream's face (its next frame starts with detection). Call only while the stream has no frame
         queued: the slot is being handed to a new stream."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from bridge.multistream import rings
 from bridge.multistream.decode import BadImage
-from bridge.multistream.engine import CPU, FRAMES, MAX_MESSAGE, RESULTS, VERSIONS, read_slots, slots_message
+from bridge.multistream.engine import CPU, FRAMES, IDLE, MAX_MESSAGE, RESULTS, VERSIONS, read_slots, slots_message
 from bridge.multistream.service import StreamFaces
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,12 @@ class EngineLink:
         h, w = service.frame_hw
         ring.requests[ring_slot] = (len(data), h, w, image.encoding, self._generation[ring_slot])
         return ring_slot
+
+    def send_idle(self, frame_hw: tuple[int, int]) -> None:
+        try:
+            self.sock.send(slots_message(IDLE, [], *frame_hw))
+        except OSError:
+            pass  # the engine is gone: the link's reader ends this front end
 
     def free(self, service, slot: int) -> None:
         """The stream in `slot` of `service` ended and its image is back: its ring slot goes to the next stream,
@@ -222,6 +228,11 @@ class RemoteService:
 
     def reset_stream(self, stream: int) -> None:
         self.link.free(self, int(stream))
+
+    def idle(self) -> None:
+        """This front end's last stream of this size ended: the engine may release the size's service when no
+        other front end has a stream of it (another stream of the size here later makes it anew)."""
+        self.link.send_idle(self.frame_hw)
 
     def close(self) -> None:
         """Nothing here to free (the engine keeps its service of this size)."""

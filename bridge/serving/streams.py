@@ -324,18 +324,22 @@ class StreamTable:
             return service, self._free[frame_hw].pop()
 
     def _release(self, stream: LiveStream, reset: bool) -> None:
+        service = stream.service
         with self._lock:
             self._streams.discard(stream)
             if stream.slot is None:
                 return
-            hw = tuple(stream.service.frame_hw)
+            hw = tuple(service.frame_hw)
             if hw in self._bound:
                 self._bound[hw] -= 1
                 self._used[hw] = time.monotonic()
             if reset:  # the next stream in this slot starts from detection, not from this face
-                stream.service.reset_stream(stream.slot)
+                service.reset_stream(stream.slot)
                 self._free[hw].append(stream.slot)
             stream.slot = None  # a slot whose image never came back stays out of use
+            idle = self._bound.get(hw) == 0 and len(self._free.get(hw, ())) == self.max_streams
+        if idle:  # the size's last stream ended with its image back (an engine process may release the size)
+            service.idle()
 
     def _count(self, key: str, also: str | None = None) -> None:
         with self._lock:

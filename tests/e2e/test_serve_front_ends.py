@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import threading
+import time
 
 import pytest
 
@@ -35,7 +36,8 @@ def server(tmp_path_factory):
     # --jpeg-batches on: the engine's JPEGs go as they do on a GPU (every image of a message decoded together and
     # handed on together), here with OpenCV; raw images still go to its decode workers
     with serve_process("--grpc", "127.0.0.1:0", "--max-streams", str(STREAMS), "--front-ends", "2",
-                       "--updates", "off", "--jpeg-batches", "on", home=home) as (proc, addresses):
+                       "--updates", "off", "--jpeg-batches", "on", "--max-frame-sizes", "2",
+                       home=home) as (proc, addresses):
         yield proc, addresses
 
 
@@ -131,6 +133,52 @@ def test_an_image_the_engine_cannot_decode_or_a_slot_cannot_hold_costs_only_itse
     finally:
         client.close()
         raw_client.close()
+    assert not any("Traceback" in x for x in proc.lines)
+
+
+def test_frame_sizes_no_front_end_uses_are_released_in_the_engine(server):
+    """--max-frame-sizes 2 holds over the engine's services while streams of two sizes are open (a third is
+    refused with one line), and once they end a new size is served: each front end tells the engine when its last
+    stream of a size ends, so short streams of odd sizes on one front end never lock a size out of another."""
+    import numpy as np
+
+    from bridge.serving.client import TrackClient, encode_jpeg
+
+    proc, addresses = server
+
+    def image(side: int) -> bytes:
+        return encode_jpeg(np.full((side, side, 3), 128, np.uint8))
+
+    def client(front_end: int, side: int) -> TrackClient:
+        one = TrackClient(addresses[front_end], subject=f"Size{side}", deadline_ms=LOCKSTEP_DEADLINE_MS)
+        one.send_encoded(image(side), seq=0)
+        return one
+
+    first, second = client(0, 40), client(1, 48)  # two sizes in use, one on each front end
+    third = None
+    try:
+        assert first.results.get(timeout=240)[0] is not None and second.results.get(timeout=240)[0] is not None
+        third = client(0, 56)
+        assert third.results.get(timeout=240)[0] is None  # refused, that image only
+        assert "already serves 2 frame sizes" in dict(third.refused)[0], third.refused
+    finally:
+        for one in (first, second, third):
+            if one is not None:
+                one.close()
+    assert wait_until(lambda: all(_status(a).streams == 0 for a in addresses), 60, 0.1)
+    # the ends reach the engine on each front end's socket: the next size is served (within a bound under load)
+    served, refusals = False, []
+    deadline = time.monotonic() + 60
+    while not served and time.monotonic() < deadline:
+        fourth = client(1, 64)
+        try:
+            served = fourth.results.get(timeout=240)[0] is not None
+            refusals += fourth.refused
+        finally:
+            fourth.close()
+        if not served:
+            time.sleep(0.2)
+    assert served, refusals
     assert not any("Traceback" in x for x in proc.lines)
 
 
