@@ -12,6 +12,7 @@ from tests.helpers import subprocess_env
 SCRIPT = """
 import signal, sys
 import bridge.runtime.stopping as stopping
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background parent leaves it ignored)
 stopping.STATUS_EVERY_S = 0.2
 before = signal.getsignal(signal.SIGTERM)
 try:
