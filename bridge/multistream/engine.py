@@ -120,11 +120,7 @@ class Engine:
             elif kind == CPU:
                 self._send_cpu(index)
             elif kind == IDLE:
-                height, width = read_slots(message)[:2].tolist()
-                with self._services_lock:
-                    size = self._sizes.get((height, width))
-                    if size is not None:
-                        size.users.discard(index)
+                self._stop_using(index, [tuple(read_slots(message)[:2].tolist())])
         self._lost(index, epoch)
 
     def _lost(self, index: int, epoch: int) -> None:
@@ -134,9 +130,7 @@ class Engine:
             self._epochs[index] += 1  # what of it is still in a pass is dropped when it comes back
             self._generations[index * self.slots_each:(index + 1) * self.slots_each] = -1
             sock, self._socks[index] = self._socks[index], None
-        with self._services_lock:
-            for size in self._sizes.values():
-                size.users.discard(index)
+        self._stop_using(index)
         if sock is not None:
             sock.close()
         if self.on_lost is not None:
@@ -283,6 +277,14 @@ class Engine:
         log.info("frame size %dx%d released: no stream uses it (%d released so far)", hw[1], hw[0],
                  self.sizes_released)
         return self._sizes.pop(hw).service
+
+    def _stop_using(self, index: int, sizes: list[tuple[int, int]] | None = None) -> None:
+        """Front end `index` has no stream of these frame sizes any more (None: of any size: it is gone)."""
+        with self._services_lock:
+            for hw in self._sizes if sizes is None else sizes:
+                size = self._sizes.get(hw)
+                if size is not None:
+                    size.users.discard(index)
 
     def _done(self, hw: tuple[int, int], frames: int) -> None:
         """`frames` of size hw are back (served, or failed)."""
