@@ -8,7 +8,7 @@
 (() => {
   const el = (id) => document.getElementById(id);
   const POLL_MS = 250;
-  const state = { names: [], mapping: {}, selected: "eyeBlinkLeft", sending: null, busy: false };
+  const state = { names: [], mapping: {}, selected: "eyeBlinkLeft", sending: null, busy: false, edits: 0 };
   window.tuningStepMs = window.tuningStepMs || 4000;  // each expression of the range walk-through
 
   function tell(text) { el("message").textContent = text; }
@@ -61,9 +61,11 @@
     showSliders();
   }
 
-  function draw(view) {
+  function draw(view, current) {
     if (state.names.length !== view.names.length) { state.names = view.names; build(view.names); }
-    state.mapping = view.mapping;
+    // a view asked for before the newest slider change (or while it is on its way) would put the old values back
+    // on the sliders, and the next change would send them: the mapping is taken only from a current view
+    if (current) state.mapping = view.mapping;
     el("tuning-subject").textContent = view.subject;
     const rows = el("tuning-bars").children;
     for (const row of rows) {
@@ -75,18 +77,19 @@
       row.children[2].textContent = v.toFixed(2);
     }
     state.steps = view.steps;
-    showSliders();
+    if (current) showSliders();
   }
 
   async function poll() {
     try {
-      const r = await fetch(`/api/tuning`);
-      if (r.ok) draw(await r.json());
+      const edits = state.edits, r = await fetch(`/api/tuning`);
+      if (r.ok) { const view = await r.json(); draw(view, !state.busy && edits === state.edits); }
     } catch (e) { /* the bridge went away: monitor.js says so */ }
     setTimeout(poll, POLL_MS);
   }
 
   function changed() {  // one request in flight; the newest values win
+    state.edits += 1;
     for (const id of ["tuning-gain", "tuning-dead", "tuning-gamma"]) {
       el(id).nextElementSibling.textContent = Number(el(id).value).toFixed(2);
     }
