@@ -61,9 +61,11 @@ class StreamFaces:
     # other processes' work under MPS, the time the GPU took for it; NaN without a GPU); None when not measured
     timing: np.ndarray | None = None
     rows: np.ndarray | None = None  # (n, RESULT_WIDTH): the packed rows these fields view (what the engine ships)
+    finite: np.ndarray | None = None  # (n,) bool: the row holds no NaN or infinity (the service's one check a pass)
 
     @classmethod
-    def of(cls, streams, rows: np.ndarray, timing: np.ndarray | None = None) -> StreamFaces:
+    def of(cls, streams, rows: np.ndarray, timing: np.ndarray | None = None,
+           finite: np.ndarray | None = None) -> StreamFaces:
         values, start = {}, 0
         n = len(rows)
         for name, shape in RESULT_FIELDS:
@@ -71,7 +73,7 @@ class StreamFaces:
             values[name] = rows[:, start:start + size].reshape(n, *shape)
             start += size
         values["tracked"] = values["tracked"] > 0.5
-        return cls(streams=np.asarray(streams), timing=timing, rows=rows, **values)
+        return cls(streams=np.asarray(streams), timing=timing, rows=rows, finite=finite, **values)
 
 
 class MultiStreamFaceService:
@@ -205,21 +207,22 @@ class MultiStreamFaceService:
             with self._pass_lock:
                 rows = self._run_passes(streams, frames, timing[:, 2])
         timing[:, 1] = time.perf_counter()
-        self._count_non_finite(streams, rows)
+        finite = self._count_non_finite(streams, rows)
         if self._finish_pass is not None:
-            return rows, timing
+            return rows, timing, finite
         return [_unpack(stream, row) for stream, row in zip(streams, rows)]
 
-    def _finish(self, streams: list[int], items: list, run: tuple[np.ndarray, np.ndarray]) -> list:
-        rows, timing = run
-        return self._finish_pass(streams, [item[1] for item in items], StreamFaces.of(streams, rows, timing))
+    def _finish(self, streams: list[int], items: list, run: tuple[np.ndarray, np.ndarray, np.ndarray]) -> list:
+        rows, timing, finite = run
+        return self._finish_pass(streams, [item[1] for item in items], StreamFaces.of(streams, rows, timing, finite))
 
-    def _count_non_finite(self, streams: list[int], rows: np.ndarray) -> None:
-        """Count the frames whose results hold NaN or infinity (a model's fault: the releases' fallback reads the
-        same rows and rolls a release back), and say which fields, at the first and every 100th."""
+    def _count_non_finite(self, streams: list[int], rows: np.ndarray) -> np.ndarray:
+        """Each row's results finite or not (the releases' fallback reads this, StreamFaces.finite); counts the
+        frames whose results hold NaN or infinity (a model's fault) and says which fields, at the first and every
+        100th."""
         finite = np.isfinite(rows).all(axis=1)
         if finite.all():
-            return
+            return finite
         bad = np.flatnonzero(~finite)
         before, self.non_finite = self.non_finite, self.non_finite + len(bad)
         if before == 0 or before // 100 != self.non_finite // 100:
@@ -228,6 +231,7 @@ class MultiStreamFaceService:
                                                                                          np.float32)).all()]
             log.warning("%d frames of a pass of %d had non-finite results (%s; %d so far, tracked: %s)", len(bad),
                         len(rows), ", ".join(fields), self.non_finite, faces.tracked.tolist()[:8])
+        return finite
 
     @staticmethod
     def _failed(items: list, error: Exception) -> None:

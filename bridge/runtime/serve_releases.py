@@ -165,8 +165,11 @@ class ServeReleases:
         rows = np.asarray(faces.tracked, bool)
         if not rows.any():
             return
-        blamed = next((role for role, fields in ROLE_FIELDS.items()
-                       if not all(np.isfinite(getattr(faces, f)[rows]).all() for f in fields)), None)
+        finite = getattr(faces, "finite", None)  # the service's check of each row, when it made one
+        all_finite = finite is not None and bool(finite[rows].all())
+        blamed = None if all_finite else next(  # which role's outputs are not finite
+            (role for role, fields in ROLE_FIELDS.items()
+             if not all(np.isfinite(getattr(faces, f)[rows]).all() for f in fields)), None)
         failed = []
         with self._pass_lock:
             for model, role in self.models.items():
