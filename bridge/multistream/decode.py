@@ -137,15 +137,17 @@ class ImageDecoder:
         drained first. nvJPEG's hardware engine writes its outputs before the work queued on its stream has run
         (pytorch/vision#9606, meta-pytorch/torchcodec#1634), and the caching allocator hands the decode blocks freed
         on that stream: on the stream the passes use, that was memory a queued pass still read (NaN landmarks for
-        dozens of streams at once, H100). Here only decodes run on the stream, and the outputs are read once the
-        call returns (it waits for its decode)."""
+        dozens of streams at once, H100). Here only decodes run on the stream, and the call returns once its decode
+        is done on the GPU (the passes run on other streams and never wait on this one; the JPEG thread waits)."""
         torch = self._torch
         stream = getattr(self._streams, "stream", None)
         if stream is None:
             stream = self._streams.stream = torch.cuda.Stream(self.device)
         with torch.cuda.stream(stream):
             stream.synchronize()
-            return self._decode_jpeg(encoded, device=self.device)
+            frames = self._decode_jpeg(encoded, device=self.device)
+            stream.synchronize()
+            return frames
 
     def _host_tensor(self, data):
         """The encoded bytes as a uint8 tensor for nvJPEG: a numpy array (an engine ring slot, multistream/rings.py) as
