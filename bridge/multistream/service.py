@@ -19,6 +19,7 @@ describes the passes waiting together and pays its fixed cost per call once.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -45,6 +46,19 @@ class StreamFace:
     expression_head: np.ndarray  # (3,) the expression model's head rotation (yaw, pitch, roll deg), if it has one
 
 
+def _field_columns() -> tuple:
+    """Each result field's (name, shape, first column, end column) in a packed row (worked out once, not a pass)."""
+    columns, start = [], 0
+    for name, shape in RESULT_FIELDS:
+        end = start + math.prod(shape)
+        columns.append((name, shape, start, end))
+        start = end
+    return tuple(columns)
+
+
+_FIELD_COLUMNS = _field_columns()
+
+
 @dataclass(frozen=True)
 class StreamFaces:
     """The results of n frames of one batch (StreamFace's fields, one row per frame), views of one array."""
@@ -66,12 +80,8 @@ class StreamFaces:
     @classmethod
     def of(cls, streams, rows: np.ndarray, timing: np.ndarray | None = None,
            finite: np.ndarray | None = None) -> StreamFaces:
-        values, start = {}, 0
         n = len(rows)
-        for name, shape in RESULT_FIELDS:
-            size = int(np.prod(shape))
-            values[name] = rows[:, start:start + size].reshape(n, *shape)
-            start += size
+        values = {name: rows[:, start:end].reshape(n, *shape) for name, shape, start, end in _FIELD_COLUMNS}
         values["tracked"] = values["tracked"] > 0.5
         return cls(streams=np.asarray(streams), timing=timing, rows=rows, finite=finite, **values)
 
@@ -286,17 +296,13 @@ class MultiStreamFaceService:
         return out.numpy().copy(), gpu_ms
 
 
-def _merge_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Several passes' (rows, timing) as one, in their order (DeadlineBatcher's merge)."""
-    return np.concatenate([rows for rows, _ in runs]), np.concatenate([timing for _, timing in runs])
+def _merge_runs(runs: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """Several passes' (rows, timing, finite) as one, in their order (DeadlineBatcher's merge)."""
+    return tuple(np.concatenate(parts) for parts in zip(*runs))
 
 
 def _unpack(stream: int, row: np.ndarray) -> StreamFace:
-    values, start = {}, 0
-    for name, shape in RESULT_FIELDS:
-        size = int(np.prod(shape))
-        values[name] = row[start:start + size].reshape(shape)
-        start += size
+    values = {name: row[start:end].reshape(shape) for name, shape, start, end in _FIELD_COLUMNS}
     values["tracked"] = bool(values["tracked"] > 0.5)
     values["presence"] = float(values["presence"])
     return StreamFace(stream=stream, **values)

@@ -110,14 +110,16 @@ def test_a_finished_pass_carries_each_frames_pass_timing_through_merged_passes()
         first = service.submit(0, clip[0], tag="first")
         while not service.passes:
             time.sleep(0.001)
-        later = [service.submit(s, clip[s], tag=f"s{s}") for s in (1, 2)]
-        while service.passes < 2 or (service.passes < 3 and service.frames < 3):
-            time.sleep(0.001)
+        later = []
+        for s in (1, 2):  # a pass each, both queued behind the held describing thread
+            later.append(service.submit(s, clip[s], tag=f"s{s}"))
+            while service.passes < s + 1:
+                time.sleep(0.001)
         time.sleep(0.05)
         gate.set()
         assert first.result(timeout=60) == "first" and [f.result(timeout=60) for f in later] == ["s1", "s2"]
     assert [tags for tags, _, _ in seen][0] == ["first"] and sorted(seen[1][0]) == ["s1", "s2"]
-    assert len(seen) == 2  # the passes after the first were finished as one call
+    assert len(seen) == 2  # the two passes after the first were finished as one call
     for tags, timing, finished in seen:
         assert timing.shape == (len(tags), 3)
         assert (t0 <= timing[:, 0]).all() and (timing[:, 0] < timing[:, 1]).all() and (timing[:, 1] <= finished).all()
