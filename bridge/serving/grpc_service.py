@@ -14,7 +14,6 @@ nothing after `idle_timeout_s` (bridge/serving/leases.py). Binding beyond loopba
 from __future__ import annotations
 
 import asyncio
-
 import logging
 import os
 import threading
