@@ -22,6 +22,7 @@ needs_ort_cuda = pytest.mark.skipif(probe_gpu().gpu is None or not cuda_provider
                                     reason="needs an NVIDIA GPU and onnxruntime-gpu")
 needs_torch_cuda = pytest.mark.skipif(not _torch_cuda(), reason="needs an NVIDIA GPU and torch with CUDA")
 
+RUNNERS, STREAMS_AT_ONCE = "torch-cuda", 64  # the front ends' test below
 FACE_MODELS = ["face_detection_short_range", "face_detection_full_range", "face_landmark", "iris_landmark",
                "emotion"]
 
@@ -337,3 +338,55 @@ def test_serve_with_torch_cuda_runners_gives_the_facebridge_run_frames():
         assert np.abs(got.head_rotation - want.head_rotation).max() < (3.0 if k < 6 else 1.5)
         assert np.abs(got.blendshapes - want.blendshapes).max() < (0.2 if k < 6 else 0.08)
         assert np.abs(got.emotion - want.emotion).max() < 0.05
+
+
+@needs_torch_cuda
+def test_front_ends_on_the_gpu_serve_many_new_streams_at_once_with_the_facebridge_run_frames(tmp_path):
+    """`facebridge serve --front-ends 2` with the GPU runners: 64 streams over TrackMany start in the same passes
+    (where nvJPEG's outputs were once overwritten by the next decode while a queued pass still read them: NaN
+    landmarks for dozens of new streams at once, H100), every frame of every stream is a face, finite, and what
+    the single-face pipeline computes for it (the fp16 tolerances of the one-process test above); the engine
+    never reports a non-finite result."""
+    import cv2
+
+    from bridge.engines.shipped import sample_frames
+    from bridge.frame import Frame
+    from bridge.pipeline import FacePipeline
+    from bridge.serving.client import TrackManyClient, encode_jpeg
+    from tests.helpers import serve_process
+
+    streams, frames = STREAMS_AT_ONCE, 12
+    jpegs = [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR)) for f in sample_frames(frames, step=1)]
+    args = ("--grpc", "127.0.0.1:0", "--runners", RUNNERS, "--front-ends", "2", "--max-streams", str(streams),
+            "--updates", "off")
+    with serve_process(*args, home=tmp_path / "home", ready_timeout=600) as (proc, addresses):
+        clients = [TrackManyClient(address) for address in addresses]
+        served: dict[int, list] = {i: [] for i in range(streams)}
+        try:
+            for k, data in enumerate(jpegs):  # every stream's frame k in one message a front end, in lockstep
+                for f, client in enumerate(clients):
+                    ids = range(f, streams, len(clients))
+                    client.send([client.item(i, data, subject=f"Subject{i}", seq=k, capture_time=1000 + k / 30,
+                                             source_time=k / 30, media_time=k / 30, deadline_ms=600_000)
+                                 for i in ids])
+                for f, client in enumerate(clients):
+                    for i in range(f, streams, len(clients)):
+                        face, dropped, _ = client.results[i].get(timeout=300)
+                        assert face is not None and dropped == 0, (i, k)
+                        served[i].append(face)
+            assert all(client.error is None for client in clients)
+        finally:
+            for client in clients:
+                client.close()
+        assert not [line for line in proc.lines if "non-finite" in line]
+    pipeline = FacePipeline()
+    for k, data in enumerate(jpegs):
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        want = pipeline.process(Frame(image=image, seq=k, t_capture=1000 + k / 30, t_capture_mono=k / 30,
+                                      t_media=k / 30))
+        for i in range(streams):
+            got = served[i][k]
+            assert got.face_found and want.face_found, (i, k)
+            assert np.isfinite(got.blendshapes).all() and np.isfinite(got.head_rotation).all(), (i, k)
+            assert np.abs(got.head_rotation - want.head_rotation).max() < (3.0 if k < 6 else 1.5), (i, k)
+            assert np.abs(got.blendshapes - want.blendshapes).max() < (0.2 if k < 6 else 0.08), (i, k)
