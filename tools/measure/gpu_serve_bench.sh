@@ -9,6 +9,9 @@
 #                                                         # -reflection 1.81.1, protobuf 6.33.5 (7.4 MB, cp312)
 #   device call:  carry [".gpuwheels"], timeout_s 600:   bash tools/measure/gpu_serve_bench.sh
 #
+# torch.compile's cache: each call leaves $OUT/inductor.tgz; copy it to .gpucache/inductor.tgz here (ignored by git:
+# `echo /.gpucache/ >> .git/info/exclude`) and carry [".gpuwheels", ".gpucache"]: the next call starts from it.
+#
 # Each step has its own time limit, so the call ends inside 10 minutes with what it measured; bench serve writes
 # every stream count to its JSON's `.partial` as the count ends, so a cut-short step keeps its counts.
 # Knobs (environment): STREAMS_1 (32), PROCS (6), STREAMS_N (256,1024), SECS (30 per count), CLIENTS (8),
@@ -60,6 +63,22 @@ WHEELS=${WHEELS-.gpuwheels}
 mkdir -p "$OUT" /tmp/stage
 export FACEBRIDGE_HOME=${FACEBRIDGE_HOME:-/tmp/fbhome} PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+
+# torch.compile's kernels from the last call (its $OUT/inductor.tgz, put in INDUCTOR_CARRY and carried), and this
+# call's for the next: a cold start compiled for 190-436 s of a 600 s call
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/inductor}
+INDUCTOR_CARRY=${INDUCTOR_CARRY:-.gpucache/inductor.tgz}
+mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+if [ -f "$INDUCTOR_CARRY" ]; then
+  tar xzf "$INDUCTOR_CARRY" -C "$TORCHINDUCTOR_CACHE_DIR" && echo "Inductor cache from $INDUCTOR_CARRY"
+fi
+inductor_save() {  # at most 16 MiB a file comes back
+  tar czf "$OUT/inductor.tgz" -C "$TORCHINDUCTOR_CACHE_DIR" . 2> /dev/null || return 0
+  if [ "$(stat -c %s "$OUT/inductor.tgz")" -gt $((15 * 1024 * 1024)) ]; then
+    rm -f "$OUT/inductor.tgz"; echo "the Inductor cache is over 15 MiB: not brought back"
+  fi
+}
+trap inductor_save EXIT
 
 . "$(dirname "$0")/gpu_wheels.sh"  # install_wheels DIR [SITE]
 
