@@ -157,6 +157,18 @@ def udp_receiver():
     return sock
 
 
+def received(sock, count: int) -> list[bytes]:
+    """`count` datagrams: the first within 120 s (the command starting up; a loaded machine took over 10 s once),
+    each later one within the socket's 10 s."""
+    timeout = sock.gettimeout()
+    sock.settimeout(120.0)
+    try:
+        first = sock.recv(65536)
+    finally:
+        sock.settimeout(timeout)
+    return [first] + [sock.recv(65536) for _ in range(count - 1)]
+
+
 def test_replay_streams_the_take_at_its_timing(tmp_path):
     frames = make_frames(30, rate=30.0)  # 29 intervals of 1/30 s = 0.967 s
     record(tmp_path / "t", frames)
@@ -165,7 +177,7 @@ def test_replay_streams_the_take_at_its_timing(tmp_path):
     proc = subprocess.Popen(facebridge("replay", str(tmp_path / "t"), "--llf", f"127.0.0.1:{port}",
                                        "--vmc", f"127.0.0.1:{vmc_port}", "--speed", "2", "--original-timecode"),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    packets = [decode_llf_packet(llf.recv(2048)) for _ in range(30)]
+    packets = [decode_llf_packet(p) for p in received(llf, 30)]
     out, err = proc.communicate(timeout=120)
     llf.close()
     vmc.settimeout(0.5)
@@ -193,7 +205,7 @@ def test_replay_loops_until_interrupted(tmp_path):
                                        "--loop", "--speed", "4"),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)
-    packets = [decode_llf_packet(llf.recv(2048)) for _ in range(25)]  # more than two passes
+    packets = [decode_llf_packet(p) for p in received(llf, 25)]  # more than two passes
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     llf.close()
