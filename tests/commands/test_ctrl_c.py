@@ -24,8 +24,14 @@ def fedagent_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "fedagent.cli", *args]
 
 
+# a command that said "stopped (Ctrl-C)" and exited 130 can still end by SIGINT: Python itself kills the process
+# with it on the way out (seen in 2 of 40 `devices` runs, Ctrl-C during the backend probe: the command's handler ran
+# once, atexit found nothing pending). A shell shows 130 for both.
+CTRL_C_STATUS = (130, -signal.SIGINT)
+
+
 def _stopped(rc, out, after) -> None:
-    assert rc == 130 and "Traceback" not in out, (rc, out[-2000:])
+    assert rc in CTRL_C_STATUS and "Traceback" not in out, (rc, out[-2000:])
     assert after is not None and after < STOP_BOUND_S, (after, out[-500:])
     assert "stopped (Ctrl-C)" in out, out[-500:]
 
@@ -65,7 +71,8 @@ def test_run_stops_on_ctrl_c_and_exits_130(moment, when, tmp_path):
 def test_replay_stops_on_ctrl_c(take, tmp_path):
     rc, out, took = pty_run(facebridge_cmd("replay", str(take), "--loop", "--vmc", "off"),
                             subprocess_env(tmp_path / "home"), ctrl_c_when="replaying")
-    assert rc == 130 and "Traceback" not in out and took is not None and took < STOP_BOUND_S, (rc, out[-1500:])
+    assert rc in CTRL_C_STATUS and "Traceback" not in out, (rc, out[-1500:])
+    assert took is not None and took < STOP_BOUND_S, (took, out[-500:])
 
 
 def test_export_usd_stopped_while_it_writes_leaves_no_file(take, tmp_path):
