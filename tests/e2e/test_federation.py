@@ -194,7 +194,7 @@ def test_a_device_killed_mid_round_does_not_stop_the_round(devices):
     runner.start()
     marker = devices.work / "faults"
     deadline = time.monotonic() + 240
-    while not any("collect_masked_vectors:1" in p.read_text() for p in marker.glob("fedagent-faults-*.json")):
+    while not any("collect_masked_vectors:1" in _text_or_empty(p) for p in marker.glob("fedagent-faults-*.json")):
         assert time.monotonic() < deadline, "the stalled device never reached training"
         time.sleep(0.2)
     time.sleep(1.0)  # the stalled device is inside training and will never answer
@@ -207,3 +207,12 @@ def test_a_device_killed_mid_round_does_not_stop_the_round(devices):
     survivors = updates(result["dumps"], 1)
     assert len(survivors) == 2
     assert_aggregate_is_fedavg(result["state"], 1, survivors)
+
+
+def _text_or_empty(path) -> str:
+    """A device's fault file, or "" when it went between the glob and the read (its process ended: round 2 of the
+    loaded check at 4f7f02c)."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
