@@ -300,7 +300,10 @@ def build_front_end(config: ServeConfig, link, address: str, max_streams: int, r
 
 
 def _report(line: str) -> None:
-    print(f"facebridge serve: {line}", file=sys.stderr, flush=True)
+    """One line to stderr in one write: the engine and its front ends share the terminal (or pipe), and print's two
+    writes, the text and then its newline, let two processes' lines run into one."""
+    sys.stderr.write(f"facebridge serve: {line}\n")
+    sys.stderr.flush()
 
 
 def status_line(stats: dict) -> str:

@@ -21,7 +21,7 @@ import threading
 from bridge import console
 from bridge.multistream.engine import LISTENING
 from bridge.multistream.rings import SlotRing
-from bridge.runtime.serve import ServeConfig, apply_switch_interval, build_front_end
+from bridge.runtime.serve import ServeConfig, _report, apply_switch_interval, build_front_end
 from bridge.serving.engine_link import EngineLink
 
 log = logging.getLogger(__name__)
@@ -30,12 +30,6 @@ CONFIG = b"C\0\0\0"  # the engine's first message: what to serve (JSON)
 CLOSE_LIMIT_S = 15.0  # the engine gone: this front end ends within this, its streams closed or not
 
 
-
-def _say(line: str) -> None:
-    """One line to stderr in one write: every front end shares the terminal (or pipe), and print's two writes, the
-    text and then its newline, let two front ends' lines run into one."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
 
 def _serve(spec: dict) -> int:
     sock, index = spec["sock"], spec["index"]
@@ -53,7 +47,7 @@ def _serve(spec: dict) -> int:
 
     link = EngineLink(sock, ring, on_lost=lost)
     if not link.ready.wait(60):
-        _say(f"facebridge serve: front end {index}: the engine process did not answer; stopping")
+        _report(f"front end {index}: the engine process did not answer; stopping")
         return 1
     server = build_front_end(config, link, spec["address"], spec["slots"], replica=None)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -65,8 +59,8 @@ def _serve(spec: dict) -> int:
                 lost()
     finally:
         if engine_lost.is_set():  # the line first, and an end within CLOSE_LIMIT_S however the closing goes
-            _say(f"facebridge serve: front end {index} (pid {os.getpid()}, {server.address}): the engine process "
-                 "ended, so this front end stops and its streams end; start `facebridge serve` again")
+            _report(f"front end {index} (pid {os.getpid()}, {server.address}): the engine process ended, so this "
+                    "front end stops and its streams end; start `facebridge serve` again")
             deadline = threading.Timer(CLOSE_LIMIT_S, os._exit, args=(1,))
             deadline.daemon = True
             deadline.start()
