@@ -1,13 +1,17 @@
 """How many of the sample's JPEG frames a second the GPU's decoders take, whatever serves them.
 
-P processes (each its own CUDA context; under MPS if its daemon runs) each decode batches of B frames with
-torchvision's batched nvJPEG call (`decode_jpeg` of a list, as bridge/multistream/decode.py does), one batch after
-another, synchronised each time, for --seconds after a warm-up. Reports images a second in all, each process's
-CPU per image and its batches' wall p50 / p99; with nvidia-smi on the path, the hardware JPEG engines' utilisation
-(dmon's `jpg`) over each configuration. The serve front end needs 30 images a second per stream, so the ceiling
-here bounds the streams one GPU can decode, before any tracking or gRPC.
+P processes (each its own CUDA context; under MPS if its daemon runs), each with T threads, each thread decoding
+batches of B frames one after another, synchronised each time, for --seconds after a warm-up, with a decoder of
+--decoder: `torchvision` (its batched nvJPEG call, `decode_jpeg` of a list: one decoder a process behind a mutex) or
+`nvimgcodec` (nvImageCodec's batched decode, a Decoder a thread; bridge/multistream/decode.py serves with either).
+Reports images a second in all, CPU per image (the whole process's, and the decoding threads' own: the rest is the
+library's threads), its batches' wall p50 / p99, and how the nvimgcodec pixels differ from torchvision's on the same
+frames; with nvidia-smi on the path, the hardware JPEG engines' utilisation (dmon's `jpg`) over each configuration.
+The serve front end needs 30 images a second per stream, so the ceiling here bounds the streams one GPU can decode,
+before any tracking or gRPC.
 
-    python3 tools/measure/gpu_jpeg_ceiling.py --procs 1,2,4,8 --batch 16,64 --seconds 8 --json OUT.json
+    python3 tools/measure/gpu_jpeg_ceiling.py --decoder torchvision,nvimgcodec --procs 1,2 --threads 1,2 \
+        --batch 16,64 --seconds 8 --json OUT.json
 """
 from __future__ import annotations
 
@@ -20,6 +24,8 @@ import statistics
 import subprocess
 import sys
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # the checkout
 from host_load import read_dmon  # noqa: E402 - tools/measure/host_load.py, beside this script
@@ -36,43 +42,95 @@ def sample_jpegs(quality: int) -> list[bytes]:
     return [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR), quality) for f in sample_frames(60, step=1)]
 
 
-def _decoder(jpegs, batch, warmup, seconds, ready, go, out):
+def _batch_decoder(decoder: str, jpegs: list[bytes]):
+    """one(k, batch) -> that batch of frames decoded on the GPU, synchronised (a thread's own decoder and stream)."""
     import torch
-    from torchvision.io import decode_jpeg
 
-    raws = [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs]
-    k = 0
+    stream = torch.cuda.Stream()
+    if decoder == "torchvision":
+        from torchvision.io import decode_jpeg
 
-    def one():
-        nonlocal k
-        items = [raws[(k + i) % len(raws)] for i in range(batch)]
-        k += batch
-        frames = decode_jpeg(items, device="cuda")
-        torch.cuda.synchronize()
+        raws = [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs]
+
+        def one(k: int, batch: int):
+            with torch.cuda.stream(stream):
+                frames = decode_jpeg([raws[(k + i) % len(raws)] for i in range(batch)], device="cuda")
+                stream.synchronize()
+            return frames
+        return one
+    from nvidia import nvimgcodec
+
+    nv = nvimgcodec.Decoder(options=":num_cuda_streams=1")
+    params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.SRGB)
+    raws = [np.frombuffer(j, np.uint8) for j in jpegs]
+
+    def one(k: int, batch: int):
+        images = nv.decode([nvimgcodec.CodeStream(raws[(k + i) % len(raws)]) for i in range(batch)], params=params,
+                           cuda_stream=stream.cuda_stream)
+        frames = [torch.as_tensor(image, device="cuda") for image in images]
+        stream.synchronize()
         return frames
+    return one
 
-    one()  # the decoder's state and the context made before the clock starts
+
+def _decoder(decoder, jpegs, batch, threads, warmup, seconds, ready, go, out):
+    import threading
+
+    import torch
+
+    ones = [_batch_decoder(decoder, jpegs) for _ in range(threads)]
+    for one in ones:
+        one(0, batch)  # the decoder's state and the context made before the clock starts
     ready.put(os.getpid())
     go.wait()
-    t_end = time.time() + warmup + seconds
     measure_from = time.time() + warmup
-    walls, n, cpu0, t0 = [], 0, None, None
-    while time.time() < t_end:
-        if cpu0 is None and time.time() >= measure_from:
-            cpu0, t0 = time.process_time(), time.perf_counter()
-        t = time.perf_counter()
-        one()
-        if cpu0 is not None:
-            walls.append((time.perf_counter() - t) * 1000.0)
-            n += batch
-    out.put({"images": n, "seconds": time.perf_counter() - t0, "cpu_s": time.process_time() - cpu0,
-             "batch_ms": walls})
+    t_end = measure_from + seconds
+    results = []
+
+    def loop(one, t: int) -> None:
+        walls, n, k, cpu0 = [], 0, t * 7, None
+        while time.time() < t_end:
+            if cpu0 is None and time.time() >= measure_from:
+                cpu0 = time.thread_time()
+            t0 = time.perf_counter()
+            one(k, batch)
+            k += batch
+            if cpu0 is not None:
+                walls.append((time.perf_counter() - t0) * 1000.0)
+                n += batch
+        results.append((n, walls, time.thread_time() - (cpu0 or time.thread_time())))
+
+    workers = [threading.Thread(target=loop, args=(one, t)) for t, one in enumerate(ones)]
+    time.sleep(max(0.0, measure_from - time.time()))
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    torch.cuda.synchronize()
+    out.put({"images": sum(r[0] for r in results), "seconds": time.perf_counter() - t0,
+             "cpu_s": time.process_time() - cpu0, "thread_cpu_s": sum(r[2] for r in results),
+             "batch_ms": [w for r in results for w in r[1]]})
 
 
-def measure(jpegs, procs: int, batch: int, warmup: float, seconds: float) -> dict:
+def pixel_difference(jpegs: list[bytes]) -> dict:
+    """nvimgcodec's frames against torchvision's, the same JPEGs (both nvJPEG; the hardware engine and the CUDA
+    decoder may round differently): the largest and the mean absolute difference in 0..255."""
+    import torch
+
+    a = _batch_decoder("torchvision", jpegs)(0, len(jpegs))
+    b = _batch_decoder("nvimgcodec", jpegs)(0, len(jpegs))
+    diffs = [(x.permute(1, 2, 0).int() - y.int()).abs() for x, y in zip(a, b)]
+    return {"max_abs": int(max(d.max().item() for d in diffs)),
+            "mean_abs": round(float(torch.stack([d.float().mean() for d in diffs]).mean().item()), 4),
+            "shapes_equal": all(tuple(x.shape[1:]) == tuple(y.shape[:2]) for x, y in zip(a, b))}
+
+
+def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: float, seconds: float) -> dict:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    workers = [ctx.Process(target=_decoder, args=(jpegs, batch, warmup, seconds, ready, go, out))
+    workers = [ctx.Process(target=_decoder, args=(decoder, jpegs, batch, threads, warmup, seconds,
+                                                            ready, go, out))
                for _ in range(procs)]
     for w in workers:
         w.start()
@@ -111,9 +169,10 @@ def measure(jpegs, procs: int, batch: int, warmup: float, seconds: float) -> dic
     seconds_mean = statistics.mean(r["seconds"] for r in results)
     walls = sorted(w for r in results for w in r["batch_ms"])
     return {
-        "processes": procs, "batch": batch, "images": images,
+        "decoder": decoder, "processes": procs, "threads": threads, "batch": batch, "images": images,
         "images_per_s": round(images / seconds_mean, 1),
         "cpu_ms_per_image": round(1000.0 * sum(r["cpu_s"] for r in results) / images, 4),
+        "decoding_thread_cpu_ms_per_image": round(1000.0 * sum(r["thread_cpu_s"] for r in results) / images, 4),
         "batch_ms_p50": round(walls[len(walls) // 2], 3),
         "batch_ms_p99": round(walls[min(len(walls) - 1, int(0.99 * len(walls)))], 3),
         "jpg_util_percent": jpg,
@@ -123,7 +182,9 @@ def measure(jpegs, procs: int, batch: int, warmup: float, seconds: float) -> dic
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--decoder", default="torchvision", help="torchvision, nvimgcodec or both, comma-separated")
     p.add_argument("--procs", default="1,2,4,8")
+    p.add_argument("--threads", default="1", help="decoding threads a process, each its own decoder")
     p.add_argument("--batch", default="16,64")
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--warmup", type=float, default=2.0)
@@ -132,17 +193,26 @@ def main() -> None:
     args = p.parse_args()
     jpegs = sample_jpegs(args.quality)
     rows = []
-    for batch in [int(b) for b in args.batch.split(",")]:
-        for procs in [int(x) for x in args.procs.split(",")]:
-            row = measure(jpegs, procs, batch, args.warmup, args.seconds)
-            print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
-            rows.append(row)
+    decoders = args.decoder.split(",")
+    for decoder in decoders:
+        for batch in [int(b) for b in args.batch.split(",")]:
+            for procs in [int(x) for x in args.procs.split(",")]:
+                for threads in [int(x) for x in args.threads.split(",")]:
+                    row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds)
+                    print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
+                    rows.append(row)
     import torch
     import torchvision
 
     doc = {"jpeg_bytes_mean": int(statistics.mean(len(j) for j in jpegs)), "jpeg_quality": args.quality,
            "torch": torch.__version__, "torchvision": torchvision.__version__,
            "device": torch.cuda.get_device_name(0), "rows": rows}
+    if "nvimgcodec" in decoders:
+        from nvidia import nvimgcodec
+
+        doc["nvimgcodec"] = nvimgcodec.__version__
+        doc["nvimgcodec_against_torchvision"] = pixel_difference(jpegs)
+        print(json.dumps(doc["nvimgcodec_against_torchvision"]), flush=True)
     atomic_write_json(args.json, doc)
 
 

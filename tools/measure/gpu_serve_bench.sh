@@ -47,7 +47,7 @@
 # one batch at a time in a process, so the engines' decoders work in parallel), under CUDA MPS when MPS=1.
 # LOAD=1 adds the host's CPU and the GPU's activity; SPY_AT="TEXT" (py-spy's wheel in WHEELS)
 # profiles the engine and one front end SPY_AFTER (20) seconds after the bench log's line with TEXT, into
-# fronts-spy.txt. 1,000 streams for 60 s on both wires:
+# fronts-spy.txt (SPY_NATIVE=1: every thread's C/C++ frames too). 1,000 streams for 60 s on both wires:
 #   LOAD=1 SECS=60 WIRES=track,many bash tools/measure/gpu_serve_bench.sh fronts
 #
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
@@ -176,7 +176,8 @@ spy_fronts() {  # SPY_AT (a line of the bench log, e.g. "1000 streams x 30 fps")
     set -- $who
     [ -n "${2:-}" ] || { echo "$1: no process found" >> "$f"; continue; }
     "$spy" record -p "$2" -d "${SPY_S:-6}" -r 200 --gil -f raw -o "/tmp/$1-gil.txt" --nonblocking > /dev/null 2>&1
-    "$spy" record -p "$2" -d "${SPY_S:-6}" -r 200 -f raw -o "/tmp/$1-all.txt" --nonblocking > /dev/null 2>&1
+    "$spy" record -p "$2" -d "${SPY_S:-6}" -r 200 -f raw -o "/tmp/$1-all.txt" --nonblocking \
+      ${SPY_NATIVE:+--native} > /dev/null 2>&1
     { echo "== $1 (pid $2): the lock's holders"; "$PY" tools/measure/pyspy_top.py "/tmp/$1-gil.txt" --top 40
       echo "== $1 (pid $2): every thread"; "$PY" tools/measure/pyspy_top.py "/tmp/$1-all.txt" --top 40; } >> "$f" 2>&1
   done
