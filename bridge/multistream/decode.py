@@ -138,11 +138,13 @@ class ImageDecoder:
         (pytorch/vision#9606, meta-pytorch/torchcodec#1634), and the caching allocator hands the decode blocks freed
         on that stream: on the stream the passes use, that was memory a queued pass still read (NaN landmarks for
         dozens of streams at once, H100). Here only decodes run on the stream, and the call returns once its decode
-        is done on the GPU (the passes run on other streams and never wait on this one; the JPEG thread waits)."""
+        is done on the GPU (the passes run on other streams and never wait on this one; the JPEG thread waits). The
+        stream has the high priority: a decode's few kernels go before those of a pass already queued, instead of
+        after them (the passes' frames wait for their decode in any case)."""
         torch = self._torch
         stream = getattr(self._streams, "stream", None)
         if stream is None:
-            stream = self._streams.stream = torch.cuda.Stream(self.device)
+            stream = self._streams.stream = torch.cuda.Stream(self.device, priority=-1)
         with torch.cuda.stream(stream):
             stream.synchronize()
             frames = self._decode_jpeg(encoded, device=self.device)

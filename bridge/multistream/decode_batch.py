@@ -1,5 +1,5 @@
 """JpegBatches: the JPEG images waiting to be decoded taken together and decoded in one call
-(ImageDecoder.decode_jpegs: one batched nvJPEG decode on the GPU), each then handed on, on one thread.
+(ImageDecoder.decode_jpegs: one batched nvJPEG decode on the GPU), each then handed on.
 
 With GPU runners each image's decode is mostly the Python side of torchvision's decode_jpeg (the GPU work is short),
 and one call a frame on a pool of workers held the interpreter lock for 17% of a serve process's frames (H200, fifth
