@@ -184,12 +184,13 @@ spy_fronts() {  # SPY_AT (a line of the bench log, e.g. "1000 streams x 30 fps")
 }
 
 case "$MODE" in
-  all)
+  all|tests)  # tests: the GPU tests alone (TESTS: a -k expression to pick some)
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
     preflight
-    timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/multistream/test_gpu.py 2>&1 \
-      | tail -40 > "$OUT/gpu-tests.txt"
+    timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/multistream/test_gpu.py \
+      ${TESTS:+-k "$TESTS"} 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
     echo "gpu tests: exit ${PIPESTATUS[0]}" >> "$OUT/gpu-tests.txt"; tail -5 "$OUT/gpu-tests.txt"
+    [ "$MODE" = tests ] && exit 0
     bench serve-1proc "${T_ONE:-120}" --streams "${STREAMS_1:-32}" --client-processes 2
     P=${PROCS:-6}
     bench "serve-${P}proc" "${T_MANY:-200}" --streams "${STREAMS_N:-256,1024}" --server-processes "$P" \
