@@ -181,7 +181,10 @@ class MultiStreamFaceService:
         if isinstance(frame, np.ndarray):
             frame = torch.from_numpy(np.ascontiguousarray(frame))
         if self._upload_stream is None or frame.device == self._device:
-            return frame.to(self._device)
+            frame = frame.to(self._device)
+            if frame.is_cuda:  # made on another stream (nvJPEG's): its memory is not handed to the next decode
+                frame.record_stream(self._compute_stream)  # before this service's pass has read it
+            return frame
         with torch.cuda.stream(self._upload_stream):
             on_device = frame.pin_memory().to(self._device, non_blocking=True) if frame.device.type == "cpu" \
                 else frame.to(self._device, non_blocking=True)
