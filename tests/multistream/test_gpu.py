@@ -344,9 +344,11 @@ def test_serve_with_torch_cuda_runners_gives_the_facebridge_run_frames():
 def test_front_ends_on_the_gpu_serve_many_new_streams_at_once_with_the_facebridge_run_frames(tmp_path):
     """`facebridge serve --front-ends 2` with the GPU runners: 64 streams over TrackMany start in the same passes
     (where nvJPEG's outputs were once overwritten by the next decode while a queued pass still read them: NaN
-    landmarks for dozens of new streams at once, H100), every frame of every stream is a face, finite, and what
-    the single-face pipeline computes for it (the fp16 tolerances of the one-process test above); the engine
-    never reports a non-finite result."""
+    landmarks for dozens of new streams at once, H100). A captured pass detects a bounded number of lost streams
+    (tracker.capture_cuda_graphs: a sixteenth of its bucket, at least 2), so new streams are found a few a pass:
+    each stream within 16 frames, and from then on every frame is a face, finite, and what the
+    single-face pipeline computes from that frame on (the fp16 tolerances of the one-process test above); every
+    frame is finite before it too, and the engine never reports a non-finite result."""
     import cv2
 
     from bridge.engines.shipped import sample_frames
@@ -355,7 +357,8 @@ def test_front_ends_on_the_gpu_serve_many_new_streams_at_once_with_the_facebridg
     from bridge.serving.client import TrackManyClient, encode_jpeg
     from tests.helpers import serve_process
 
-    streams, frames = STREAMS_AT_ONCE, 12
+    streams, frames = STREAMS_AT_ONCE, 24
+    detect_within = streams // 2 // 2  # a front end's pass of 32 new streams detects 2 of them (or 4 of a pass of 64)
     jpegs = [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR)) for f in sample_frames(frames, step=1)]
     args = ("--grpc", "127.0.0.1:0", "--runners", RUNNERS, "--front-ends", "2", "--max-streams", str(streams),
             "--updates", "off")
@@ -379,14 +382,18 @@ def test_front_ends_on_the_gpu_serve_many_new_streams_at_once_with_the_facebridg
             for client in clients:
                 client.close()
         assert not [line for line in proc.lines if "non-finite" in line]
-    pipeline = FacePipeline()
-    for k, data in enumerate(jpegs):
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        want = pipeline.process(Frame(image=image, seq=k, t_capture=1000 + k / 30, t_capture_mono=k / 30,
-                                      t_media=k / 30))
-        for i in range(streams):
-            got = served[i][k]
-            assert got.face_found and want.face_found, (i, k)
-            assert np.isfinite(got.blendshapes).all() and np.isfinite(got.head_rotation).all(), (i, k)
-            assert np.abs(got.head_rotation - want.head_rotation).max() < (3.0 if k < 6 else 1.5), (i, k)
-            assert np.abs(got.blendshapes - want.blendshapes).max() < (0.2 if k < 6 else 0.08), (i, k)
+    for i in range(streams):
+        assert all(np.isfinite(f.blendshapes).all() and np.isfinite(f.head_rotation).all() for f in served[i]), i
+    first = {i: next((k for k, f in enumerate(served[i]) if f.face_found), frames) for i in range(streams)}
+    assert max(first.values()) < detect_within, sorted(first.values())
+    images = [cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) for data in jpegs]
+    for start in sorted(set(first.values())):  # the single-face pipeline from the frame these streams were found
+        pipeline = FacePipeline()
+        wants = [pipeline.process(Frame(image=images[k], seq=k, t_capture=1000 + k / 30, t_capture_mono=k / 30,
+                                        t_media=k / 30)) for k in range(start, frames)]
+        for i in (i for i in range(streams) if first[i] == start):
+            for k, want in enumerate(wants, start):
+                got, since = served[i][k], k - start
+                assert got.face_found and want.face_found, (i, k)
+                assert np.abs(got.head_rotation - want.head_rotation).max() < (3.0 if since < 6 else 1.5), (i, k)
+                assert np.abs(got.blendshapes - want.blendshapes).max() < (0.2 if since < 6 else 0.08), (i, k)
