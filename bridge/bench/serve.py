@@ -360,7 +360,7 @@ def _status_snapshot(addresses) -> dict:
         out[address] = {"collections": list(r.gc_collections), "pause_ms_total": r.gc_pause_ms_total,
                         "pause_ms_max": r.gc_pause_ms_max, "over_10ms": r.gc_pauses_over_10ms,
                         "thread_cpu_s": dict(r.thread_cpu_s), "frames_served": r.frames_served,
-                        "passes": r.passes, "runners": r.runners}
+                        "passes": r.passes, "pass_frames": r.mean_batch * r.passes, "runners": r.runners}
     return out
 
 
@@ -449,6 +449,9 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     # the passes each server's frames were in (a front end's: the engine's passes that held its frames), so the
     # describe step's calls: its fixed cost a call is spread over this many frames
     passes = sum(status_end[a]["passes"] - status_start[a]["passes"] for a in status_end if a in status_start)
+    # and the frames of those passes, whole (an engine's pass may hold several front ends' frames)
+    pass_frames = sum(status_end[a]["pass_frames"] - status_start[a]["pass_frames"]
+                      for a in status_end if a in status_start)
     client_cpu_s = sum(c["cpu_s"] for c in collected)
     return {
         "streams": n, "wire": wire, "fps_per_stream": args.fps, "seconds": args.seconds,
@@ -456,7 +459,8 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
         "measured_unix": measured_unix,
         "server_gc": _gc_during(status_start, status_end),
         "server_frames_served_in_window": in_window,
-        "frames_a_pass": round(in_window / passes, 2) if passes else None,
+        "frames_a_pass": round(in_window / passes, 2) if passes else None,  # a describe call's, at a front end
+        "frames_a_whole_pass": round(pass_frames / passes, 2) if passes else None,
         "server_thread_cpu_ms_per_frame": threads,
         # the same by what it did: host_path = front end + describe and replies + other (JPEG decode, identity
         # refreshes and, on CPU runners, the passes apart: there the passes are the inference, most of a frame; all
@@ -624,7 +628,8 @@ def run(args) -> dict:
                     f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
                     f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame (host path "
                     f"{part['host_path']}, passes {part['passes']}, JPEG {part['jpeg_decode']}, identity "
-                    f"{part['identity_refresh']}; {trial['frames_a_pass']} frames a pass), client "
+                    f"{part['identity_refresh']}; {trial['frames_a_pass']} frames a describe call, "
+                    f"{trial['frames_a_whole_pass']} a pass), client "
                     f"{trial['client_cpu_ms_per_frame_sent']} ms a frame sent")
                 trials.append(trial)
                 if args.json:  # every trial on disk as it ends: a run cut short keeps what it measured

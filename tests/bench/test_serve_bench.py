@@ -82,6 +82,7 @@ def test_bench_serve_drives_both_wires_in_turn_on_one_server(tmp_path):
         assert trial["frames_served"] > 0 and trial["dropped_stale"] == 0
         assert trial["server_frames_served_in_window"] > 0  # the server's own count: the CPU a frame's divisor
         assert 1.0 <= trial["frames_a_pass"] <= 3  # the engine's passes of the front end's 3 streams
+        assert abs(trial["frames_a_whole_pass"] - trial["frames_a_pass"]) < 0.5  # one front end: its share is all
         threads, part = trial["server_thread_cpu_ms_per_frame"], trial["server_cpu_ms_per_frame_by_part"]
         engine = {k.split(":", 2)[2]: v for k, v in threads.items() if k.startswith("engine:")}
         assert "serve-loop" in threads and "engine-link" in threads and part["passes"] == engine["face-service"]
