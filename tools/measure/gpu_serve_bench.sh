@@ -176,8 +176,10 @@ spy_fronts() {  # SPY_AT (a line of the bench log, e.g. "1000 streams x 30 fps")
     set -- $who
     [ -n "${2:-}" ] || { echo "$1: no process found" >> "$f"; continue; }
     "$spy" record -p "$2" -d "${SPY_S:-6}" -r 200 --gil -f raw -o "/tmp/$1-gil.txt" --nonblocking > /dev/null 2>&1
-    "$spy" record -p "$2" -d "${SPY_S:-6}" -r 200 -f raw -o "/tmp/$1-all.txt" --nonblocking \
-      ${SPY_NATIVE:+--native} > /dev/null 2>&1
+    local how=(--nonblocking)  # --native must pause the process to sample (py-spy refuses it with --nonblocking)
+    [ -n "${SPY_NATIVE:-}" ] && how=(--native)
+    "$spy" record -p "$2" -d "${SPY_S:-6}" -r 200 -f raw -o "/tmp/$1-all.txt" "${how[@]}" > "/tmp/$1-all.log" 2>&1 \
+      || tail -3 "/tmp/$1-all.log" >> "$f"
     { echo "== $1 (pid $2): the lock's holders"; "$PY" tools/measure/pyspy_top.py "/tmp/$1-gil.txt" --top 40
       echo "== $1 (pid $2): every thread"; "$PY" tools/measure/pyspy_top.py "/tmp/$1-all.txt" --top 40; } >> "$f" 2>&1
   done
