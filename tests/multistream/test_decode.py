@@ -69,9 +69,33 @@ def test_an_image_is_sized_from_its_header_and_refused_before_any_pixel_work():
         decoder.measure(RAW_RGB, b"", 100000, 100000)
 
 
+class _GatedDecoder(ImageDecoder):
+    """The CPU decoder, its first decode_jpegs call held until `gate` is set (the JPEG thread busy, as with a long
+    batch on the GPU); `done` counts the calls that returned."""
+
+    def __init__(self, gate=None) -> None:
+        super().__init__("cpu")
+        self.gate, self.calls, self.done = gate, 0, 0
+
+    def decode_jpegs(self, datas, sizes):
+        self.calls += 1
+        if self.calls == 1 and self.gate is not None:
+            self.gate.wait(30)
+        decoded = super().decode_jpegs(datas, sizes)
+        self.done += 1
+        return decoded
+
+
+def _wait_for(condition, seconds: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself():
     import threading
-    import time
 
     from bridge.multistream.decode_batch import JpegBatches
     from bridge.serving.client import encode_jpeg
@@ -79,25 +103,18 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
     data = encode_jpeg(_sample_bgr())
     want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
     gate, got = threading.Event(), {}
-    batches = JpegBatches(ImageDecoder("cpu"))
+    batches = JpegBatches(_GatedDecoder(gate))
 
     def then(decoded, times, key):
-        if key == "first":
-            gate.wait(30)  # holds the batch thread: the images after it wait, then go as one batch
         got[key] = (decoded, times)
-
-    def wait_for(condition):
-        deadline = time.monotonic() + 30
-        while not condition() and time.monotonic() < deadline:
-            time.sleep(0.001)
 
     try:
         batches.submit(data, (360, 480), then, "first")
-        wait_for(lambda: len(batches.batch_sizes) == 1)
+        _wait_for(lambda: len(batches.batch_sizes) == 1)  # its decode holds the JPEG thread: the next images wait
         for key in range(4):  # image 2 claims a size it does not decode to: refused alone
             batches.submit(data, (360, 480) if key != 2 else (480, 640), then, key)
         gate.set()
-        wait_for(lambda: len(got) == 5)
+        _wait_for(lambda: len(got) == 5)
     finally:
         gate.set()
         batches.close()
@@ -108,10 +125,44 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
         assert times.posted <= times.started < times.ended
         # the JPEG thread's CPU time over its batch: OpenCV decodes on that thread, so some, and no more than wall
         assert 0 < times.cpu_ms <= (times.ended - times.started) * 1000.0 + 1.0
-    # the four waited for the first image's hand-on (the gate): posted before their batch began, decoded together
+    # the four waited for the first image's decode: posted before their batch began, decoded together
     assert len({got[key][1].started for key in (0, 1, 2, 3)}) == 1
     assert got[0][1].started >= got["first"][1].ended
     assert isinstance(got[2][0], BadImage) and "does not decode" in str(got[2][0])
+
+
+def test_a_slow_hand_on_does_not_hold_the_next_decode_and_hand_ons_keep_their_order():
+    """The JPEG thread only decodes; each batch is handed on by the batcher's finishing thread, in order (the
+    engine's one thread doing both capped it near 10,000 frames a second on an H100)."""
+    import threading
+
+    from bridge.multistream.decode_batch import JpegBatches
+    from bridge.serving.client import encode_jpeg
+
+    data = encode_jpeg(_sample_bgr())
+    hold, order = threading.Event(), []
+    decoder = _GatedDecoder()
+    batches = JpegBatches(decoder)
+
+    def then(decoded, times, key):
+        if key == "first":
+            hold.wait(30)  # the finishing thread is busy handing this one on
+        order.append((key, threading.current_thread().name))
+
+    try:
+        batches.submit(data, (360, 480), then, "first")
+        _wait_for(lambda: len(batches.batch_sizes) == 1)
+        batches.submit(data, (360, 480), then, "second")
+        _wait_for(lambda: decoder.done == 2, seconds=10)
+        decoded_while_held = decoder.done == 2 and not order
+        hold.set()
+        _wait_for(lambda: len(order) == 2)
+    finally:
+        hold.set()
+        batches.close()
+    assert decoded_while_held  # the second image was decoded while the first was still being handed on
+    assert [key for key, _ in order] == ["first", "second"]
+    assert {name for _, name in order} == {"serve-jpeg-finish"}
 
 
 def test_images_submitted_together_are_handed_on_together_in_their_order():
