@@ -65,8 +65,9 @@ class JpegBatches:
             decoded = [BadImage(f"the JPEG could not be decoded ({str(e).splitlines()[0][:120]})")] * len(items)
         return decoded, t0, time.perf_counter(), (time.thread_time() - cpu0) * 1000.0
 
-    def _hand_on(self, _streams, items: list, result: tuple) -> list:
-        decoded, t0, t1, cpu = result
+    def _hand_on(self, _streams, items: list, batch: tuple) -> list:
+        """The finishing thread: each image of a decoded batch to whoever submitted it."""
+        decoded, t0, t1, cpu = batch
         ms = (t1 - t0) * 1000.0 / len(items)
         together: dict = {}  # then_many -> (decoded, times, tags) of the images submitted with submit_many
         for (_, _, then, args, posted, *many), result in zip(items, decoded):
