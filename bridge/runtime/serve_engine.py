@@ -33,7 +33,7 @@ from bridge.multistream.rings import RingShape, shm_room
 from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
 from bridge.runtime.serve_front_end import CONFIG
-from bridge.runtime.stopping import serve_until_stopped
+from bridge.runtime.stopping import serve_until_stopped, stop_not_cut_short
 from bridge.thread_cpu import cpu_between, thread_cpu_seconds
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,8 @@ def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line
               f"{config.max_streams} streams, {each} a front end)")
         serve_until_stopped(line if status else None)
     finally:
-        fronts.stop()
-        engine.close()
-        models.close()
+        with stop_not_cut_short():  # a second Ctrl-C left the rings in /dev/shm
+            fronts.stop()
+            engine.close()
+            models.close()
     return 0

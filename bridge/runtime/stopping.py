@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 
 STATUS_EVERY_S = 5.0
 
@@ -30,3 +31,18 @@ def serve_until_stopped(status_line: Callable[[], str] | None = None) -> None:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def stop_not_cut_short():
+    """Ctrl-C ignored while the block runs (a server's own stop, bounded by its time limits): a second Ctrl-C,
+    typed while the first one's stop was under way, cut `serve --front-ends N`'s short and left its shared-memory
+    rings in /dev/shm, where a container has 64 MiB."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

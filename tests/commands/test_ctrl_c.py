@@ -125,6 +125,33 @@ def test_calibrate_and_serve_stop_on_ctrl_c(command, when, tmp_path):
     assert not list((tmp_path / "home").rglob("*.json.tmp*"))  # nothing half-written
 
 
+def test_serve_with_front_ends_stopped_by_two_ctrl_c_leaves_no_ring_in_dev_shm(tmp_path):
+    """`serve --front-ends 4`: Ctrl-C twice, as an impatient user types it. The second one, typed while the first
+    one's stop was under way, once cut the engine's stop short and left every front end's shared-memory ring in
+    /dev/shm (a container's has 64 MiB). The stop ends as one Ctrl-C's, and no ring of this server is left."""
+    import os
+    import time
+
+    from tests.helpers import Terminal
+
+    def rings() -> set[str]:
+        return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+
+    before = rings()
+    term = Terminal(facebridge_cmd("serve", "--grpc", "127.0.0.1:0", "--front-ends", "4", "--max-streams", "8",
+                                   "--runners", "cpu", "--updates", "off"), subprocess_env(tmp_path / "home"))
+    try:
+        assert term.until("listening on", 240), term.text[-2000:]
+        term.ctrl_c()
+        time.sleep(0.3)
+        os.write(term.master, b"\x03")
+    finally:
+        rc, out, took = term.wait(120)
+    _stopped(rc, out, took)
+    assert out.count("stopped (Ctrl-C)") == 1, out[-1000:]
+    assert not rings() - before
+
+
 def test_fedagent_simulate_stops_on_ctrl_c_and_leaves_no_flower_process(tmp_path):
     import subprocess
 
