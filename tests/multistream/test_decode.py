@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from bridge.multistream.decode import JPEG, RAW_BGR, RAW_RGB, BadImage, ImageDecoder, _jpeg_size
+from tests.helpers import wait_until
 
 
 def _sample_bgr():
@@ -86,14 +87,6 @@ class _GatedDecoder(ImageDecoder):
         return decoded
 
 
-def _wait_for(condition, seconds: float = 30.0) -> None:
-    import time
-
-    deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.001)
-
-
 def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself():
     import threading
 
@@ -110,11 +103,12 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
 
     try:
         batches.submit(data, (360, 480), then, "first")
-        _wait_for(lambda: len(batches.batch_sizes) == 1)  # its decode holds the JPEG thread: the next images wait
+        # its decode holds the JPEG thread: the next images wait
+        wait_until(lambda: len(batches.batch_sizes) == 1, 30)
         for key in range(4):  # image 2 claims a size it does not decode to: refused alone
             batches.submit(data, (360, 480) if key != 2 else (480, 640), then, key)
         gate.set()
-        _wait_for(lambda: len(got) == 5)
+        wait_until(lambda: len(got) == 5, 30)
     finally:
         gate.set()
         batches.close()
@@ -151,12 +145,12 @@ def test_a_slow_hand_on_does_not_hold_the_next_decode_and_hand_ons_keep_their_or
 
     try:
         batches.submit(data, (360, 480), then, "first")
-        _wait_for(lambda: len(batches.batch_sizes) == 1)
+        wait_until(lambda: len(batches.batch_sizes) == 1, 30)
         batches.submit(data, (360, 480), then, "second")
-        _wait_for(lambda: decoder.done == 2, seconds=10)
+        wait_until(lambda: decoder.done == 2, 10)
         decoded_while_held = decoder.done == 2 and not order
         hold.set()
-        _wait_for(lambda: len(order) == 2)
+        wait_until(lambda: len(order) == 2, 30)
     finally:
         hold.set()
         batches.close()
