@@ -443,15 +443,15 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     measured_s = args.seconds - args.warmup
     # the server's CPU by thread over the frames it served in the same window (its own counter: under overload the
     # frames served in a window are not those sent in it, and the clients count only the latter)
-    in_window = sum(status_end[a]["frames_served"] - status_start[a]["frames_served"]
-                    for a in status_end if a in status_start)
+    def during(key: str):  # a counter's growth over the window, summed over the servers that answered both times
+        return sum(status_end[a][key] - status_start[a][key] for a in status_end if a in status_start)
+
+    in_window = during("frames_served")
     threads = _threads_during(status_start, status_end, in_window or served_measured)
     # the passes each server's frames were in (a front end's: the engine's passes that held its frames), so the
     # describe step's calls: its fixed cost a call is spread over this many frames
-    passes = sum(status_end[a]["passes"] - status_start[a]["passes"] for a in status_end if a in status_start)
-    # and the frames of those passes, whole (an engine's pass may hold several front ends' frames)
-    pass_frames = sum(status_end[a]["pass_frames"] - status_start[a]["pass_frames"]
-                      for a in status_end if a in status_start)
+    passes = during("passes")
+    pass_frames = during("pass_frames")  # those passes' frames, whole (a pass may hold several front ends' frames)
     client_cpu_s = sum(c["cpu_s"] for c in collected)
     return {
         "streams": n, "wire": wire, "fps_per_stream": args.fps, "seconds": args.seconds,

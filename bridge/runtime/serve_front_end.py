@@ -30,7 +30,6 @@ CONFIG = b"C\0\0\0"  # the engine's first message: what to serve (JSON)
 CLOSE_LIMIT_S = 15.0  # the engine gone: this front end ends within this, its streams closed or not
 
 
-
 def _serve(spec: dict) -> int:
     sock, index = spec["sock"], spec["index"]
     fields = dict(spec["config"])
