@@ -74,6 +74,11 @@ class BatchedFaceTracker:
         self._last_blendshapes_all = torch.zeros((slots, 52), device=device)
         self._last_presence_all = torch.zeros(slots, device=device)
         self._last_expression_head_all = torch.zeros((slots, 3), device=device)
+        # the pass number, and the pass each stream's frame last went to the detector: bounded detector slots go to
+        # the lost streams that waited longest, so streams with no face in view (an empty chair) never keep the
+        # others from being found again
+        self._pass_number = torch.zeros((), dtype=torch.float64, device=device)
+        self._detect_tried = torch.zeros(slots, dtype=torch.float64, device=device)
         # what callers read and write: one row per stream (views, without the scratch row)
         self.tracked = self._tracked_all[:num_streams]
         self.last_landmarks = self._last_landmarks_all[:num_streams]  # frame pixels x, y and relative depth
@@ -163,9 +168,9 @@ class BatchedFaceTracker:
 
         That needs a fixed amount of detector work per pass: each captured pass runs the detector on
         `detect_slots[bucket]` frames (ceil(bucket * detect_fraction), at least `min_detect`), picked on the
-        device among the streams whose face is lost. Lost streams beyond that wait for a later pass and are
-        not tracked meanwhile. Needs runners that can run inside a capture (the torch runners). A pass of n
-        frames replays the next bucket up; padding rows write to the scratch slot.
+        device among the streams whose face is lost, those that waited longest first. Lost streams beyond that
+        wait for a later pass and are not tracked meanwhile. Needs runners that can run inside a capture (the
+        torch runners). A pass of n frames replays the next bucket up; padding rows write to the scratch slot.
         """
         t = self.t
         if self.device == "cpu" or not all(hasattr(r, "eager") for r in self.runners.values()):
@@ -230,16 +235,21 @@ class BatchedFaceTracker:
 
     def _pass(self, frames_u8, streams, detect_slots: int | None, eager: bool = False) -> None:
         """Detect where the face is lost, then track. detect_slots None: every lost stream, now (costs a host
-        sync); else that many detector rows picked on the device, lost rows first (capturable)."""
+        sync); else that many detector rows picked on the device, the lost streams that waited longest first
+        (capturable)."""
         t = self.t
         lost = ~self._tracked_all[streams]
         if detect_slots is None:
             if bool(lost.any()):
                 self._detect(frames_u8[lost], streams[lost])
         else:
-            n = len(streams)  # rank: lost rows first, then by row (padding rows, at the end, come last)
-            rank = lost.float() * 2 - t.arange(n, device=self.device) / n
+            self._pass_number += 1
+            # rank: the lost streams by how many passes since their last try (a new stream's is its first), the
+            # rest after them (a slot beyond the lost goes harmlessly to a tracked or padding row)
+            waited = self._pass_number - self._detect_tried[streams]
+            rank = t.where(lost & (streams < self.num_streams), waited, -1.0)
             pick = rank.topk(detect_slots).indices
+            self._detect_tried[streams[pick]] = self._pass_number
             self._detect(frames_u8[pick], streams[pick], only=lost[pick], eager=eager)
         self._track(frames_u8, streams, eager)
 
