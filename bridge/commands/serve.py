@@ -88,6 +88,10 @@ def add_parser(sub) -> None:
     p.add_argument("--frame-slot-kib", type=int, default=512, metavar="KIB",
                    help="with --front-ends: the largest image a stream may send, in KiB (each stream's slot of "
                         "shared memory; default 512: a 1080p JPEG)")
+    p.add_argument("--pass-batch", type=int, default=0, metavar="N",
+                   help="the most frames a batched pass (and a GPU JPEG decode) takes (default 0: every stream's "
+                        "at once); smaller passes let one pass's decode, inference and describe step overlap "
+                        "those of the next, which shortens each frame's wait under heavy load")
     p.add_argument("--quiet", action="store_true", help="no status line every 5 s")
     p.set_defaults(func=run)
 
@@ -140,6 +144,9 @@ def serve_config(args):
     if args.front_ends > args.max_streams:
         raise FaceBridgeError(f"--front-ends {args.front_ends} is more than --max-streams {args.max_streams}",
                               "run at most one front end a stream")
+    if args.pass_batch < 0:
+        raise FaceBridgeError(f"--pass-batch {args.pass_batch} is negative",
+                              "pass 0 (every stream at once) or the most frames a pass may take")
     if not 16 <= args.frame_slot_kib <= 8192:
         raise FaceBridgeError(f"--frame-slot-kib {args.frame_slot_kib} is outside 16..8192",
                               "pass e.g. 512 (the default)")
@@ -155,7 +162,7 @@ def serve_config(args):
                        jpeg_batches={"auto": None, "on": True, "off": False}[args.jpeg_batches],
                        updates=None if args.updates == "off" else args.updates,
                        switch_interval_ms=args.switch_interval_ms, front_ends=args.front_ends,
-                       frame_slot_kib=args.frame_slot_kib)
+                       frame_slot_kib=args.frame_slot_kib, pass_batch=args.pass_batch)
 
 
 def run(args) -> int:

@@ -59,12 +59,13 @@ def read_slots(message: bytes) -> np.ndarray:
 class Engine:
     def __init__(self, make_service, *, front_ends: int, slots_each: int, slot_bytes: int, decoder,
                  jpeg_batches: bool, decode_workers: int = 1, max_frame_sizes: int = 4, versions=lambda: {},
-                 on_pass=None, on_lost=None) -> None:
+                 on_pass=None, on_lost=None, jpeg_batch: int | None = None) -> None:
         """make_service(frame_hw, num_streams, finish_pass) -> a MultiStreamFaceService of that size over every
         front end's slots; decoder: an ImageDecoder on the runners' device; jpeg_batches: every JPEG waiting decoded
         in one call (nvJPEG on a GPU), else each on one of `decode_workers` threads; versions() -> the model
         versions the FaceFrames announce now; on_pass(faces): each pass's results (the releases' fallback);
-        on_lost(index): a front end's socket closed."""
+        on_lost(index): a front end's socket closed; jpeg_batch: the most JPEGs a decode call takes (default every
+        slot's)."""
         self.front_ends, self.slots_each, self.total = front_ends, slots_each, front_ends * slots_each
         self.rings = [SlotRing.create(slots_each, slot_bytes) for _ in range(front_ends)]
         self._make_service, self._decoder = make_service, decoder
@@ -81,7 +82,8 @@ class Engine:
         self.listening: list[dict | None] = [None] * front_ends
         self.on_listening = lambda index, hello: None
         self.refused = self.failed = 0
-        self._jpeg = JpegBatches(decoder, max(1, self.total), name="engine-jpeg") if jpeg_batches else None
+        self._jpeg = JpegBatches(decoder, max(1, jpeg_batch or self.total), name="engine-jpeg") if jpeg_batches \
+            else None
         # OpenCV's workers; with the JPEG batches, one for raw images (a copy each: they come from loopback only)
         self._pool = ThreadPoolExecutor(1 if jpeg_batches else max(1, decode_workers),
                                         thread_name_prefix="engine-decode")

@@ -80,6 +80,9 @@ class ServeConfig:
     # (runners, decode, passes) and N processes own the gRPC streams and describe them, one port each
     front_ends: int = 0
     frame_slot_kib: int = 512  # with front ends: the largest image (KiB) a shared-memory frame slot holds
+    # the most frames a pass (and a JPEG decode batch) takes; 0: every stream's at once. Smaller passes let the
+    # decode, the pass and the describe step of different frames overlap instead of moving as one convoy
+    pass_batch: int = 0
 
 
 class PassDescriber:
@@ -137,6 +140,7 @@ class BatchedModels:
 
     kind: str
     device: str
+    max_batch: int  # the largest pass
     buckets: list[int] | None  # GPU batch buckets (captured passes)
     whole_pass: bool  # torch-cuda: whole passes captured as CUDA graphs
     runners: dict
@@ -147,6 +151,7 @@ class BatchedModels:
         """The batched service of one frame size over these runners (its heap settled after the build)."""
         log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
         service = MultiStreamFaceService(num_streams, frame_hw, self.runners, device=self.device,
+                                         max_batch=self.max_batch,
                                          graph_buckets=self.buckets if self.whole_pass else None,
                                          pass_lock=self.gate, finish_pass=finish_pass)
         # what the build made (compiled passes, captured graphs) lives as long as the service: out of the
@@ -182,8 +187,8 @@ def check_config(config: ServeConfig) -> None:
 def batched_models(config: ServeConfig, services, max_batch: int | None = None) -> BatchedModels:
     """The runners for `config` (and the releases they follow), on a process whose native pools are pinned.
     services() -> the batched services built over them (a swap recaptures their CUDA graphs); max_batch: the
-    largest pass (default --max-streams)."""
-    max_batch = max_batch or config.max_streams
+    largest pass (default --max-streams), at most --pass-batch."""
+    max_batch = min(max_batch or config.max_streams, config.pass_batch or 1 << 30)
     state_dir = update_state_dir(config.updates)  # "auto": this user's store, even before anything is installed
     try:
         import torch  # noqa: F401 - the batched tracker's
@@ -228,7 +233,7 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
                                  max_batch, device=device, fp16=options["fp16"], report=_report,
                                  on_swap=recapture if whole_pass else None)
         gate = releases.gate
-    return BatchedModels(kind, device, buckets, whole_pass, runners, gate, releases)
+    return BatchedModels(kind, device, max_batch, buckets, whole_pass, runners, gate, releases)
 
 
 def pass_replies(config: ServeConfig, versions, on_pass=None):
@@ -261,7 +266,7 @@ def build_server(config: ServeConfig):
                                  runners=config.runners, write_deadline_s=config.write_deadline_s,
                                  idle_timeout_s=config.idle_timeout_s, frame_sizes=config.frame_sizes,
                                  decode_workers=config.decode_workers or None,
-                                 batched_jpeg=config.jpeg_batches)
+                                 batched_jpeg=config.jpeg_batches, jpeg_batch=models.max_batch)
     except BaseException:
         refresher.close()
         models.close()

@@ -176,7 +176,7 @@ def build_engine(config: ServeConfig, verbose: bool = False):
                         slot_bytes=slot_bytes, decoder=decoder, jpeg_batches=batched,
                         decode_workers=config.decode_workers or max(1, min(8, os.cpu_count() or 1)),
                         max_frame_sizes=config.max_frame_sizes, versions=lambda: models.gate.versions,
-                        on_pass=releases.check_pass if releases is not None else None)
+                        on_pass=releases.check_pass if releases is not None else None, jpeg_batch=models.max_batch)
         if releases is not None:
             releases.start()  # releases installed before now serve from the first frame
         for frame_hw in config.prewarm:

@@ -75,11 +75,12 @@ class FaceServeServer:
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
                  default_subject: str = "FaceBridge", write_deadline_s: float = WRITE_DEADLINE_S,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, frame_sizes=(), decode_workers: int | None = None,
-                 batched_jpeg: bool | None = None, forward: bool = False) -> None:
+                 batched_jpeg: bool | None = None, jpeg_batch: int | None = None, forward: bool = False) -> None:
         """frame_sizes: the (height, width) sizes images may have (each builds a batched service on first use);
         empty: any, up to the table's max_sizes. decode_workers: JPEG decode threads (default: one a core, at
         most DECODE_WORKERS). batched_jpeg: every JPEG waiting decoded in one call on one thread (JpegBatches;
-        default: when the decoder decodes on the GPU, nvJPEG's batched decode), else on the decode workers.
+        default: when the decoder decodes on the GPU, nvJPEG's batched decode), else on the decode workers;
+        jpeg_batch: the most JPEGs such a call takes (default the table's max_streams).
         forward: a front-end process of `facebridge serve --front-ends N`: images are only measured here and go to
         the engine process undecoded (the table's services are engine_link.RemoteServices)."""
         host = check_listen(address, token, tls_cert, tls_key)
@@ -105,7 +106,8 @@ class FaceServeServer:
         if batched_jpeg is None:
             batched_jpeg = self.decoder.gpu_jpeg
         batched_jpeg = batched_jpeg and not forward
-        self._jpeg_batches = JpegBatches(self.decoder, max(1, table.max_streams)) if batched_jpeg else None
+        self._jpeg_batches = JpegBatches(self.decoder, max(1, jpeg_batch or table.max_streams)) if batched_jpeg \
+            else None
         self.decoder_name = "in the engine process" if forward else \
             f"{self.decoder.name}, batched" if batched_jpeg else self.decoder.name
         self._loop = ServeLoop()

@@ -28,16 +28,18 @@ from tests.helpers import LockstepStream, serve_process, wait_until
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 STREAMS = 8
+PASS_BATCH = 3
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("home")
     # --jpeg-batches on: the engine's JPEGs go as they do on a GPU (every image of a message decoded together and
-    # handed on together), here with OpenCV; raw images still go to its decode workers
+    # handed on together), here with OpenCV; raw images still go to its decode workers. --pass-batch: the eight
+    # streams' frames, sent together, go in passes of at most PASS_BATCH, one described while the next runs
     with serve_process("--grpc", "127.0.0.1:0", "--max-streams", str(STREAMS), "--front-ends", "2",
                        "--updates", "off", "--jpeg-batches", "on", "--max-frame-sizes", "2",
-                       home=home) as (proc, addresses):
+                       "--pass-batch", str(PASS_BATCH), home=home) as (proc, addresses):
         yield proc, addresses
 
 
@@ -48,7 +50,7 @@ def _front_end_pids(proc) -> list[int]:
 
 def test_eight_streams_over_both_wires_through_two_front_ends_get_the_facebridge_run_frames(server, clip):  # noqa: F811
     """Four Track calls and two TrackMany calls of two streams, each front end holding four streams (its share of
-    --max-streams 8), all in the engine's passes at once."""
+    --max-streams 8), in the engine's passes of at most PASS_BATCH frames."""
     from bridge.serving.client import TrackClient, TrackManyClient
 
     proc, addresses = server
@@ -100,6 +102,7 @@ def test_eight_streams_over_both_wires_through_two_front_ends_get_the_facebridge
     for address in addresses:  # every frame's pass ran in the engine: the front ends saw passes, decoded nothing
         status = _status(address)
         assert status.passes > 0 and status.frames_served >= 4 * FRAMES and status.decoder == "in the engine process"
+        assert 1 <= status.mean_batch <= PASS_BATCH  # the engine's passes that held its frames, whole
 
 
 def test_an_image_the_engine_cannot_decode_or_a_slot_cannot_hold_costs_only_itself(server, clip):  # noqa: F811
