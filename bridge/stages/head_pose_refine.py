@@ -55,16 +55,16 @@ def _step(model, img, focal, cx, cy, rot, t):
         jv[0], jv[1], jv[2], jv[3], jv[4], jv[5] = (-a1 * ys - a2) * fz, a0 * ys * fz, a0 * fz, 0.0, fz, -ys * fz
         for r in range(6):
             jtr[r] += ju[r] * ru + jv[r] * rv
-            for c in range(6):
+            for c in range(r + 1):  # the lower triangle: J^T J is symmetric (_solve_spd reads only that half)
                 jtj[r, c] += ju[r] * ju[c] + jv[r] * jv[c]
     return _solve_spd(jtj, jtr, -1.0)
 
 
 @compiled
 def _solve_spd(a, b, sign):
-    """sign * x where a x = b for a symmetric positive definite 6x6 a, by Cholesky (np.linalg.solve would compile
-    numba's LAPACK bindings: seconds more on a first start); NaN where a is not positive definite (the step is then
-    refused)."""
+    """sign * x where a x = b for a symmetric positive definite 6x6 a (only its lower triangle is read), by Cholesky
+    (np.linalg.solve would compile numba's LAPACK bindings: seconds more on a first start); NaN where a is not
+    positive definite (the step is then refused)."""
     n = b.shape[0]
     low = np.zeros((n, n))
     for i in range(n):
