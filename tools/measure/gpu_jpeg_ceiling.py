@@ -8,7 +8,8 @@ Reports images a second in all, CPU per image (the whole process's, and the deco
 library's threads), its batches' wall p50 / p99, and how the nvimgcodec pixels differ from torchvision's on the same
 frames; with nvidia-smi on the path, the hardware JPEG engines' utilisation (dmon's `jpg`) over each configuration.
 The serve front end needs 30 images a second per stream, so the ceiling here bounds the streams one GPU can decode,
-before any tracking or gRPC.
+before any tracking or gRPC. --sizes: `fixed` batches of B; `varying`, B/2..B images a call in turn (as serve's
+batches take what waits); `padded`, the same varying images each made up to B with a small JPEG (PAD_SIDE square).
 
     python3 tools/measure/gpu_jpeg_ceiling.py --decoder torchvision,nvimgcodec --procs 1,2 --threads 1,2 \
         --batch 16,64 --seconds 8 --json OUT.json
@@ -42,8 +43,18 @@ def sample_jpegs(quality: int) -> list[bytes]:
     return [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR), quality) for f in sample_frames(60, step=1)]
 
 
+PAD_SIDE = 64
+
+
+def _pad_jpeg() -> bytes:
+    from bridge.serving.client import encode_jpeg
+
+    return encode_jpeg(np.full((PAD_SIDE, PAD_SIDE, 3), 128, np.uint8))
+
+
 def _batch_decoder(decoder: str, jpegs: list[bytes]):
-    """one(k, batch) -> that batch of frames decoded on the GPU, synchronised (a thread's own decoder and stream)."""
+    """one(k, batch, pad_to) -> that batch of frames decoded on the GPU (made up to pad_to images with a small JPEG),
+    synchronised (a thread's own decoder and stream)."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -51,10 +62,12 @@ def _batch_decoder(decoder: str, jpegs: list[bytes]):
         from torchvision.io import decode_jpeg
 
         raws = [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs]
+        pad = torch.frombuffer(bytearray(_pad_jpeg()), dtype=torch.uint8)
 
-        def one(k: int, batch: int):
+        def one(k: int, batch: int, pad_to: int = 0):
             with torch.cuda.stream(stream):
-                frames = decode_jpeg([raws[(k + i) % len(raws)] for i in range(batch)], device="cuda")
+                frames = decode_jpeg([raws[(k + i) % len(raws)] for i in range(batch)] +
+                                     [pad] * max(0, pad_to - batch), device="cuda")
                 stream.synchronize()
             return frames
         return one
@@ -64,7 +77,7 @@ def _batch_decoder(decoder: str, jpegs: list[bytes]):
     params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.SRGB)
     raws = [np.frombuffer(j, np.uint8) for j in jpegs]
 
-    def one(k: int, batch: int):
+    def one(k: int, batch: int, pad_to: int = 0):
         images = nv.decode([nvimgcodec.CodeStream(raws[(k + i) % len(raws)]) for i in range(batch)], params=params,
                            cuda_stream=stream.cuda_stream)
         frames = [torch.as_tensor(image, device="cuda") for image in images]
@@ -73,7 +86,7 @@ def _batch_decoder(decoder: str, jpegs: list[bytes]):
     return one
 
 
-def _decoder(decoder, jpegs, batch, threads, warmup, seconds, ready, go, out):
+def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, out):
     import threading
 
     import torch
@@ -89,15 +102,19 @@ def _decoder(decoder, jpegs, batch, threads, warmup, seconds, ready, go, out):
 
     def loop(one, t: int) -> None:
         walls, n, k, cpu0 = [], 0, t * 7, None
+        cycle = [batch] if sizes == "fixed" else [max(1, batch * (8 - j) // 8) for j in (0, 3, 1, 4, 2)]
+        calls = 0
         while time.time() < t_end:
             if cpu0 is None and time.time() >= measure_from:
                 cpu0 = time.thread_time()
+            size = cycle[calls % len(cycle)]
+            calls += 1
             t0 = time.perf_counter()
-            one(k, batch)
-            k += batch
+            one(k, size, batch if sizes == "padded" else 0)
+            k += size
             if cpu0 is not None:
                 walls.append((time.perf_counter() - t0) * 1000.0)
-                n += batch
+                n += size
         results.append((n, walls, time.thread_time() - (cpu0 or time.thread_time())))
 
     workers = [threading.Thread(target=loop, args=(one, t)) for t, one in enumerate(ones)]
@@ -126,10 +143,11 @@ def pixel_difference(jpegs: list[bytes]) -> dict:
             "shapes_equal": all(tuple(x.shape[1:]) == tuple(y.shape[:2]) for x, y in zip(a, b))}
 
 
-def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: float, seconds: float) -> dict:
+def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: float, seconds: float,
+            sizes: str = "fixed") -> dict:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    workers = [ctx.Process(target=_decoder, args=(decoder, jpegs, batch, threads, warmup, seconds,
+    workers = [ctx.Process(target=_decoder, args=(decoder, jpegs, batch, sizes, threads, warmup, seconds,
                                                             ready, go, out))
                for _ in range(procs)]
     for w in workers:
@@ -169,7 +187,7 @@ def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: f
     seconds_mean = statistics.mean(r["seconds"] for r in results)
     walls = sorted(w for r in results for w in r["batch_ms"])
     return {
-        "decoder": decoder, "processes": procs, "threads": threads, "batch": batch, "images": images,
+        "decoder": decoder, "processes": procs, "threads": threads, "batch": batch, "sizes": sizes, "images": images,
         "images_per_s": round(images / seconds_mean, 1),
         "cpu_ms_per_image": round(1000.0 * sum(r["cpu_s"] for r in results) / images, 4),
         "decoding_thread_cpu_ms_per_image": round(1000.0 * sum(r["thread_cpu_s"] for r in results) / images, 4),
@@ -188,6 +206,7 @@ def main() -> None:
     p.add_argument("--batch", default="16,64")
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--warmup", type=float, default=2.0)
+    p.add_argument("--sizes", default="fixed", help="fixed, varying, padded or several, comma-separated (see above)")
     p.add_argument("--quality", type=int, default=80)
     p.add_argument("--json", required=True)
     args = p.parse_args()
@@ -198,9 +217,10 @@ def main() -> None:
         for batch in [int(b) for b in args.batch.split(",")]:
             for procs in [int(x) for x in args.procs.split(",")]:
                 for threads in [int(x) for x in args.threads.split(",")]:
-                    row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds)
-                    print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
-                    rows.append(row)
+                    for sizes in args.sizes.split(","):
+                        row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds, sizes)
+                        print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
+                        rows.append(row)
     import torch
     import torchvision
 
