@@ -91,7 +91,8 @@ def add_parser(sub) -> None:
     p.add_argument("--pass-batch", type=int, default=0, metavar="N",
                    help="the most frames a batched pass (and a GPU JPEG decode) takes (default 0: every stream's "
                         "at once); smaller passes let one pass's decode, inference and describe step overlap "
-                        "those of the next, which shortens each frame's wait under heavy load")
+                        "those of the next (on an H100 at 1,000 streams they did not pay while one thread's JPEG "
+                        "decode was the limit: docs/PERFORMANCE.md)")
     p.add_argument("--quiet", action="store_true", help="no status line every 5 s")
     p.set_defaults(func=run)
 
