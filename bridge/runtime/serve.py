@@ -81,7 +81,7 @@ class ServeConfig:
     front_ends: int = 0
     frame_slot_kib: int = 512  # with front ends: the largest image (KiB) a shared-memory frame slot holds
     # the most frames a pass (and a JPEG decode batch) takes; 0: every stream's at once. Smaller passes let the
-    # decode, the pass and the describe step of different frames overlap instead of moving as one convoy
+    # decode, the pass and the describe step of different frames overlap (docs/PERFORMANCE.md: what it did)
     pass_batch: int = 0
 
 
