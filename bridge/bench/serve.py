@@ -380,6 +380,22 @@ def _threads_during(before: dict, after: dict, frames: int) -> dict:
     return {k: round(v * 1000.0 / frames, 4) for k, v in sorted(total.items(), key=lambda kv: -kv[1])} if frames else {}
 
 
+def _busiest_engine_thread(threads: dict, frames: int, seconds: float) -> dict | None:
+    """The engine process's busiest thread over the window, in cores (its CPU ms a frame x frames / the window): a
+    thread near 1.0 is where the engine stops scaling (one JPEG thread behind torchvision's decoder, one pass
+    thread). None without an engine (`serve` in one process: its threads of a name are summed, not one)."""
+    engine = [(k.split(":", 2)[2], v) for k, v in threads.items() if k.startswith("engine:")]
+    if not engine or seconds <= 0:
+        return None
+    name, ms = max(engine, key=lambda kv: kv[1])
+    return {"thread": name, "cores": round(ms * frames / 1000.0 / seconds, 3)}
+
+
+def _busiest_text(trial: dict) -> str:
+    busiest = trial.get("engine_busiest_thread")
+    return f"; the engine's busiest thread {busiest['thread']}, {busiest['cores']} of a core" if busiest else ""
+
+
 def _gc_during(before: dict, after: dict) -> dict:
     """What the servers' collectors cost in the measured window: collections per generation, pause total, pauses
     of 10 ms or more (summed over the servers), and the longest pause any server had since it started."""
@@ -462,6 +478,7 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
         "frames_a_pass": round(in_window / passes, 2) if passes else None,  # a describe call's, at a front end
         "frames_a_whole_pass": round(pass_frames / passes, 2) if passes else None,
         "server_thread_cpu_ms_per_frame": threads,
+        "engine_busiest_thread": _busiest_engine_thread(threads, in_window or served_measured, measured_s),
         # the same by what it did: host_path = front end + describe and replies + other (JPEG decode, identity
         # refreshes and, on CPU runners, the passes apart: there the passes are the inference, most of a frame; all
         # three the same for either wire)
@@ -629,7 +646,7 @@ def run(args) -> dict:
                     f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame (host path "
                     f"{part['host_path']}, passes {part['passes']}, JPEG {part['jpeg_decode']}, identity "
                     f"{part['identity_refresh']}; {trial['frames_a_pass']} frames a describe call, "
-                    f"{trial['frames_a_whole_pass']} a pass), client "
+                    f"{trial['frames_a_whole_pass']} a pass{_busiest_text(trial)}), client "
                     f"{trial['client_cpu_ms_per_frame_sent']} ms a frame sent")
                 trials.append(trial)
                 if args.json:  # every trial on disk as it ends: a run cut short keeps what it measured

@@ -88,6 +88,9 @@ def test_bench_serve_drives_both_wires_in_turn_on_one_server(tmp_path):
         assert "serve-loop" in threads and "engine-link" in threads and part["passes"] == engine["face-service"]
         engine_host = sum(v for k, v in engine.items() if k not in ("face-service", "engine-decode", "engine-jpeg"))
         assert part["engine"] > 0 and abs(part["engine"] - engine_host) < 0.001
+        busiest = trial["engine_busiest_thread"]  # in cores over the 4 s measured: the CPU runners' pass thread
+        assert busiest["thread"] == "face-service" and 0 < busiest["cores"] <= 1.05
+        assert abs(busiest["cores"] - engine["face-service"] * trial["server_frames_served_in_window"] / 4000) < 0.01
         assert part["passes_in_host_path"] is False  # CPU runners: the passes are the inference
         assert abs(sum(threads.values()) - part["host_path"] - part["passes"] - part["jpeg_decode"]
                    - part["identity_refresh"]) < 0.01
