@@ -76,11 +76,13 @@ def _batch_decoder(decoder: str, jpegs: list[bytes]):
     nv = nvimgcodec.Decoder(options=":num_cuda_streams=1")
     params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.SRGB)
     raws = [np.frombuffer(j, np.uint8) for j in jpegs]
+    pad = np.frombuffer(_pad_jpeg(), np.uint8)
 
     def one(k: int, batch: int, pad_to: int = 0):
-        images = nv.decode([nvimgcodec.CodeStream(raws[(k + i) % len(raws)]) for i in range(batch)], params=params,
-                           cuda_stream=stream.cuda_stream)
-        frames = [torch.as_tensor(image, device="cuda") for image in images]
+        streams = [nvimgcodec.CodeStream(raws[(k + i) % len(raws)]) for i in range(batch)]
+        streams += [nvimgcodec.CodeStream(pad)] * max(0, pad_to - batch)
+        images = nv.decode(streams, params=params, cuda_stream=stream.cuda_stream)
+        frames = [torch.as_tensor(image, device="cuda") for image in images[:batch]]
         stream.synchronize()
         return frames
     return one
