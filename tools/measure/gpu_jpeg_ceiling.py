@@ -17,6 +17,7 @@ batches take what waits); `padded`, the same varying images each made up to B wi
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -69,7 +70,7 @@ def _batch_decoder(decoder: str, jpegs: list[bytes]):
                 frames = decode_jpeg([raws[(k + i) % len(raws)] for i in range(batch)] +
                                      [pad] * max(0, pad_to - batch), device="cuda")
                 stream.synchronize()
-            return frames
+            return frames[:batch]
         return one
     from nvidia import nvimgcodec
 
@@ -104,13 +105,12 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
 
     def loop(one, t: int) -> None:
         walls, n, k, cpu0 = [], 0, t * 7, None
-        cycle = [batch] if sizes == "fixed" else [max(1, batch * (8 - j) // 8) for j in (0, 3, 1, 4, 2)]
-        calls = 0
+        in_turn = itertools.cycle([batch] if sizes == "fixed" else
+                                  [max(1, batch * (8 - j) // 8) for j in (0, 3, 1, 4, 2)])
         while time.time() < t_end:
             if cpu0 is None and time.time() >= measure_from:
                 cpu0 = time.thread_time()
-            size = cycle[calls % len(cycle)]
-            calls += 1
+            size = next(in_turn)
             t0 = time.perf_counter()
             one(k, size, batch if sizes == "padded" else 0)
             k += size
