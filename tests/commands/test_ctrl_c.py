@@ -144,7 +144,7 @@ def test_serve_with_front_ends_stopped_by_two_ctrl_c_leaves_no_ring_in_dev_shm(t
         assert term.until("listening on", 240), term.text[-2000:]
         term.ctrl_c()
         time.sleep(0.3)
-        os.write(term.master, b"\x03")
+        os.write(term.master, b"\x03")  # not ctrl_c(): the stop is timed from the first one (typed_at)
     finally:
         rc, out, took = term.wait(120)
     _stopped(rc, out, took)
