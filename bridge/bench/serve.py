@@ -51,6 +51,8 @@ STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_d
           "decode_batch", "decode_batch_cpu", "to_service", "to_engine", "engine_decode", "queue", "pass", "gpu",
           "to_describe")
 WIRES = ("track", "many")
+PHASES = ("spread", "aligned")
+GOLDEN = (5 ** 0.5 - 1) / 2  # stream ids times it, mod 1: phases spread evenly over a period for any set of ids
 MESSAGE_BYTES = 4 * 1024 * 1024  # a TrackManyRequest of the load generator at most (the server takes 8 MiB)
 # the server's thread groups (bridge/thread_cpu.py) by what they do: a library's unnamed threads (gRPC's
 # poller: "Thread (_poll_wrapper)") count as the front end, any other as "other"
@@ -97,6 +99,40 @@ def add_arguments(p) -> None:
                    help="frames each stream keeps unanswered at most: 0 (default) sends every frame at --fps, as a "
                         "camera streaming blindly; K holds a frame back while K are unanswered (latest wins at the "
                         "sender, as `run --remote` does with 1), counted in dropped_at_client")
+    p.add_argument("--phases", default="spread", choices=PHASES,
+                   help="when in each frame period the streams' frames are due: spread (default), evenly over the "
+                        "period, as independent cameras are; aligned, all at once, as genlocked cameras (a studio's) "
+                        "or a gateway forwarding a frame of every stream together")
+
+
+def stream_phase(stream_id: int, fps: float, phases: str) -> float:
+    """Seconds into each frame period at which a stream's frames are due. Spread: each camera runs on its own
+    clock, so 1,000 streams bring about 33 frames a millisecond at 30 fps, not 1,000 every 33 ms."""
+    return 0.0 if phases == "aligned" else (stream_id * GOLDEN % 1.0) / fps
+
+
+class FrameSchedule:
+    """When a set of streams' frames fall due, in order: stream s's frame k at start + k / fps + its phase. `take`
+    hands out those due by a time, each with whether it is a whole period late (its sender starved of CPU)."""
+
+    def __init__(self, stream_ids, fps: float, phases: str, start: float, end: float):
+        self.order = sorted(stream_ids, key=lambda s: (stream_phase(s, fps, phases), s))
+        self.offsets = [stream_phase(s, fps, phases) for s in self.order]
+        self.period, self.start, self.end = 1.0 / fps, start, end
+        self.k = self.i = 0  # the next frame due: stream order[i]'s frame k
+
+    def next_due(self) -> float | None:
+        due = self.start + self.k * self.period + self.offsets[self.i]
+        return due if due < self.end else None
+
+    def take(self, now: float) -> list[tuple[int, int, bool]]:
+        out = []
+        while (due := self.next_due()) is not None and due <= now:
+            out.append((self.order[self.i], self.k, due < now - self.period))
+            self.i += 1
+            if self.i == len(self.order):
+                self.i, self.k = 0, self.k + 1
+        return out
 
 
 def _wires(text: str) -> list[str]:
@@ -142,7 +178,7 @@ def _cpu_seconds(pids: list[int]) -> dict[int, float]:
 
 
 async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, measure_from, deadline_ms,
-                      in_flight=0):
+                      in_flight=0, phases="spread"):
     """One face stream for the whole trial; when its call breaks (a replica killed) it reconnects to the next
     address and goes on. `moved` counts replica changes inside one call: it must stay 0. With `in_flight` K, a
     frame due while K of this call's frames are unanswered (served, or reported dropped) is not sent: `held`."""
@@ -153,6 +189,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
     out = _stream_record(stream_id)
     loop = asyncio.get_running_loop()
     k, which = 0, stream_id % len(channels)
+    start += stream_phase(stream_id, fps, phases)
     totals = {"stale": 0, "late": 0, "bad": 0}
     while loop.time() < end:
         call = pb_grpc.FaceServeServiceStub(channels[which]).Track()
@@ -234,12 +271,14 @@ def _record_frame(out: dict, frame, stream_id: int, measure_from: float) -> None
 
 
 async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, measure_from, deadline_ms,
-                        in_flight=0, batch_ms=2.0):
-    """Face streams on one TrackMany call: every `batch_ms` the frames due since the last request go together in
-    one, and each response's replies are shared out by stream id. The same schedule, in-flight rule and records
-    as `_one_stream` (no reconnects: a broken call is reported in every stream's `error`). The load generator of
-    the batched wire keeps its own Python small: requests are built as bytes (client.ManyRequests: no message
-    object an item) and sent as they are, responses parsed in one call each."""
+                        in_flight=0, phases="spread", batch_ms=2.0):
+    """Face streams on one TrackMany call, as a gateway forwards them: the frames due since the last request go
+    together in the next, at most one request every `batch_ms`, and each response's replies are shared out by
+    stream id. The same schedule (`stream_phase`), in-flight rule and records as `_one_stream`; a frame a whole
+    period late (the load generator starved of CPU) is not sent but counted as held (no reconnects: a broken call
+    is reported in every stream's `error`). The load generator of the batched wire keeps its own Python small:
+    requests are built as bytes (client.ManyRequests: no message object an item) and sent as they are, responses
+    parsed in one call each."""
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.grpc.gen import facebridge_pb2 as pb
     from bridge.serving.client import TRACK_MANY, ManyRequests
@@ -250,16 +289,18 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
     call = channel.stream_stream(TRACK_MANY)()  # bytes both ways
     requests = ManyRequests(deadline_ms, fps, {s: f"bench{s}" for s in stream_ids})
     per_message = max(1, MESSAGE_BYTES // max(len(j) + 128 for j in jpegs))
+    schedule = FrameSchedule(stream_ids, fps, phases, start, end)
+    gap = batch_ms / 1000.0
 
     async def writer():
-        k = 0
-        while (t := start + k / fps) < end:
-            await asyncio.sleep(max(0.0, t - loop.time()))
-            items, wall, now = [], time.time(), time.perf_counter()
+        sent_at = -gap
+        while (due := schedule.next_due()) is not None:
+            await asyncio.sleep(max(0.0, due - loop.time(), sent_at + gap - loop.time()))
+            items, wall, now, sent_at = [], time.time(), time.perf_counter(), loop.time()
             measured = now >= measure_from
-            for s in stream_ids:  # every stream's frame k is due now (the streams share one schedule)
+            for s, k, late in schedule.take(sent_at):
                 this, out = in_call[s], outs[s]
-                if in_flight and this[0] - this[1] - this[2] >= in_flight:
+                if late or (in_flight and this[0] - this[1] - this[2] >= in_flight):
                     out["held"] += 1
                     out["held_measured"] += measured
                     continue
@@ -269,9 +310,6 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
                 out["sent_measured"] += measured
             for at in range(0, len(items), per_message):  # within the server's message limit (8 MiB)
                 await call.write(requests.request(items[at:at + per_message]))
-            k += 1
-            while start + k / fps <= loop.time() - batch_ms / 1000.0:  # behind: the missed ticks' frames are skipped
-                k += 1
         await call.done_writing()
 
     async def reader():
@@ -307,7 +345,7 @@ async def _many_streams(channel, stream_ids: list[int], jpegs, fps, start, end, 
 
 
 def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline_ms, t0, results, in_flight=0,
-                    wire="track"):
+                    wire="track", phases="spread"):
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     import grpc
 
@@ -324,11 +362,12 @@ def _client_process(addresses, stream_ids, jpegs, fps, seconds, warmup, deadline
         ordered = [channels[a] for a in addresses]
         if wire == "many":  # one call per server address, the streams spread over them as Track spreads them
             by_channel = {i: [s for s in stream_ids if s % len(ordered) == i] for i in range(len(ordered))}
-            calls = [_many_streams(ordered[i], ids, jpegs, fps, start, end, measure_from, deadline_ms, in_flight)
+            calls = [_many_streams(ordered[i], ids, jpegs, fps, start, end, measure_from, deadline_ms, in_flight,
+                                   phases)
                      for i, ids in by_channel.items() if ids]
             streams = [s for group in await asyncio.gather(*calls) for s in group]
         else:
-            tasks = [_one_stream(ordered, s, jpegs, fps, start, end, measure_from, deadline_ms, in_flight)
+            tasks = [_one_stream(ordered, s, jpegs, fps, start, end, measure_from, deadline_ms, in_flight, phases)
                      for s in stream_ids]
             streams = await asyncio.gather(*tasks)
         for c in channels.values():
@@ -417,7 +456,7 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     t0 = time.perf_counter() + 3.0  # time for the processes to start
     procs = [ctx.Process(target=_client_process, args=(addresses, ids, jpegs, args.fps, args.seconds, args.warmup,
                                                        int(args.deadline_ms), t0, results, args.in_flight,
-                                                       wire))
+                                                       wire, args.phases))
              for ids in groups]
     for p in procs:
         p.start()
@@ -471,7 +510,7 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     client_cpu_s = sum(c["cpu_s"] for c in collected)
     return {
         "streams": n, "wire": wire, "fps_per_stream": args.fps, "seconds": args.seconds,
-        "in_flight": args.in_flight,
+        "in_flight": args.in_flight, "phases": args.phases,
         "measured_unix": measured_unix,
         "server_gc": _gc_during(status_start, status_end),
         "server_frames_served_in_window": in_window,
@@ -627,7 +666,7 @@ def run(args) -> dict:
                 "addresses": addresses, "gpu": _gpu_name(args.runners), "frame_size": list(clip[0].shape[1::-1]),
                 "jpeg_bytes_mean": int(np.mean([len(j) for j in jpegs])), "jpeg_quality": args.quality,
                 "encode_ms": round(encode_ms, 3), "p99_limit_ms": P99_LIMIT_MS, "min_served_share": MIN_SERVED_SHARE,
-                "most_streams_all_within_limit": best, "wires": args.wire,
+                "most_streams_all_within_limit": best, "wires": args.wire, "phases": args.phases,
                 "wire_ratios": _wire_ratios(trials) if len(args.wire) > 1 else [], "trials": trials}
 
     try:
@@ -636,7 +675,7 @@ def run(args) -> dict:
         rounds = max(1, args.rounds) if len(args.wire) > 1 else 1
         for n in counts:
             for wire in [w for _ in range(rounds) for w in args.wire]:  # the wires in turn: the same load on both
-                say(f"{n} streams x {args.fps:g} fps for {args.seconds:g} s over {wire} ...")
+                say(f"{n} streams x {args.fps:g} fps ({args.phases} phases) for {args.seconds:g} s over {wire} ...")
                 trial = _trial(n, addresses, pids, jpegs, args, wire)
                 held = f", {trial['dropped_at_client']} held back at the clients" if args.in_flight else ""
                 part = trial["server_cpu_ms_per_frame_by_part"]

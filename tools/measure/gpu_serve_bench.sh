@@ -15,8 +15,9 @@
 # Each step has its own time limit, so the call ends inside 10 minutes with what it measured; bench serve writes
 # every stream count to its JSON's `.partial` as the count ends, so a cut-short step keeps its counts.
 # Knobs (environment): STREAMS_1 (32), PROCS (6), STREAMS_N (256,1024), SECS (30 per count), CLIENTS (8),
-# IN_FLIGHT (0: clients send every frame; 1: as `run --remote`), RUNNERS (torch-cuda; cpu for a dry run
-# anywhere), WHEELS (.gpuwheels; empty: use what is installed),
+# IN_FLIGHT (0: clients send every frame; 1: as `run --remote`), PHASES (spread: each stream's frames at its own
+# point of the frame period, as independent cameras; aligned: every stream's at once, the load before 2026-12-06),
+# RUNNERS (torch-cuda; cpu for a dry run anywhere), WHEELS (.gpuwheels; empty: use what is installed),
 # T_TESTS (180), T_ONE (120), T_MANY (200) seconds: with the kill graces and start-up, at most about 9.5 minutes.
 #
 # Several processes on one GPU (`procs`): PROCS (8) servers at STREAMS_N (512), once per entry of SERVE_ARGS (serve
@@ -130,7 +131,7 @@ load_stop() {
 bench() {  # NAME LIMIT_S ARGS...: one `facebridge bench serve`; the .partial stands in for a cut-short run
   local name=$1 limit=$2; shift 2
   timeout -k 20 "$limit" "$PY" -m bridge.cli bench serve --runners "$RUNNERS" --seconds "$SECONDS_PER_COUNT" \
-    --in-flight "${IN_FLIGHT:-0}" --json "$OUT/$name.json" "$@" 2>&1 | grep --line-buffered -v " INFO " | stamp \
+    --in-flight "${IN_FLIGHT:-0}" --phases "${PHASES:-spread}" --json "$OUT/$name.json" "$@" 2>&1 | grep --line-buffered -v " INFO " | stamp \
     > "$OUT/$name.tlog"
   local rc=${PIPESTATUS[0]}
   tail -60 "$OUT/$name.tlog" > "$OUT/$name.log"
@@ -229,7 +230,7 @@ case "$MODE" in
     for _ in $(seq "${T_START:-240}"); do grep -q "listening on" "$OUT/profile-serve.log" && break; sleep 1; done
     timeout -k 10 $(( ${SECS:-30} + 120 )) "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
       --streams "${PROFILE_STREAMS:-128}" --seconds $(( ${SECS:-30} + 10 )) --warmup 10 --in-flight "${IN_FLIGHT:-1}" \
-      --client-processes "${CLIENTS:-4}" --json "$OUT/profile-bench.json" 2>&1 | stamp > "$OUT/profile-bench.log" &
+      --phases "${PHASES:-spread}" --client-processes "${CLIENTS:-4}" --json "$OUT/profile-bench.json" 2>&1 | stamp > "$OUT/profile-bench.log" &
     bpid=$!
     load_start
     sleep 20
@@ -252,7 +253,7 @@ case "$MODE" in
     timeout -k 10 "${T_WIRE:-300}" "$PY" -m bridge.cli bench serve --address "127.0.0.1:$port" \
       --wire "${WIRES:-track,many}" --rounds "${ROUNDS:-1}" --streams "${STREAMS_N:-64,256}" \
       --seconds "$SECONDS_PER_COUNT" --warmup 5 --in-flight "${IN_FLIGHT:-1}" --client-processes "${CLIENTS:-4}" \
-      --json "$OUT/wires.json" 2>&1 | grep -v " INFO " | tail -8
+      --phases "${PHASES:-spread}" --json "$OUT/wires.json" 2>&1 | grep -v " INFO " | tail -8
     kill "$spid"; tail -3 "$OUT/wires-serve.log" ;;
   fronts)  # the engine process and its front-end processes (issue 43), one server for every wire and count
     if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
