@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 import cv2
 import numpy as np
@@ -114,6 +115,13 @@ class ImageDecoder:
         BadImage it is. On the GPU all in one nvJPEG call (torchvision's decode_jpeg of a list: one batched
         decode, one call's Python overhead); if that call refuses the batch (it gives no partial results), each
         is decoded alone so a bad image costs only itself. On the CPU each alone (OpenCV)."""
+        return self.start_jpegs(datas, sizes)()
+
+    def start_jpegs(self, datas: list[bytes], sizes: list[tuple[int, int]]) -> Callable[[], list]:
+        """decode_jpegs in two parts: the decode, now, and the function it returns, which makes its result on
+        whichever thread calls it. After a batched nvJPEG call that function checks each frame against its
+        measured size and views it as (H, W, 3): microseconds a frame that a batch's decoding thread, the engine's
+        busiest, need not spend (JpegBatches calls it on its finishing thread)."""
         if self.gpu_jpeg and len(datas) > 1:
             try:
                 frames = self._nvjpeg([self._host_tensor(d) for d in datas])
@@ -121,16 +129,16 @@ class ImageDecoder:
                 frames = None  # one of them is bad: each alone below
             if frames is not None:
                 # (H, W, 3) views of nvJPEG's (3, H, W): the pass's stack makes them contiguous in its own copy
-                return [(f.permute(1, 2, 0), hw) if tuple(f.shape[1:]) == hw else
-                        BadImage(f"the JPEG decodes to {f.shape[2]}x{f.shape[1]}, not {hw[1]}x{hw[0]}")
-                        for f, hw in zip(frames, sizes)]
+                return lambda: [(f.permute(1, 2, 0), hw) if tuple(f.shape[1:]) == hw else
+                                BadImage(f"the JPEG decodes to {f.shape[2]}x{f.shape[1]}, not {hw[1]}x{hw[0]}")
+                                for f, hw in zip(frames, sizes)]
         out = []
         for data, (h, w) in zip(datas, sizes):
             try:
                 out.append(self._jpeg(data, h, w))
             except BadImage as e:
                 out.append(e)
-        return out
+        return lambda: out
 
     def _nvjpeg(self, encoded):
         """torchvision's nvJPEG decode (one image, or a list in one batched call) on this thread's own CUDA stream,

@@ -1,5 +1,5 @@
 """JpegBatches: the JPEG images waiting to be decoded taken together and decoded in one call
-(ImageDecoder.decode_jpegs: one batched nvJPEG decode on the GPU), each then handed on.
+(ImageDecoder.start_jpegs: one batched nvJPEG decode on the GPU), each then made and handed on by a second thread.
 
 With GPU runners each image's decode is mostly the Python side of torchvision's decode_jpeg (the GPU work is short),
 and one call a frame on a pool of workers held the interpreter lock for 17% of a serve process's frames (H200, fifth
@@ -59,15 +59,19 @@ class JpegBatches:
         """The batcher's thread: the batch decoded, and when (handed on by `_hand_on`, on the finishing thread)."""
         t0, cpu0 = time.perf_counter(), time.thread_time()
         try:
-            decoded = self._decoder.decode_jpegs([data for data, *_ in items], [hw for _, hw, *_ in items])
+            finish = self._decoder.start_jpegs([data for data, *_ in items], [hw for _, hw, *_ in items])
         except Exception as e:  # noqa: BLE001 - every image is still answered (refused), never left waiting
-            log.warning("a batch of %d JPEGs could not be decoded: %s", len(items), e)
-            decoded = [BadImage(f"the JPEG could not be decoded ({str(e).splitlines()[0][:120]})")] * len(items)
-        return decoded, t0, time.perf_counter(), (time.thread_time() - cpu0) * 1000.0
+            finish = _refused(len(items), e)
+        return finish, t0, time.perf_counter(), (time.thread_time() - cpu0) * 1000.0
 
     def _hand_on(self, _streams, items: list, batch: tuple) -> list:
-        """The finishing thread: each image of a decoded batch to whoever submitted it."""
-        decoded, t0, t1, cpu = batch
+        """The finishing thread: the batch's frames made (ImageDecoder.start_jpegs) and each handed on to whoever
+        submitted it."""
+        finish, t0, t1, cpu = batch
+        try:
+            decoded = finish()
+        except Exception as e:  # noqa: BLE001 - as in _decode_batch
+            decoded = _refused(len(items), e)()
         ms = (t1 - t0) * 1000.0 / len(items)
         together: dict = {}  # then_many -> (decoded, times, tags) of the images submitted with submit_many
         for (_, _, then, args, posted, *many), result in zip(items, decoded):
@@ -91,3 +95,9 @@ class JpegBatches:
 
     def close(self) -> None:
         self._batcher.close()
+
+
+def _refused(count: int, error: Exception):
+    log.warning("a batch of %d JPEGs could not be decoded: %s", count, error)
+    refused = BadImage(f"the JPEG could not be decoded ({str(error).splitlines()[0][:120]})")
+    return lambda: [refused] * count

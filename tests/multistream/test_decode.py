@@ -71,18 +71,18 @@ def test_an_image_is_sized_from_its_header_and_refused_before_any_pixel_work():
 
 
 class _GatedDecoder(ImageDecoder):
-    """The CPU decoder, its first decode_jpegs call held until `gate` is set (the JPEG thread busy, as with a long
+    """The CPU decoder, its first start_jpegs call held until `gate` is set (the JPEG thread busy, as with a long
     batch on the GPU); `done` counts the calls that returned."""
 
     def __init__(self, gate=None) -> None:
         super().__init__("cpu")
         self.gate, self.calls, self.done = gate, 0, 0
 
-    def decode_jpegs(self, datas, sizes):
+    def start_jpegs(self, datas, sizes):
         self.calls += 1
         if self.calls == 1 and self.gate is not None:
             self.gate.wait(30)
-        decoded = super().decode_jpegs(datas, sizes)
+        decoded = super().start_jpegs(datas, sizes)
         self.done += 1
         return decoded
 
@@ -112,7 +112,7 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
     finally:
         gate.set()
         batches.close()
-    assert list(batches.batch_sizes) == [1, 4]  # one decode_jpegs call a batch
+    assert list(batches.batch_sizes) == [1, 4]  # one start_jpegs call a batch
     for key in ("first", 0, 1, 3):
         (frame, hw), times = got[key]
         assert hw == (360, 480) and np.array_equal(frame, want) and times.ms > 0
@@ -195,7 +195,7 @@ def test_a_batch_the_decoder_cannot_take_answers_every_image_as_refused():
 
     done, got = threading.Event(), []
     batches = JpegBatches(ImageDecoder("cpu"))
-    try:  # no size to decode to: decode_jpegs itself fails, and the image is refused rather than left waiting
+    try:  # no size to decode to: start_jpegs itself fails, and the image is refused rather than left waiting
         batches.submit(b"\xff\xd8 not measured", None, lambda decoded, times: (got.append(decoded), done.set()))
         assert done.wait(30)
     finally:
