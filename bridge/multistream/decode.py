@@ -123,15 +123,18 @@ class ImageDecoder:
         measured size and views it as (H, W, 3): microseconds a frame that a batch's decoding thread, the engine's
         busiest, need not spend (JpegBatches calls it on its finishing thread)."""
         if self.gpu_jpeg and len(datas) > 1:
+            encoded = [self._host_tensor(d) for d in datas]
             try:
-                frames = self._nvjpeg([self._host_tensor(d) for d in datas])
+                frames = self._nvjpeg(encoded)
             except RuntimeError:
                 frames = None  # one of them is bad: each alone below
             if frames is not None:
-                # (H, W, 3) views of nvJPEG's (3, H, W): the pass's stack makes them contiguous in its own copy
-                return lambda: [(f.permute(1, 2, 0), hw) if tuple(f.shape[1:]) == hw else
-                                BadImage(f"the JPEG decodes to {f.shape[2]}x{f.shape[1]}, not {hw[1]}x{hw[0]}")
-                                for f, hw in zip(frames, sizes)]
+                def made(_encoded=encoded) -> list:  # the inputs go with it: freed where it is, not here
+                    # (H, W, 3) views of nvJPEG's (3, H, W): the pass's stack makes them contiguous in its own copy
+                    return [(f.permute(1, 2, 0), hw) if tuple(f.shape[1:]) == hw else
+                            BadImage(f"the JPEG decodes to {f.shape[2]}x{f.shape[1]}, not {hw[1]}x{hw[0]}")
+                            for f, hw in zip(frames, sizes)]
+                return made
         out = []
         for data, (h, w) in zip(datas, sizes):
             try:
