@@ -176,7 +176,7 @@ class Engine:
             tag, data = (index, epoch, slot, generation), ring.images[slot, :n]
             if encoding == JPEG and self._jpeg is not None:
                 jpegs.append(tag)
-                datas.append(data)
+                datas.append(self._decoder.encoded(data))
                 hws.append((height, width))
             else:
                 others.append((tag, encoding, data, (height, width)))
