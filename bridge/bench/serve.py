@@ -48,8 +48,8 @@ MIN_SERVED_SHARE = 0.95
 # frame to the engine and through its decode; the batcher's queue, the pass, its GPU time, the wait for the
 # describing thread)
 STAGES = ("decode", "wait", "track", "describe", "describe_cpu", "server", "to_decode", "decode_queue",
-          "decode_batch", "decode_batch_cpu", "to_service", "to_engine", "engine_decode", "queue", "pass", "gpu",
-          "to_describe")
+          "decode_batch", "decode_batch_cpu", "to_service", "to_engine", "engine_decode", "engine_decode_queue",
+          "engine_decode_batch", "engine_hand_on", "queue", "pass", "gpu", "to_describe")
 WIRES = ("track", "many")
 PHASES = ("spread", "aligned")
 GOLDEN = (5 ** 0.5 - 1) / 2  # stream ids times it, mod 1: phases spread evenly over a period for any set of ids

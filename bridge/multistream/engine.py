@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -196,13 +197,13 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - one broken image never takes a worker down
             decoded = BadImage(f"the image could not be decoded ({str(e).splitlines()[0][:120] if str(e) else e!r})")
         if group.add(tag, decoded, (time.perf_counter() - t0) * 1000.0):
-            self._decoded(group.decoded, group.ms, group.tags)
+            self._decoded(group.decoded, group.ms, group.tags, [_NO_CALL] * len(group.tags))
 
     def _jpegs_decoded(self, decoded: list, times: list, tags: list) -> None:
         """JPEGs decoded in one batch (JpegBatches' thread; times: their DecodeTimes)."""
-        self._decoded(decoded, [t.ms for t in times], tags)
+        self._decoded(decoded, [t.ms for t in times], tags, [(t.started, t.ended) for t in times])
 
-    def _decoded(self, decoded: list, decode_ms: list[float], tags: list) -> None:
+    def _decoded(self, decoded: list, decode_ms: list[float], tags: list, calls: list[tuple[float, float]]) -> None:
         """Images of one message decoded; each that did not decode refused alone, the others posted together."""
         good = []
         for i, d in enumerate(decoded):
@@ -211,10 +212,12 @@ class Engine:
             else:
                 good.append(i)
         if good:
-            self._submit([tags[i] for i in good], [decoded[i] for i in good], [decode_ms[i] for i in good])
+            self._submit([tags[i] for i in good], [decoded[i] for i in good], [decode_ms[i] for i in good],
+                         [calls[i] for i in good])
 
-    def _submit(self, tags: list, decoded: list, decode_ms: list) -> None:
-        """Decoded frames ((frame, hw) each) to the services of their sizes, each size's in one post."""
+    def _submit(self, tags: list, decoded: list, decode_ms: list, calls: list[tuple[float, float]]) -> None:
+        """Decoded frames ((frame, hw) each) to the services of their sizes, each size's in one post; calls: when
+        each one's decode call began and ended (_NO_CALL: a decode worker's)."""
         by_size: dict[tuple[int, int], list[int]] = {}
         for i, ((index, epoch, _slot, _generation), (_frame, hw)) in enumerate(zip(tags, decoded)):
             if self._epochs[index] == epoch:  # else its front end is gone
@@ -236,6 +239,7 @@ class Engine:
                     self._generations[row] = generation
                 info = self.rings[index].info[slot]
                 info[rings.DECODE_MS], info[rings.QUEUED] = decode_ms[i], now
+                info[rings.DECODE_START], info[rings.DECODE_END] = calls[i]
                 rows.append(row)
             try:
                 service.post_many(rows, [decoded[i][0] for i in picked], these,
@@ -389,6 +393,9 @@ class Engine:
             service.close()
         for ring in self.rings:
             ring.close()
+
+
+_NO_CALL = (math.nan, math.nan)  # an image decoded alone by a decode worker: no batch call to time
 
 
 class _Decoded:

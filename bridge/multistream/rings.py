@@ -15,7 +15,8 @@ before its result came back. Arrays, all views of one `multiprocessing.shared_me
 - `results` (slots, RESULT_WIDTH) float32: the batched tracker's packed row (tracker.RESULT_FIELDS);
 - `info` (slots, INFO_WIDTH) float64: status, the engine's decode time (ms), the pass's start and end
   (time.perf_counter(), CLOCK_MONOTONIC: the same clock in every process of the machine), its GPU time (ms), when
-  the engine read the slot's number and when the decoded image joined its service's queue (perf_counter too);
+  the engine read the slot's number and when the decoded image joined its service's queue, and when its JPEG batch's
+  decode call began and ended (perf_counter too; NaN for an image its decode workers took);
 - `errors` (slots, ERROR_BYTES) uint8: for a refused image or a failed pass, one line naming it (UTF-8).
 
 The engine creates (and at its exit unlinks) every ring; a front end attaches by name. A front end that dies
@@ -34,8 +35,8 @@ from bridge.multistream.tracker import RESULT_WIDTH
 
 REQUEST_WIDTH = 5  # nbytes, height, width, encoding, generation
 NBYTES, HEIGHT, WIDTH, ENCODING, GENERATION = range(REQUEST_WIDTH)
-INFO_WIDTH = 7  # status, decode_ms, pass start, pass end, gpu_ms, engine read, queued for its pass
-STATUS, DECODE_MS, PASS_START, PASS_END, GPU_MS, READ, QUEUED = range(INFO_WIDTH)
+INFO_WIDTH = 9  # status, decode_ms, pass start, pass end, gpu_ms, engine read, queued for its pass, decode call
+STATUS, DECODE_MS, PASS_START, PASS_END, GPU_MS, READ, QUEUED, DECODE_START, DECODE_END = range(INFO_WIDTH)
 OK, REFUSED, FAILED = 0, 1, 2  # status: results in `results`; the image refused (BadImage); its pass failed
 ERROR_BYTES = 240
 DEFAULT_SLOT_KIB = 512  # a 1280x720 JPEG at q80 is about 100 kB, a 1920x1080 one 200-300 kB

@@ -164,10 +164,11 @@ class EngineLink:
             info = ring.info[ring_slots]
             done = [entries[i] for i in picked]
             tags = [entry[3] for entry in done]
-            engine_times = info[:, [rings.DECODE_MS, rings.READ, rings.QUEUED]].tolist()
-            for tag, (decode_ms, read, queued) in zip(tags, engine_times):
+            engine_times = info[:, [rings.DECODE_MS, rings.READ, rings.QUEUED, rings.DECODE_START,
+                                    rings.DECODE_END]].tolist()
+            for tag, (decode_ms, *times) in zip(tags, engine_times):
                 tag.extra["decode_ms"] = decode_ms
-                tag.extra["engine_times"] = (read, queued)
+                tag.extra["engine_times"] = times  # read, queued, its decode call's start and end
             timing = info[:, [rings.PASS_START, rings.PASS_END, rings.GPU_MS]]
             service.passes += 1
             service.frames += pass_size or len(picked)

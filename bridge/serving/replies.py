@@ -30,7 +30,9 @@ def _split_stages(served: list, faces, t0: float) -> tuple[tuple[str, ...], np.n
     batch's images handed on before it, and submit); with the service's pass timing, track = queue (the batcher's
     previous pass) + pass (this pass, taken to results on the host; gpu: its GPU time) + to_describe (waiting for
     the describing thread); in a front-end process, to_engine (the slot's number to the engine's reader) and
-    engine_decode (read to queued for the pass: the engine's JPEG batches) come before the queue."""
+    engine_decode (read to queued for the pass: the engine's JPEG batches) come before the queue, and where the
+    engine's JPEG batches decoded every frame engine_decode is split too: engine_decode_queue (its previous batch),
+    engine_decode_batch (this batch's decode call), engine_hand_on (handed on and queued)."""
     cols, keys = [], []
     decode = [s.extra.get("decode_times") for s in served]
     if all(d is not None for d in decode):
@@ -44,9 +46,12 @@ def _split_stages(served: list, faces, t0: float) -> tuple[tuple[str, ...], np.n
         queued = submitted = np.array([s.submitted for s in served], np.float64)
         engine = [s.extra.get("engine_times") for s in served]
         if all(e is not None for e in engine):  # a front end's frame: its way through the engine process
-            read, queued = np.array(engine, np.float64).T
+            read, queued, started, ended = np.array(engine, np.float64).T
             cols += [read - submitted, queued - read]
             keys += ["to_engine", "engine_decode"]
+            if np.isfinite(started).all():
+                cols += [started - read, ended - started, queued - ended]
+                keys += ["engine_decode_queue", "engine_decode_batch", "engine_hand_on"]
         cols += [timing[:, 0] - queued, timing[:, 1] - timing[:, 0], t0 - timing[:, 1]]
         keys += ["queue", "pass", "to_describe"]
     if not cols:

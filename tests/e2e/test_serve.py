@@ -103,6 +103,10 @@ def _stages_add_up(frame, jpeg_batched: bool) -> None:
     assert abs(sum(got[k] for k in parts) - got["track"]) < 0.01
     assert min(got[k] for k in parts) >= 0 and got["pass"] > 0
     assert "gpu" not in got  # CPU runners: no GPU time to give
+    if "engine_decode_queue" in got:  # the engine's JPEG batches: its decode split into the wait, the call, the rest
+        parts = ("engine_decode_queue", "engine_decode_batch", "engine_hand_on")
+        assert abs(sum(got[k] for k in parts) - got["engine_decode"]) < 0.01 and min(got[k] for k in parts) >= 0
+        assert got["engine_decode_batch"] > 0
     if jpeg_batched:
         parts = ("to_decode", "decode_queue", "decode_batch", "to_service")
         assert abs(sum(got[k] for k in parts) - got["wait"]) < 0.01 and min(got[k] for k in parts) >= 0

@@ -97,8 +97,8 @@ def test_eight_streams_over_both_wires_through_two_front_ends_get_the_facebridge
         {addresses[1]}  # each stream on the front end it connected to
     _served_are_the_run_frames(served, clip, STREAMS)
     # every frame's way through the engine is in its stages (the sum is checked in _served_are_the_run_frames)
-    assert all({"to_engine", "engine_decode"} <= set(face.latencies_ms) for faces in served.values()
-               for face, _ in faces)
+    assert all({"to_engine", "engine_decode", "engine_decode_queue", "engine_decode_batch", "engine_hand_on"}
+               <= set(face.latencies_ms) for faces in served.values() for face, _ in faces)
     for address in addresses:  # every frame's pass ran in the engine: the front ends saw passes, decoded nothing
         status = _status(address)
         assert status.passes > 0 and status.frames_served >= 4 * FRAMES and status.decoder == "in the engine process"
