@@ -14,6 +14,8 @@ reported too: gRPC's receive of the images and send of the replies, with a parse
 under what `facebridge serve` spends a frame on the batched wire.
 
     python3 tools/measure/diag/many_client_cost.py --streams 1000 --fps 2 --seconds 20 --json OUT.json
+    python3 tools/measure/diag/many_client_cost.py --streams 125 --fps 30 --phases spread,aligned  # a GPU run's
+                                                               # client process: 1,000 streams over 8 of them
 """
 from __future__ import annotations
 
@@ -121,11 +123,11 @@ def measure(args) -> dict:
     address = f"127.0.0.1:{bound.get(timeout=60)}"
     out = []
     try:
-        for streams in args.streams:
+        for streams, phases in [(n, ph) for n in args.streams for ph in args.phases]:
             t0 = time.perf_counter() + 2.0
             client = ctx.Process(target=_client_process, args=([address], list(range(streams)), jpegs, args.fps,
                                                                args.seconds, args.warmup, 60_000, t0, results, 1,
-                                                               "many"))
+                                                               "many", phases))
             cpu0 = stat_cpu_seconds(f"/proc/{server.pid}/stat")
             client.start()
             got = results.get(timeout=args.seconds + 120)
@@ -135,7 +137,8 @@ def measure(args) -> dict:
             served = sum(s["served"] for s in got["streams"])
             latency = sorted(v for s in got["streams"] for v in s["latency_ms"])
             ms = got["cpu_s"] * 1000.0 / max(sent, 1)
-            out.append({"streams": streams, "fps": args.fps, "seconds": args.seconds, "frames_sent": sent,
+            out.append({"streams": streams, "fps": args.fps, "phases": phases, "seconds": args.seconds,
+                        "frames_sent": sent,
                         "frames_answered": served, "held_back": sum(s["held"] for s in got["streams"]),
                         "client_cpu_s": round(got["cpu_s"], 3), "client_cpu_ms_per_frame": round(ms, 4),
                         "cores_at_30000_frames_a_s": round(ms * 30.0, 2),  # 1,000 streams at 30 fps
@@ -150,10 +153,19 @@ def measure(args) -> dict:
     return {"reply_bytes": len(template), "jpeg_bytes_mean": sum(map(len, jpegs)) // len(jpegs), "trials": out}
 
 
+def _phases(text: str) -> list[str]:
+    phases = [x.strip() for x in text.split(",") if x.strip()]
+    if not phases or any(x not in ("spread", "aligned") for x in phases):
+        raise argparse.ArgumentTypeError(f"{text!r}: give spread, aligned or both as spread,aligned")
+    return phases
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--streams", default="1000", type=lambda t: [int(x) for x in t.split(",")])
     p.add_argument("--fps", type=float, default=2.0, help="per stream (default 2)")
+    p.add_argument("--phases", default=["spread"], type=_phases,
+                   help="when the streams' frames fall due, each in turn (bench serve --phases; default spread)")
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--warmup", type=float, default=3.0)
     p.add_argument("--json", default=None)
