@@ -122,6 +122,8 @@ class FrameSchedule:
         self.k = self.i = 0  # the next frame due: stream order[i]'s frame k
 
     def next_due(self) -> float | None:
+        if not self.order:
+            return None
         due = self.start + self.k * self.period + self.offsets[self.i]
         return due if due < self.end else None
 

@@ -41,6 +41,7 @@ def test_aligned_phases_bring_every_streams_frame_at_once():
     # at 11.6: frames 1 (10.5) and 2 (11.0) more than a period old, so late, and frame 3 (11.5)
     assert [(k, late) for _, k, late in schedule.take(11.6)] == [(1, True)] * 8 + [(2, True)] * 8 + [(3, False)] * 8
     assert schedule.next_due() is None  # 12.0 is the end
+    assert FrameSchedule([], 2.0, "aligned", 0.0, 1.0).next_due() is None  # no streams: nothing ever due
 
 
 def test_a_sender_a_whole_period_behind_gets_its_missed_frames_marked_late():
