@@ -10,6 +10,11 @@ frames; with nvidia-smi on the path, the hardware JPEG engines' utilisation (dmo
 The serve front end needs 30 images a second per stream, so the ceiling here bounds the streams one GPU can decode,
 before any tracking or gRPC. --sizes: `fixed` batches of B; `varying`, B/2..B images a call in turn (as serve's
 batches take what waits); `padded`, the same varying images each made up to B with a small JPEG (PAD_SIDE square).
+--contend on: beside the decoding, each process keeps the GPU busy as serve's passes do (bursts of fp16 matmuls on a
+normal-priority stream, CONTEND_BUSY_MS of work then CONTEND_IDLE_MS idle), so a decode's wall time shows what the
+passes' kernels cost it. torchvision decodes on a stream of its own from PyTorch's pool at normal priority; the
+nvimgcodec decoder here decodes on the calling thread's stream, high priority with --stream-priority high (as
+serve's decoding stream).
 
     python3 tools/measure/gpu_jpeg_ceiling.py --decoder torchvision,nvimgcodec --procs 1,2 --threads 1,2 \
         --batch 16,64 --seconds 8 --json OUT.json
@@ -45,6 +50,7 @@ def sample_jpegs(quality: int) -> list[bytes]:
 
 
 PAD_SIDE = 64
+CONTEND_BUSY_MS, CONTEND_IDLE_MS = 10.0, 5.0  # a pass of a few hundred frames, then the gap to the next
 
 
 def _pad_jpeg() -> bytes:
@@ -53,12 +59,12 @@ def _pad_jpeg() -> bytes:
     return encode_jpeg(np.full((PAD_SIDE, PAD_SIDE, 3), 128, np.uint8))
 
 
-def _batch_decoder(decoder: str, jpegs: list[bytes]):
+def _batch_decoder(decoder: str, jpegs: list[bytes], priority: int = 0):
     """one(k, batch, pad_to) -> that batch of frames decoded on the GPU (made up to pad_to images with a small JPEG),
-    synchronised (a thread's own decoder and stream)."""
+    synchronised (a thread's own decoder and stream, of `priority`: -1 high, 0 normal)."""
     import torch
 
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.Stream(priority=priority)
     if decoder == "torchvision":
         from torchvision.io import decode_jpeg
 
@@ -89,12 +95,40 @@ def _batch_decoder(decoder: str, jpegs: list[bytes]):
     return one
 
 
-def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, out):
+def _contend(stop, busy: list) -> None:
+    """Keep the GPU busy as serve's passes do until `stop` is set: CONTEND_BUSY_MS of fp16 matmuls on a
+    normal-priority stream, waited for, then CONTEND_IDLE_MS idle; `busy` gets the share of the time it was busy."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    b = torch.randn_like(a)
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            a @ b
+        stream.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(20):
+            a @ b
+        stream.synchronize()
+        count = max(1, round(CONTEND_BUSY_MS / ((time.perf_counter() - t0) * 1000.0 / 20)))
+        busy_s, t_start = 0.0, time.perf_counter()
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            for _ in range(count):
+                a @ b
+            stream.synchronize()
+            busy_s += time.perf_counter() - t0
+            time.sleep(CONTEND_IDLE_MS / 1000.0)
+        busy.append(busy_s / max(1e-9, time.perf_counter() - t_start))
+
+
+def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, out, contend=False, priority=0):
     import threading
 
     import torch
 
-    ones = [_batch_decoder(decoder, jpegs) for _ in range(threads)]
+    ones = [_batch_decoder(decoder, jpegs, priority) for _ in range(threads)]
     for one in ones:
         one(0, batch)  # the decoder's state and the context made before the clock starts
     ready.put(os.getpid())
@@ -120,16 +154,24 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
         results.append((n, walls, time.thread_time() - (cpu0 or time.thread_time())))
 
     workers = [threading.Thread(target=loop, args=(one, t)) for t, one in enumerate(ones)]
+    stop, busy = threading.Event(), []
+    contender = threading.Thread(target=_contend, args=(stop, busy), daemon=True) if contend else None
+    if contender is not None:
+        contender.start()
     time.sleep(max(0.0, measure_from - time.time()))
     cpu0, t0 = time.process_time(), time.perf_counter()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
+    seconds_taken, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+    if contender is not None:
+        stop.set()
+        contender.join(30)
     torch.cuda.synchronize()
-    out.put({"images": sum(r[0] for r in results), "seconds": time.perf_counter() - t0,
-             "cpu_s": time.process_time() - cpu0, "thread_cpu_s": sum(r[2] for r in results),
-             "batch_ms": [w for r in results for w in r[1]]})
+    out.put({"images": sum(r[0] for r in results), "seconds": seconds_taken, "cpu_s": cpu_s,
+             "thread_cpu_s": sum(r[2] for r in results), "batch_ms": [w for r in results for w in r[1]],
+             "contender_busy": busy[0] if busy else None})
 
 
 def pixel_difference(jpegs: list[bytes]) -> dict:
@@ -146,11 +188,11 @@ def pixel_difference(jpegs: list[bytes]) -> dict:
 
 
 def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: float, seconds: float,
-            sizes: str = "fixed") -> dict:
+            sizes: str = "fixed", contend: bool = False, priority: int = 0) -> dict:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     workers = [ctx.Process(target=_decoder, args=(decoder, jpegs, batch, sizes, threads, warmup, seconds,
-                                                            ready, go, out))
+                                                  ready, go, out, contend, priority))
                for _ in range(procs)]
     for w in workers:
         w.start()
@@ -189,7 +231,10 @@ def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: f
     seconds_mean = statistics.mean(r["seconds"] for r in results)
     walls = sorted(w for r in results for w in r["batch_ms"])
     return {
-        "decoder": decoder, "processes": procs, "threads": threads, "batch": batch, "sizes": sizes, "images": images,
+        "decoder": decoder, "processes": procs, "threads": threads, "batch": batch, "sizes": sizes,
+        "contend": contend, "stream_priority": priority, "images": images,
+        # the share of the time the contending matmuls kept the GPU busy (each process's, averaged)
+        "contender_busy": round(statistics.mean(r["contender_busy"] for r in results), 3) if contend else None,
         "images_per_s": round(images / seconds_mean, 1),
         "cpu_ms_per_image": round(1000.0 * sum(r["cpu_s"] for r in results) / images, 4),
         "decoding_thread_cpu_ms_per_image": round(1000.0 * sum(r["thread_cpu_s"] for r in results) / images, 4),
@@ -209,6 +254,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--sizes", default="fixed", help="fixed, varying, padded or several, comma-separated (see above)")
+    p.add_argument("--contend", default="off", help="off, on or both as off,on: the GPU kept busy beside (see above)")
+    p.add_argument("--stream-priority", default="normal", choices=["normal", "high"],
+                   help="the decoding threads' own streams (nvimgcodec decodes on it; torchvision on its own)")
     p.add_argument("--quality", type=int, default=80)
     p.add_argument("--json", required=True)
     args = p.parse_args()
@@ -219,8 +267,9 @@ def main() -> None:
         for batch in [int(b) for b in args.batch.split(",")]:
             for procs in [int(x) for x in args.procs.split(",")]:
                 for threads in [int(x) for x in args.threads.split(",")]:
-                    for sizes in args.sizes.split(","):
-                        row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds, sizes)
+                    for sizes, contend in itertools.product(args.sizes.split(","), args.contend.split(",")):
+                        row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds, sizes,
+                                      contend == "on", -1 if args.stream_priority == "high" else 0)
                         print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
                         rows.append(row)
     import torch
