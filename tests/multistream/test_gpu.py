@@ -293,7 +293,7 @@ def test_nvjpeg_decodes_a_batch_in_one_call_and_refuses_only_the_bad_image():
     assert not isinstance(mixed[0], BadImage) and not isinstance(mixed[2], BadImage)
     assert torch_equal(mixed[0][0], got[0][0]) and torch_equal(mixed[2][0], got[2][0])
     # as the engine hands them over: ring-slot arrays made tensors on its reader threads (`encoded`), no copy
-    slots = [np.frombuffer(d, np.uint8) for d in datas]
+    slots = [np.frombuffer(bytearray(d), np.uint8) for d in datas]  # writable, as a ring slot is
     tensors = [decoder.encoded(a) for a in slots]
     assert all(t.data_ptr() == a.ctypes.data for t, a in zip(tensors, slots))
     again = decoder.decode_jpegs(tensors, [(360, 480)] * 3)
