@@ -107,7 +107,7 @@ def add_arguments(p) -> None:
 
 def stream_phase(stream_id: int, fps: float, phases: str) -> float:
     """Seconds into each frame period at which a stream's frames are due. Spread: each camera runs on its own
-    clock, so 1,000 streams bring about 33 frames a millisecond at 30 fps, not 1,000 every 33 ms."""
+    clock, so 1,000 streams bring about 30 frames a millisecond at 30 fps, not 1,000 every 33 ms."""
     return 0.0 if phases == "aligned" else (stream_id * GOLDEN % 1.0) / fps
 
 
