@@ -41,6 +41,10 @@ def add_parser(sub) -> None:
     p.add_argument("--jpeg-batches", choices=("auto", "on", "off"), default="auto",
                    help="decode every JPEG waiting in one call on one thread (auto, the default: with GPU runners, "
                         "one batched nvJPEG decode; on: also on the CPU), or each on the decode workers (off)")
+    p.add_argument("--jpeg-decoder", choices=("torchvision", "nvimgcodec"), default="torchvision",
+                   help="GPU runners: the JPEG decoder (torchvision's nvJPEG, the default: one decoder a process; "
+                        "nvimgcodec: nvImageCodec, a decoder a decoding thread on its own high-priority stream, "
+                        "installed apart: pip install nvidia-nvimgcodec-cu13)")
     p.add_argument("--switch-interval-ms", type=float, default=None, metavar="MS",
                    help="how long one of the server's threads may hold Python's interpreter lock while another "
                         "waits for it (default: Python's 5 ms)")
@@ -148,6 +152,9 @@ def serve_config(args):
     if args.pass_batch < 0:
         raise FaceBridgeError(f"--pass-batch {args.pass_batch} is negative",
                               "pass 0 (every stream at once) or the most frames a pass may take")
+    if args.jpeg_decoder == "nvimgcodec" and args.runners == "cpu":
+        raise FaceBridgeError("--jpeg-decoder nvimgcodec decodes on the GPU; the CPU runners decode with OpenCV",
+                              "pass --runners torch-cuda, or leave --jpeg-decoder out")
     if not 16 <= args.frame_slot_kib <= 8192:
         raise FaceBridgeError(f"--frame-slot-kib {args.frame_slot_kib} is outside 16..8192",
                               "pass e.g. 512 (the default)")
@@ -163,7 +170,8 @@ def serve_config(args):
                        jpeg_batches={"auto": None, "on": True, "off": False}[args.jpeg_batches],
                        updates=None if args.updates == "off" else args.updates,
                        switch_interval_ms=args.switch_interval_ms, front_ends=args.front_ends,
-                       frame_slot_kib=args.frame_slot_kib, pass_batch=args.pass_batch)
+                       frame_slot_kib=args.frame_slot_kib, pass_batch=args.pass_batch,
+                       jpeg_decoder=args.jpeg_decoder)
 
 
 def run(args) -> int:

@@ -3,6 +3,9 @@
 JPEG goes to nvJPEG (torchvision.io.decode_jpeg on the service's GPU) when the service runs on a CUDA device: the
 decoded frame is already where the tracker reads it, and the host does no pixel work at all (a 480x360 JPEG is
 about 1.5 ms of CPU in OpenCV; at 30,000 frames a second that is 45 cores). Elsewhere OpenCV decodes on the CPU.
+`library="nvimgcodec"` decodes with nvImageCodec instead (`facebridge serve --jpeg-decoder nvimgcodec`): a decoder
+a thread, on that thread's own high-priority stream (torchvision's one decoder a process decodes on a stream of its
+own at normal priority, behind the passes' kernels), an image it cannot decode refused alone.
 Raw frames (loopback clients only) are wrapped without a copy. An image is sized from its header before any pixel
 work (`measure`): a raw image's declared size must match its bytes, a JPEG's start-of-frame must be there and end
 with its end-of-image marker (a truncated file), both within MIN_SIDE..MAX_PIXELS. Every refusal is a `BadImage`
@@ -16,6 +19,8 @@ from collections.abc import Callable
 
 import cv2
 import numpy as np
+
+from bridge.errors import FaceBridgeError
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +56,27 @@ def _jpeg_size(data: bytes) -> tuple[int, int] | None:
 class ImageDecoder:
     """decode(encoding, data, width, height) -> (frame, (height, width)). device: the service's torch device."""
 
-    def __init__(self, device: str = "cpu", allow_raw: bool = True, gpu_jpeg: bool | None = None) -> None:
+    def __init__(self, device: str = "cpu", allow_raw: bool = True, gpu_jpeg: bool | None = None,
+                 library: str = "torchvision") -> None:
+        """library: the GPU's JPEG decoder, torchvision or nvimgcodec (the latter must be installed: a one-line
+        FaceBridgeError says how)."""
         self.device = device
         self.allow_raw = allow_raw
-        self._torch = None
+        self._torch = self._nvimgcodec = None
         on_gpu = str(device).startswith("cuda")
         if gpu_jpeg is None:
             gpu_jpeg = on_gpu
-        if gpu_jpeg:
+        if gpu_jpeg and library == "nvimgcodec" and on_gpu:
+            try:
+                import torch
+                from nvidia import nvimgcodec
+            except ImportError as e:
+                raise FaceBridgeError(f"--jpeg-decoder nvimgcodec: nvImageCodec is not installed ({e})",
+                                      "pip install nvidia-nvimgcodec-cu13 (CUDA 13; -cu12 for CUDA 12), or leave "
+                                      "--jpeg-decoder out") from None
+            self._torch, self._nvimgcodec = torch, nvimgcodec
+            self._nv_params = nvimgcodec.DecodeParams(apply_exif_orientation=False, color_spec=nvimgcodec.SRGB)
+        elif gpu_jpeg:
             try:
                 # optional extra: torch (gpu), about 1.5 s to import
                 import torch
@@ -69,7 +87,8 @@ class ImageDecoder:
                 log.warning("nvJPEG is not available (%s); JPEG is decoded on the CPU", e)
                 gpu_jpeg = False
         self.gpu_jpeg = bool(gpu_jpeg and on_gpu)
-        self.name = "gpu (nvjpeg)" if self.gpu_jpeg else "cpu (opencv)"
+        self.name = ("gpu (nvimgcodec)" if self._nvimgcodec is not None else "gpu (nvjpeg)") if self.gpu_jpeg \
+            else "cpu (opencv)"
         self._streams = threading.local()  # each decoding thread's own CUDA stream (see _nvjpeg)
 
     def measure(self, encoding: int, data: bytes, width: int = 0, height: int = 0, raw_ok: bool | None = None
@@ -122,6 +141,12 @@ class ImageDecoder:
         whichever thread calls it. After a batched nvJPEG call that function checks each frame against its
         measured size and views it as (H, W, 3): microseconds a frame that a batch's decoding thread, the engine's
         busiest, need not spend (JpegBatches calls it on its finishing thread)."""
+        if self._nvimgcodec is not None:
+            frames = self._nvimgcodec_batch(datas)
+            return lambda: [BadImage("nvImageCodec cannot decode this JPEG") if f is None else
+                            (f, hw) if tuple(f.shape[:2]) == hw else
+                            BadImage(f"the JPEG decodes to {f.shape[1]}x{f.shape[0]}, not {hw[1]}x{hw[0]}")
+                            for f, hw in zip(frames, sizes)]
         if self.gpu_jpeg and len(datas) > 1:
             encoded = [self._host_tensor(d) for d in datas]
             try:
@@ -162,11 +187,33 @@ class ImageDecoder:
             stream.synchronize()
             return frames
 
+    def _nvimgcodec_batch(self, datas: list) -> list:
+        """nvImageCodec's decode of many JPEGs on this thread's own decoder and high-priority stream: each an
+        (H, W, 3) uint8 RGB tensor in PyTorch's memory, allocated and copied on that stream (so the passes' rule for
+        the frames they read, record_stream, holds as for torchvision's), or None where it failed. Returns once the
+        copies are done: nvImageCodec's own images are freed after."""
+        torch, nv = self._torch, self._nvimgcodec
+        local = self._streams
+        if getattr(local, "stream", None) is None:
+            local.stream = torch.cuda.Stream(self.device, priority=-1)
+        if getattr(local, "nv", None) is None:
+            local.nv = nv.Decoder(options=":num_cuda_streams=1")
+        stream = local.stream
+        with torch.cuda.stream(stream):
+            images = local.nv.decode([nv.CodeStream(np.frombuffer(d, np.uint8) if isinstance(d, (bytes, bytearray))
+                                                    else d) for d in datas],
+                                     params=self._nv_params, cuda_stream=stream.cuda_stream)
+            frames = [None if image is None else torch.as_tensor(image, device=self.device).clone()
+                      for image in images]
+            stream.synchronize()
+        return frames
+
     def encoded(self, data):
         """A JPEG's bytes as decode_jpegs and start_jpegs take them fastest: for nvJPEG already the uint8 tensor it
         reads (`_host_tensor`), so the thread that calls this, not the decoding one, makes it (the engine's readers
-        of its front ends: 5% of its decoding thread's samples were this, H100); as they are on the CPU."""
-        return self._host_tensor(data) if self.gpu_jpeg else data
+        of its front ends: 5% of its decoding thread's samples were this, H100); as they are on the CPU and for
+        nvImageCodec (it reads the array)."""
+        return self._host_tensor(data) if self.gpu_jpeg and self._nvimgcodec is None else data
 
     def _host_tensor(self, data):
         """The encoded bytes as a uint8 tensor for nvJPEG: a numpy array (an engine ring slot, multistream/rings.py) as
@@ -179,6 +226,11 @@ class ImageDecoder:
         return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
     def _jpeg(self, data: bytes, h: int, w: int):
+        if self._nvimgcodec is not None:
+            (frame,) = self._nvimgcodec_batch([data])
+            if frame is None or tuple(frame.shape[:2]) != (h, w):
+                raise BadImage(f"nvImageCodec cannot decode this JPEG of {len(data)} bytes")
+            return frame, (h, w)
         if self.gpu_jpeg:
             raw = self._host_tensor(data)
             try:

@@ -73,6 +73,7 @@ class ServeConfig:
     decode_workers: int = 0  # JPEG decode threads; 0: one a core, at most 8
     cuda_wait: str = "block"  # GPU runners: how host threads wait for the GPU (bridge/engines/cuda_wait.py)
     jpeg_batches: bool | None = None  # every JPEG waiting decoded in one call (None: when decoding on the GPU)
+    jpeg_decoder: str = "torchvision"  # the GPU's JPEG decoder: torchvision (nvJPEG) or nvimgcodec
     # how long a thread may hold the interpreter lock while another waits for it (sys.setswitchinterval), ms;
     # None leaves Python's 5 ms
     switch_interval_ms: float | None = None
@@ -266,7 +267,8 @@ def build_server(config: ServeConfig):
                                  runners=config.runners, write_deadline_s=config.write_deadline_s,
                                  idle_timeout_s=config.idle_timeout_s, frame_sizes=config.frame_sizes,
                                  decode_workers=config.decode_workers or None,
-                                 batched_jpeg=config.jpeg_batches, jpeg_batch=models.max_batch)
+                                 batched_jpeg=config.jpeg_batches, jpeg_batch=models.max_batch,
+                                 jpeg_decoder=config.jpeg_decoder)
     except BaseException:
         refresher.close()
         models.close()

@@ -167,7 +167,7 @@ def build_engine(config: ServeConfig, verbose: bool = False):
     engine = None
     models = batched_models(config, lambda: engine.services() if engine is not None else [],
                             max_batch=config.front_ends * each)
-    decoder = ImageDecoder(models.device, allow_raw=True)
+    decoder = ImageDecoder(models.device, allow_raw=True, library=config.jpeg_decoder)
     batched = decoder.gpu_jpeg if config.jpeg_batches is None else config.jpeg_batches
     releases = models.releases
     fronts = None

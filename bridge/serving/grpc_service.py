@@ -75,18 +75,20 @@ class FaceServeServer:
                  tls_key: str | None = None, replica: str | None = None, runners: str = "",
                  default_subject: str = "FaceBridge", write_deadline_s: float = WRITE_DEADLINE_S,
                  idle_timeout_s: float = IDLE_TIMEOUT_S, frame_sizes=(), decode_workers: int | None = None,
-                 batched_jpeg: bool | None = None, jpeg_batch: int | None = None, forward: bool = False) -> None:
+                 batched_jpeg: bool | None = None, jpeg_batch: int | None = None, forward: bool = False,
+                 jpeg_decoder: str = "torchvision") -> None:
         """frame_sizes: the (height, width) sizes images may have (each builds a batched service on first use);
         empty: any, up to the table's max_sizes. decode_workers: JPEG decode threads (default: one a core, at
         most DECODE_WORKERS). batched_jpeg: every JPEG waiting decoded in one call on one thread (JpegBatches;
         default: when the decoder decodes on the GPU, nvJPEG's batched decode), else on the decode workers;
-        jpeg_batch: the most JPEGs such a call takes (default the table's max_streams).
+        jpeg_batch: the most JPEGs such a call takes (default the table's max_streams); jpeg_decoder: the GPU's
+        JPEG decoder (multistream/decode.py: torchvision or nvimgcodec).
         forward: a front-end process of `facebridge serve --front-ends N`: images are only measured here and go to
         the engine process undecoded (the table's services are engine_link.RemoteServices)."""
         host = check_listen(address, token, tls_cert, tls_key)
         loopback = access.is_loopback(host)
         self.table = table
-        self.decoder = ImageDecoder(device, allow_raw=loopback)
+        self.decoder = ImageDecoder(device, allow_raw=loopback, library=jpeg_decoder)
         self.runners = runners
         self.default_subject = default_subject
         self.frame_sizes = frozenset(tuple(hw) for hw in frame_sizes)

@@ -409,3 +409,21 @@ def test_serve_refuses_the_network_without_a_token():
 
     with pytest.raises(FaceBridgeError, match="without a token.*--grpc-token"):
         build_server(ServeConfig(grpc="0.0.0.0:0", max_streams=1))
+
+
+def test_serve_refuses_nvimgcodec_without_a_gpu_or_the_library_in_one_line(tmp_path):
+    # on the CPU runners: the command refuses before any model loads
+    run = subprocess.run(facebridge_cmd("serve", "--jpeg-decoder", "nvimgcodec"), capture_output=True, text=True,
+                         env=subprocess_env(tmp_path / "home"), timeout=120)
+    assert run.returncode != 0 and "Traceback" not in run.stderr
+    assert "--jpeg-decoder nvimgcodec decodes on the GPU" in run.stderr and "--runners torch-cuda" in run.stderr
+    # a GPU decoder asked for where nvImageCodec is not installed (this machine): the fix, not an ImportError
+    from bridge.errors import FaceBridgeError
+    from bridge.multistream.decode import ImageDecoder
+
+    try:
+        import nvidia.nvimgcodec  # noqa: F401
+    except ImportError:
+        with pytest.raises(FaceBridgeError, match="nvImageCodec is not installed") as e:
+            ImageDecoder("cuda", library="nvimgcodec")
+        assert "pip install nvidia-nvimgcodec-cu13" in e.value.fix

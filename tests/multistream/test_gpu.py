@@ -300,6 +300,34 @@ def test_nvjpeg_decodes_a_batch_in_one_call_and_refuses_only_the_bad_image():
     assert all(torch_equal(a[0], b[0]) for a, b in zip(again, got))
 
 
+@needs_torch_cuda
+def test_nvimgcodec_decodes_a_batch_as_nvjpeg_does_and_refuses_only_the_bad_image():
+    """--jpeg-decoder nvimgcodec: the same frames as torchvision's nvJPEG within its tolerance against OpenCV, in
+    PyTorch's memory (a copy on the decoding stream), and a broken image refused alone, as BadImage."""
+    pytest.importorskip("nvidia.nvimgcodec", reason="nvImageCodec is not installed (nvidia-nvimgcodec-cu13)")
+    import cv2
+
+    from bridge.engines.shipped import sample_frames
+    from bridge.multistream.decode import BadImage, ImageDecoder
+    from bridge.serving.client import encode_jpeg
+
+    frames = sample_frames(3, step=5)
+    datas = [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR)) for f in frames]
+    decoder = ImageDecoder("cuda", library="nvimgcodec")
+    assert decoder.name == "gpu (nvimgcodec)" and decoder.encoded(datas[0]) is datas[0]
+    slots = [np.frombuffer(bytearray(d), np.uint8) for d in datas]  # as the engine hands them over
+    got = decoder.decode_jpegs(slots, [(360, 480)] * 3)
+    for data, (frame, hw) in zip(datas, got):
+        want = cv2.cvtColor(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)
+        assert hw == (360, 480) and frame.is_cuda and frame.shape == (360, 480, 3) and _near_opencv(frame, want)
+    broken = datas[1][:600] + bytes(len(datas[1]) - 602) + b"\xff\xd9"
+    mixed = decoder.decode_jpegs([datas[0], broken, datas[2]], [(360, 480)] * 3)
+    assert torch_equal(mixed[0][0], got[0][0]) and torch_equal(mixed[2][0], got[2][0])
+    assert isinstance(mixed[1], BadImage) or mixed[1][0].shape == (360, 480, 3)  # refused, or decoded as zeros
+    frame, hw = decoder.decode(1, datas[2])  # one image alone (JPEG = 1)
+    assert hw == (360, 480) and torch_equal(frame, got[2][0])
+
+
 def _near_opencv(frame, want) -> bool:
     # nvJPEG's IDCT and chroma upsampling are not libjpeg-turbo's (OpenCV upsamples 4:2:0 chroma with a triangle
     # filter): a fraction of a level on average, but up to 30 levels at sharp colour edges (H200, 2026-12-02)

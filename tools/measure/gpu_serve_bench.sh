@@ -17,7 +17,8 @@
 # Knobs (environment): STREAMS_1 (32), PROCS (6), STREAMS_N (256,1024), SECS (30 per count), CLIENTS (8),
 # IN_FLIGHT (0: clients send every frame; 1: as `run --remote`), PHASES (spread: each stream's frames at its own
 # point of the frame period, as independent cameras; aligned: every stream's at once, the load before 2026-12-06),
-# RUNNERS (torch-cuda; cpu for a dry run anywhere), WHEELS (.gpuwheels; empty: use what is installed),
+# RUNNERS (torch-cuda; cpu for a dry run anywhere), WHEELS (.gpuwheels; several folders space-separated, e.g.
+# ".gpuwheels .gpunvimg" with SERVE_ARGS="--jpeg-decoder nvimgcodec"; empty: use what is installed),
 # T_TESTS (180), T_ONE (120), T_MANY (200) seconds: with the kill graces and start-up, at most about 9.5 minutes.
 #
 # Several processes on one GPU (`procs`): PROCS (8) servers at STREAMS_N (512), once per entry of SERVE_ARGS (serve
@@ -188,7 +189,7 @@ spy_fronts() {  # SPY_AT (a line of the bench log, e.g. "1000 streams x 30 fps")
 
 case "$MODE" in
   all|tests)  # tests: the GPU tests alone (TESTS: a -k expression to pick some)
-    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    for wheels in $WHEELS; do install_wheels "$wheels" || exit 4; done
     preflight
     timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/multistream/test_gpu.py \
       ${TESTS:+-k "$TESTS"} 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
@@ -199,7 +200,7 @@ case "$MODE" in
     bench "serve-${P}proc" "${T_MANY:-200}" --streams "${STREAMS_N:-256,1024}" --server-processes "$P" \
       --client-processes "${CLIENTS:-8}" ;;
   procs)  # the many-process bench once per entry of SERVE_ARGS ("A;B": serve arguments), under MPS when MPS=1
-    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    for wheels in $WHEELS; do install_wheels "$wheels" || exit 4; done
     preflight
     P=${PROCS:-8}
     mps_start
@@ -214,12 +215,12 @@ case "$MODE" in
     load_stop
     mps_stop ;;
   describe)
-    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    for wheels in $WHEELS; do install_wheels "$wheels" || exit 4; done
     preflight
     timeout -k 10 "${T_DESCRIBE:-300}" "$PY" -m bridge.cli bench describe --streams "${DESCRIBE_STREAMS:-1,64,256,1024}" \
       --json "$OUT/describe-host.json" 2>&1 | grep -v " INFO " | tail -20 | tee "$OUT/describe-host.log" ;;
   profile)  # where one serve process's CPU goes: py-spy (a wheel in WHEELS) on it while bench serve loads it
-    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    for wheels in $WHEELS; do install_wheels "$wheels" || exit 4; done
     preflight
     port=50999 spy=${SPY:-/tmp/site/bin/py-spy}
     # --prewarm: the batched service is built and its CUDA graphs captured (for every batch bucket up to
@@ -244,7 +245,7 @@ case "$MODE" in
     cp /tmp/gil.txt "$OUT/profile-gil-raw.txt"; cp /tmp/all.txt "$OUT/profile-all-raw.txt"
     tail -3 "$OUT/profile-bench.log"; head -40 "$OUT/profile-top.txt" ;;
   wires)  # the batched wire against Track (issue 43): one prewarmed server, the same load over each wire in turn
-    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    for wheels in $WHEELS; do install_wheels "$wheels" || exit 4; done
     preflight
     port=50998
     "$PY" -m bridge.cli serve --runners "$RUNNERS" --grpc "127.0.0.1:$port" --max-streams "${WIRE_STREAMS_MAX:-512}" \
@@ -256,7 +257,7 @@ case "$MODE" in
       --phases "${PHASES:-spread}" --json "$OUT/wires.json" 2>&1 | grep -v " INFO " | tail -8
     kill "$spid"; tail -3 "$OUT/wires-serve.log" ;;
   fronts)  # the engine process and its front-end processes (issue 43), one server for every wire and count
-    if [ -n "$WHEELS" ]; then install_wheels "$WHEELS" || exit 4; fi
+    for wheels in $WHEELS; do install_wheels "$wheels" || exit 4; done
     preflight
     df -h /dev/shm | tee -a "$OUT/env.txt"
     load_start
