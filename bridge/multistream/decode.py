@@ -198,15 +198,31 @@ class ImageDecoder:
             local.stream = torch.cuda.Stream(self.device, priority=-1)
         if getattr(local, "nv", None) is None:
             local.nv = nv.Decoder(options=":num_cuda_streams=1")
-        stream = local.stream
+        stream, codes = local.stream, []
+        for d in datas:  # a code stream reads its JPEG's header: one that refuses it costs only its own image
+            try:
+                codes.append(nv.CodeStream(np.frombuffer(d, np.uint8) if isinstance(d, (bytes, bytearray)) else d))
+            except Exception:  # noqa: BLE001 - nvImageCodec's own error types
+                codes.append(None)
+        at = [i for i, c in enumerate(codes) if c is not None]
+        frames: list = [None] * len(datas)
         with torch.cuda.stream(stream):
-            images = local.nv.decode([nv.CodeStream(np.frombuffer(d, np.uint8) if isinstance(d, (bytes, bytearray))
-                                                    else d) for d in datas],
-                                     params=self._nv_params, cuda_stream=stream.cuda_stream)
-            frames = [None if image is None else torch.as_tensor(image, device=self.device).clone()
-                      for image in images]
+            try:
+                images = local.nv.decode([codes[i] for i in at], params=self._nv_params,
+                                         cuda_stream=stream.cuda_stream) if at else []
+            except Exception:  # noqa: BLE001 - the batch refused: each alone, so a bad image costs only itself
+                images = [self._nv_one(local.nv, codes[i], stream) for i in at] if len(at) > 1 else [None] * len(at)
+            for i, image in zip(at, images):
+                if image is not None:
+                    frames[i] = torch.as_tensor(image, device=self.device).clone()
             stream.synchronize()
         return frames
+
+    def _nv_one(self, decoder, code, stream):
+        try:
+            return decoder.decode([code], params=self._nv_params, cuda_stream=stream.cuda_stream)[0]
+        except Exception:  # noqa: BLE001 - as in _nvimgcodec_batch
+            return None
 
     def encoded(self, data):
         """A JPEG's bytes as decode_jpegs and start_jpegs take them fastest: for nvJPEG already the uint8 tensor it
