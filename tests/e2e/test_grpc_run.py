@@ -61,8 +61,9 @@ def test_run_serves_header_then_frames_to_a_proto_only_client(tmp_path):
 def test_run_refuses_to_expose_the_stream_without_a_token(tmp_path):
     from tests.helpers import facebridge_cmd, subprocess_env
 
+    # --monitor off: another bridge on this machine holding the monitor's port would add its warning line
     run = subprocess.run(facebridge_cmd("run", "--source", "sample", "--max-frames", "1", "--llf", "off", "--vmc",
-                                        "off", "--quiet", "--grpc", "0.0.0.0:0"),
+                                        "off", "--monitor", "off", "--quiet", "--grpc", "0.0.0.0:0"),
                          capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=120)
     assert run.returncode == 1
     assert run.stderr.count("\n") == 1 and "--grpc-token" in run.stderr, run.stderr
