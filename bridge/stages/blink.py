@@ -49,15 +49,14 @@ def eye_openings(points: np.ndarray) -> np.ndarray:
     of n faces, (n, 468, >=2) -> (n, 2)."""
     ends = np.asarray(points)[..., _ENDS, :2].astype(np.float64)  # per eye the corners, then the three lid pairs
     n = len(_FROM)
-    if ends.ndim == 3:  # many faces: every pair's length at once, then both eyes' sums (the same sums, in order)
+    if ends.ndim == 3:  # many faces: every pair's length in one call, each an array over the faces
         d = ends[:, :n] - ends[:, n:]
-        length = np.hypot(d[..., 0], d[..., 1])
-        return ((length[:, [1, 5]] + length[:, [2, 6]] + length[:, [3, 7]]) / 3
-                / np.maximum(length[:, [0, 4]], 1e-6)).astype(np.float32)
-    p = ends.tolist()  # one face: plain floats
-    length = [hypot(p[i][0] - p[n + i][0], p[i][1] - p[n + i][1]) for i in range(n)]
+        length = list(np.hypot(d[..., 0], d[..., 1]).T)
+    else:  # one face: plain floats
+        p = ends.tolist()
+        length = [hypot(p[i][0] - p[n + i][0], p[i][1] - p[n + i][1]) for i in range(n)]
     openings = [(length[k + 1] + length[k + 2] + length[k + 3]) / 3 / maximum(length[k], 1e-6) for k in (0, 4)]
-    return np.array(openings, np.float32)
+    return np.array(openings, np.float32) if ends.ndim == 2 else np.stack(openings, -1).astype(np.float32)
 
 
 def blink_weight(open_reference, opening):
