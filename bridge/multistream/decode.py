@@ -242,11 +242,11 @@ class ImageDecoder:
         return torch.frombuffer(bytearray(data), dtype=torch.uint8)
 
     def _jpeg(self, data: bytes, h: int, w: int):
-        if self._nvimgcodec is not None:
-            (frame,) = self._nvimgcodec_batch([data])
-            if frame is None or tuple(frame.shape[:2]) != (h, w):
-                raise BadImage(f"nvImageCodec cannot decode this JPEG of {len(data)} bytes")
-            return frame, (h, w)
+        if self._nvimgcodec is not None:  # a batch of one: the same checks as start_jpegs' batches
+            (decoded,) = self.start_jpegs([data], [(h, w)])()
+            if isinstance(decoded, BadImage):
+                raise decoded
+            return decoded
         if self.gpu_jpeg:
             raw = self._host_tensor(data)
             try:
