@@ -116,8 +116,9 @@ class FrameSchedule:
     hands out those due by a time, each with whether it is a whole period late (its sender starved of CPU)."""
 
     def __init__(self, stream_ids, fps: float, phases: str, start: float, end: float):
-        self.order = sorted(stream_ids, key=lambda s: (stream_phase(s, fps, phases), s))
-        self.offsets = [stream_phase(s, fps, phases) for s in self.order]
+        phase = {s: stream_phase(s, fps, phases) for s in stream_ids}
+        self.order = sorted(phase, key=lambda s: (phase[s], s))
+        self.offsets = [phase[s] for s in self.order]
         self.period, self.start, self.end = 1.0 / fps, start, end
         self.k = self.i = 0  # the next frame due: stream order[i]'s frame k
 

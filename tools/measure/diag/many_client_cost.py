@@ -31,7 +31,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 sys.path.insert(0, ROOT)
-from bridge.fsutil import atomic_write_json  # noqa: E402 - the checkout's, run as a script
+from bridge.bench.serve import PHASES  # noqa: E402 - the checkout's, run as a script
+from bridge.fsutil import atomic_write_json  # noqa: E402
 from bridge.thread_cpu import stat_cpu_seconds  # noqa: E402
 
 METHOD = "/facebridge.v1.FaceServeService/TrackMany"
@@ -155,7 +156,7 @@ def measure(args) -> dict:
 
 def _phases(text: str) -> list[str]:
     phases = [x.strip() for x in text.split(",") if x.strip()]
-    if not phases or any(x not in ("spread", "aligned") for x in phases):
+    if not phases or any(x not in PHASES for x in phases):
         raise argparse.ArgumentTypeError(f"{text!r}: give spread, aligned or both as spread,aligned")
     return phases
 
