@@ -14,7 +14,11 @@ batches take what waits); `padded`, the same varying images each made up to B wi
 normal-priority stream, CONTEND_BUSY_MS of work then CONTEND_IDLE_MS idle), so a decode's wall time shows what the
 passes' kernels cost it. torchvision decodes on a stream of its own from PyTorch's pool at normal priority; the
 nvimgcodec decoder here decodes on the calling thread's stream, high priority with --stream-priority high (as
-serve's decoding stream).
+serve's decoding stream). `short`: the same busy share in bursts a fifth as long (a decode that waits for the whole
+burst to end, as behind a device-wide synchronisation, then waits a fifth as long; one that shares the SMs does not
+change). `process`: the bursts in a process of their own (its own CUDA context: under MPS if its daemon runs, else
+time-sliced with the decoders'). --pinned on: torchvision reads the JPEGs from page-locked host memory (its copies to
+the device then DMA, not staged through the driver's pageable path).
 
     python3 tools/measure/gpu_jpeg_ceiling.py --decoder torchvision,nvimgcodec --procs 1,2 --threads 1,2 \
         --batch 16,64 --seconds 8 --json OUT.json
@@ -51,6 +55,8 @@ def sample_jpegs(quality: int) -> list[bytes]:
 
 PAD_SIDE = 64
 CONTEND_BUSY_MS, CONTEND_IDLE_MS = 10.0, 5.0  # a pass of a few hundred frames, then the gap to the next
+CONTENDS = ("off", "on", "short", "process")
+SHORT = 5  # `short` bursts: CONTEND_BUSY_MS / SHORT busy, CONTEND_IDLE_MS / SHORT idle
 
 
 def _pad_jpeg() -> bytes:
@@ -59,9 +65,10 @@ def _pad_jpeg() -> bytes:
     return encode_jpeg(np.full((PAD_SIDE, PAD_SIDE, 3), 128, np.uint8))
 
 
-def _batch_decoder(decoder: str, jpegs: list[bytes], priority: int = 0):
+def _batch_decoder(decoder: str, jpegs: list[bytes], priority: int = 0, pinned: bool = False):
     """one(k, batch, pad_to) -> that batch of frames decoded on the GPU (made up to pad_to images with a small JPEG),
-    synchronised (a thread's own decoder and stream, of `priority`: -1 high, 0 normal)."""
+    synchronised (a thread's own decoder and stream, of `priority`: -1 high, 0 normal; pinned: torchvision's inputs
+    in page-locked memory)."""
     import torch
 
     stream = torch.cuda.Stream(priority=priority)
@@ -70,6 +77,8 @@ def _batch_decoder(decoder: str, jpegs: list[bytes], priority: int = 0):
 
         raws = [torch.frombuffer(bytearray(j), dtype=torch.uint8) for j in jpegs]
         pad = torch.frombuffer(bytearray(_pad_jpeg()), dtype=torch.uint8)
+        if pinned:
+            raws, pad = [r.pin_memory() for r in raws], pad.pin_memory()
 
         def one(k: int, batch: int, pad_to: int = 0):
             with torch.cuda.stream(stream):
@@ -95,9 +104,10 @@ def _batch_decoder(decoder: str, jpegs: list[bytes], priority: int = 0):
     return one
 
 
-def _contend(stop, busy: list) -> None:
-    """Keep the GPU busy as serve's passes do until `stop` is set: CONTEND_BUSY_MS of fp16 matmuls on a
-    normal-priority stream, waited for, then CONTEND_IDLE_MS idle; `busy` gets the share of the time it was busy."""
+def _contend(stop, busy, scale: float = 1.0) -> None:
+    """Keep the GPU busy as serve's passes do until `stop` is set: CONTEND_BUSY_MS * scale of fp16 matmuls on a
+    normal-priority stream, waited for, then CONTEND_IDLE_MS * scale idle; `busy` (a list or a queue) gets the share
+    of the time it was busy."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -111,7 +121,7 @@ def _contend(stop, busy: list) -> None:
         for _ in range(20):
             a @ b
         stream.synchronize()
-        count = max(1, round(CONTEND_BUSY_MS / ((time.perf_counter() - t0) * 1000.0 / 20)))
+        count = max(1, round(CONTEND_BUSY_MS * scale / ((time.perf_counter() - t0) * 1000.0 / 20)))
         busy_s, t_start = 0.0, time.perf_counter()
         while not stop.is_set():
             t0 = time.perf_counter()
@@ -119,16 +129,17 @@ def _contend(stop, busy: list) -> None:
                 a @ b
             stream.synchronize()
             busy_s += time.perf_counter() - t0
-            time.sleep(CONTEND_IDLE_MS / 1000.0)
-        busy.append(busy_s / max(1e-9, time.perf_counter() - t_start))
+            time.sleep(CONTEND_IDLE_MS * scale / 1000.0)
+        (busy.put if hasattr(busy, "put") else busy.append)(busy_s / max(1e-9, time.perf_counter() - t_start))
 
 
-def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, out, contend=False, priority=0):
+def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, out, contend="off", priority=0,
+             pinned=False):
     import threading
 
     import torch
 
-    ones = [_batch_decoder(decoder, jpegs, priority) for _ in range(threads)]
+    ones = [_batch_decoder(decoder, jpegs, priority, pinned) for _ in range(threads)]
     for one in ones:
         one(0, batch)  # the decoder's state and the context made before the clock starts
     ready.put(os.getpid())
@@ -155,7 +166,8 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
 
     workers = [threading.Thread(target=loop, args=(one, t)) for t, one in enumerate(ones)]
     stop, busy = threading.Event(), []
-    contender = threading.Thread(target=_contend, args=(stop, busy), daemon=True) if contend else None
+    contender = threading.Thread(target=_contend, args=(stop, busy, 1.0 / SHORT if contend == "short" else 1.0),
+                                 daemon=True) if contend in ("on", "short") else None
     if contender is not None:
         contender.start()
     time.sleep(max(0.0, measure_from - time.time()))
@@ -188,17 +200,20 @@ def pixel_difference(jpegs: list[bytes]) -> dict:
 
 
 def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: float, seconds: float,
-            sizes: str = "fixed", contend: bool = False, priority: int = 0) -> dict:
+            sizes: str = "fixed", contend: str = "off", priority: int = 0, pinned: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     workers = [ctx.Process(target=_decoder, args=(decoder, jpegs, batch, sizes, threads, warmup, seconds,
-                                                  ready, go, out, contend, priority))
+                                                  ready, go, out, contend, priority, pinned))
                for _ in range(procs)]
+    stop_contender, contender_busy = ctx.Event(), ctx.Queue()
+    if contend == "process":  # started first: busy before the decoders' clocks start
+        workers.append(ctx.Process(target=_contend, args=(stop_contender, contender_busy), daemon=True))
     for w in workers:
         w.start()
     dmon, dmon_path = None, f"/tmp/jpeg-ceiling-dmon-{os.getpid()}.txt"
     try:
-        waiting = len(workers)  # each imports torch and makes its context and decoder first
+        waiting = procs  # each imports torch and makes its context and decoder first
         while waiting:
             try:
                 ready.get(timeout=1.0)
@@ -215,7 +230,14 @@ def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: f
                 dmon = subprocess.Popen(["nvidia-smi", "dmon", "-s", "u", "-d", "1", "-o", "DT"], stdout=log)
         except FileNotFoundError:
             dmon = None
-        results = [out.get(timeout=120 + seconds) for _ in workers]
+        results = [out.get(timeout=120 + seconds) for _ in range(procs)]
+        if contend == "process":
+            stop_contender.set()
+            try:
+                busy = contender_busy.get(timeout=30)
+            except queue.Empty:  # the contending process failed (its error is above): the row says so
+                busy = None
+            results = [{**r, "contender_busy": busy} for r in results]
     finally:
         for w in workers:
             w.join(timeout=30)
@@ -232,9 +254,10 @@ def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: f
     walls = sorted(w for r in results for w in r["batch_ms"])
     return {
         "decoder": decoder, "processes": procs, "threads": threads, "batch": batch, "sizes": sizes,
-        "contend": contend, "stream_priority": priority, "images": images,
+        "contend": contend, "stream_priority": priority, "pinned": pinned, "images": images,
         # the share of the time the contending matmuls kept the GPU busy (each process's, averaged)
-        "contender_busy": round(statistics.mean(r["contender_busy"] for r in results), 3) if contend else None,
+        "contender_busy": round(statistics.mean(busy), 3) if contend != "off" and None not in (
+            busy := [r["contender_busy"] for r in results]) else None,
         "images_per_s": round(images / seconds_mean, 1),
         "cpu_ms_per_image": round(1000.0 * sum(r["cpu_s"] for r in results) / images, 4),
         "decoding_thread_cpu_ms_per_image": round(1000.0 * sum(r["thread_cpu_s"] for r in results) / images, 4),
@@ -254,12 +277,16 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--warmup", type=float, default=2.0)
     p.add_argument("--sizes", default="fixed", help="fixed, varying, padded or several, comma-separated (see above)")
-    p.add_argument("--contend", default="off", help="off, on or both as off,on: the GPU kept busy beside (see above)")
+    p.add_argument("--contend", default="off",
+                   help=f"{', '.join(CONTENDS)} or several, comma-separated: the GPU kept busy beside (see above)")
+    p.add_argument("--pinned", default="off", help="off, on or both as off,on: torchvision's inputs page-locked")
     p.add_argument("--stream-priority", default="normal", choices=["normal", "high"],
                    help="the decoding threads' own streams (nvimgcodec decodes on it; torchvision on its own)")
     p.add_argument("--quality", type=int, default=80)
     p.add_argument("--json", required=True)
     args = p.parse_args()
+    if set(args.contend.split(",")) - set(CONTENDS):
+        p.error(f"--contend {args.contend}: give {', '.join(CONTENDS)}, comma-separated")
     jpegs = sample_jpegs(args.quality)
     rows = []
     decoders = args.decoder.split(",")
@@ -267,9 +294,10 @@ def main() -> None:
         for batch in [int(b) for b in args.batch.split(",")]:
             for procs in [int(x) for x in args.procs.split(",")]:
                 for threads in [int(x) for x in args.threads.split(",")]:
-                    for sizes, contend in itertools.product(args.sizes.split(","), args.contend.split(",")):
+                    for sizes, contend, pinned in itertools.product(args.sizes.split(","), args.contend.split(","),
+                                                                    args.pinned.split(",")):
                         row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds, sizes,
-                                      contend == "on", -1 if args.stream_priority == "high" else 0)
+                                      contend, -1 if args.stream_priority == "high" else 0, pinned == "on")
                         print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
                         rows.append(row)
     import torch
