@@ -17,8 +17,10 @@ nvimgcodec decoder here decodes on the calling thread's stream, high priority wi
 serve's decoding stream). `short`: the same busy share in bursts a fifth as long (a decode that waits for the whole
 burst to end, as behind a device-wide synchronisation, then waits a fifth as long; one that shares the SMs does not
 change). `process`: the bursts in a process of their own (its own CUDA context: under MPS if its daemon runs, else
-time-sliced with the decoders'). --pinned on: torchvision reads the JPEGs from page-locked host memory (its copies to
-the device then DMA, not staged through the driver's pageable path).
+time-sliced with the decoders'). `gil`: no GPU work beside, but a thread of pure Python arithmetic holding the
+interpreter lock as serve's other engine threads do (with --switch-interval-ms: how long a holder keeps the lock
+while the decoding thread waits for it). --pinned on: torchvision reads the JPEGs from page-locked host memory (its
+copies to the device then DMA, not staged through the driver's pageable path).
 
     python3 tools/measure/gpu_jpeg_ceiling.py --decoder torchvision,nvimgcodec --procs 1,2 --threads 1,2 \
         --batch 16,64 --seconds 8 --json OUT.json
@@ -55,7 +57,7 @@ def sample_jpegs(quality: int) -> list[bytes]:
 
 PAD_SIDE = 64
 CONTEND_BUSY_MS, CONTEND_IDLE_MS = 10.0, 5.0  # a pass of a few hundred frames, then the gap to the next
-CONTENDS = ("off", "on", "short", "process")
+CONTENDS = ("off", "on", "short", "process", "gil")
 SHORT = 5  # `short` bursts: CONTEND_BUSY_MS / SHORT busy, CONTEND_IDLE_MS / SHORT idle
 
 
@@ -133,12 +135,22 @@ def _contend(stop, busy, scale: float = 1.0) -> None:
         (busy.put if hasattr(busy, "put") else busy.append)(busy_s / max(1e-9, time.perf_counter() - t_start))
 
 
+def _hold_the_lock(stop, busy) -> None:
+    """Pure Python arithmetic until `stop` is set: the interpreter lock taken whenever this thread may."""
+    t0, cpu0 = time.perf_counter(), time.thread_time()
+    while not stop.is_set():
+        sum(i * i for i in range(2000))
+    busy.append((time.thread_time() - cpu0) / max(1e-9, time.perf_counter() - t0))
+
+
 def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, out, contend="off", priority=0,
-             pinned=False):
+             pinned=False, switch_ms=None):
     import threading
 
     import torch
 
+    if switch_ms is not None:
+        sys.setswitchinterval(switch_ms / 1000.0)
     ones = [_batch_decoder(decoder, jpegs, priority, pinned) for _ in range(threads)]
     for one in ones:
         one(0, batch)  # the decoder's state and the context made before the clock starts
@@ -168,6 +180,8 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
     stop, busy = threading.Event(), []
     contender = threading.Thread(target=_contend, args=(stop, busy, 1.0 / SHORT if contend == "short" else 1.0),
                                  daemon=True) if contend in ("on", "short") else None
+    if contend == "gil":
+        contender = threading.Thread(target=_hold_the_lock, args=(stop, busy), daemon=True)
     if contender is not None:
         contender.start()
     time.sleep(max(0.0, measure_from - time.time()))
@@ -200,11 +214,12 @@ def pixel_difference(jpegs: list[bytes]) -> dict:
 
 
 def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: float, seconds: float,
-            sizes: str = "fixed", contend: str = "off", priority: int = 0, pinned: bool = False) -> dict:
+            sizes: str = "fixed", contend: str = "off", priority: int = 0, pinned: bool = False,
+            switch_ms: float | None = None) -> dict:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     workers = [ctx.Process(target=_decoder, args=(decoder, jpegs, batch, sizes, threads, warmup, seconds,
-                                                  ready, go, out, contend, priority, pinned))
+                                                  ready, go, out, contend, priority, pinned, switch_ms))
                for _ in range(procs)]
     stop_contender, contender_busy = ctx.Event(), ctx.Queue()
     if contend == "process":  # started first: busy before the decoders' clocks start
@@ -254,7 +269,8 @@ def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: f
     walls = sorted(w for r in results for w in r["batch_ms"])
     return {
         "decoder": decoder, "processes": procs, "threads": threads, "batch": batch, "sizes": sizes,
-        "contend": contend, "stream_priority": priority, "pinned": pinned, "images": images,
+        "contend": contend, "stream_priority": priority, "pinned": pinned, "switch_interval_ms": switch_ms,
+        "images": images,
         # the share of the time the contending matmuls kept the GPU busy (each process's, averaged)
         "contender_busy": round(statistics.mean(busy), 3) if contend != "off" and None not in (
             busy := [r["contender_busy"] for r in results]) else None,
@@ -282,6 +298,8 @@ def main() -> None:
     p.add_argument("--pinned", default="off", help="off, on or both as off,on: torchvision's inputs page-locked")
     p.add_argument("--stream-priority", default="normal", choices=["normal", "high"],
                    help="the decoding threads' own streams (nvimgcodec decodes on it; torchvision on its own)")
+    p.add_argument("--switch-interval-ms", default="", help="the decoding processes' sys.setswitchinterval (ms), "
+                   "several comma-separated; default: Python's (5 ms)")
     p.add_argument("--quality", type=int, default=80)
     p.add_argument("--json", required=True)
     args = p.parse_args()
@@ -294,10 +312,12 @@ def main() -> None:
         for batch in [int(b) for b in args.batch.split(",")]:
             for procs in [int(x) for x in args.procs.split(",")]:
                 for threads in [int(x) for x in args.threads.split(",")]:
-                    for sizes, contend, pinned in itertools.product(args.sizes.split(","), args.contend.split(","),
-                                                                    args.pinned.split(",")):
+                    for sizes, contend, pinned, switch in itertools.product(
+                            args.sizes.split(","), args.contend.split(","), args.pinned.split(","),
+                            args.switch_interval_ms.split(",")):
                         row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds, sizes,
-                                      contend, -1 if args.stream_priority == "high" else 0, pinned == "on")
+                                      contend, -1 if args.stream_priority == "high" else 0, pinned == "on",
+                                      float(switch) if switch else None)
                         print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
                         rows.append(row)
     import torch
