@@ -51,6 +51,9 @@
 # profiles the engine and one front end SPY_AFTER (20) seconds after the bench log's line with TEXT, into
 # fronts-spy.txt (SPY_NATIVE=1: every thread's C/C++ frames too). 1,000 streams for 60 s on both wires:
 #   LOAD=1 SECS=60 WIRES=track,many bash tools/measure/gpu_serve_bench.sh fronts
+# Several server configurations in one call (one machine start, the Inductor cache warm from the first): SERVE_ARGS
+# entries split by ';' each start their own server in turn, T_FRONTS seconds each, into fronts-1.{json,log},
+# fronts-2..., e.g. SERVE_ARGS=";--switch-interval-ms 0.5" (the default against a shorter switch interval).
 #
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
 #   bash tools/measure/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
@@ -263,15 +266,23 @@ case "$MODE" in
     load_start
     mps_start
     [ -n "${SPY_AT:-}" ] && { spy_fronts & SPY_PID=$!; }
-    IN_FLIGHT=${IN_FLIGHT:-1} bench fronts "${T_FRONTS:-540}" --streams "${STREAMS_N:-1000}" \
-      --client-processes "${CLIENTS:-8}" --wire "${WIRES:-track}" --server-processes "${PROCS:-1}" \
-      --serve-args "--front-ends ${FRONT_ENDS:-8} --frame-slot-kib ${SLOT_KIB:-48} --updates off ${SERVE_ARGS:-}"
+    IFS=';' read -ra CONFIGS <<< "${SERVE_ARGS:-}"
+    [ "${#CONFIGS[@]}" -gt 0 ] || CONFIGS=("")
+    for k in "${!CONFIGS[@]}"; do
+      name=fronts; [ "${#CONFIGS[@]}" -gt 1 ] && name=fronts-$((k + 1))
+      echo "$name: serve args: ${CONFIGS[$k]:-(none)}" | tee -a "$OUT/env.txt"
+      IN_FLIGHT=${IN_FLIGHT:-1} bench "$name" "${T_FRONTS:-540}" --streams "${STREAMS_N:-1000}" \
+        --client-processes "${CLIENTS:-8}" --wire "${WIRES:-track}" --server-processes "${PROCS:-1}" \
+        --serve-args "--front-ends ${FRONT_ENDS:-8} --frame-slot-kib ${SLOT_KIB:-48} --updates off ${CONFIGS[$k]}"
+      grep -E "front end|engine:" "$OUT/$name.tlog" | tail -5
+      # at most 8 files come back: with several configurations each keeps its JSON, log and load summary
+      [ "${#CONFIGS[@]}" -gt 1 ] && rm -f "$OUT/$name.tlog"
+    done
     load_stop
     mps_stop
     [ -n "${SPY_PID:-}" ] && { wait "$SPY_PID"; tail -45 "$OUT/fronts-spy.txt"; }
-    # the per-second samples are summarised in fronts-load.json; at most 8 files come back
-    rm -rf "$OUT/load-fronts"
-    grep -E "front end|engine:" "$OUT/fronts.tlog" | tail -5 ;;
+    # the per-second samples are summarised in fronts*-load.json
+    rm -rf "$OUT/load-fronts" ;;
   stage)
     cp "${2:?DIR}"/* /tmp/stage/ && ls -la /tmp/stage ;;
   ray)
