@@ -267,13 +267,14 @@ def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: f
     images = sum(r["images"] for r in results)
     seconds_mean = statistics.mean(r["seconds"] for r in results)
     walls = sorted(w for r in results for w in r["batch_ms"])
+    shares = [r["contender_busy"] for r in results]  # None where no contender ran or it failed
     return {
         "decoder": decoder, "processes": procs, "threads": threads, "batch": batch, "sizes": sizes,
         "contend": contend, "stream_priority": priority, "pinned": pinned, "switch_interval_ms": switch_ms,
         "images": images,
-        # the share of the time the contending matmuls kept the GPU busy (each process's, averaged)
-        "contender_busy": round(statistics.mean(busy), 3) if contend != "off" and None not in (
-            busy := [r["contender_busy"] for r in results]) else None,
+        # the share of the time the contending matmuls kept the GPU busy (each process's, averaged); with `gil`, the
+        # share of the time the lock-holding thread ran
+        "contender_busy": round(statistics.mean(shares), 3) if None not in shares else None,
         "images_per_s": round(images / seconds_mean, 1),
         "cpu_ms_per_image": round(1000.0 * sum(r["cpu_s"] for r in results) / images, 4),
         "decoding_thread_cpu_ms_per_image": round(1000.0 * sum(r["thread_cpu_s"] for r in results) / images, 4),
@@ -305,6 +306,14 @@ def main() -> None:
     args = p.parse_args()
     if set(args.contend.split(",")) - set(CONTENDS):
         p.error(f"--contend {args.contend}: give {', '.join(CONTENDS)}, comma-separated")
+    if set(args.pinned.split(",")) - {"off", "on"}:
+        p.error(f"--pinned {args.pinned}: give off, on or off,on")
+    try:
+        switches = [float(x) for x in args.switch_interval_ms.split(",") if x]
+    except ValueError:
+        switches = [0.0]
+    if any(not ms > 0 for ms in switches):
+        p.error(f"--switch-interval-ms {args.switch_interval_ms}: give milliseconds above 0, comma-separated")
     jpegs = sample_jpegs(args.quality)
     rows = []
     decoders = args.decoder.split(",")
