@@ -177,15 +177,19 @@ class ImageDecoder:
         is done on the GPU (the passes run on other streams and never wait on this one; the JPEG thread waits). The
         stream has the high priority: a decode's few kernels go before those of a pass already queued, instead of
         after them (the passes' frames wait for their decode in any case)."""
-        torch = self._torch
-        stream = getattr(self._streams, "stream", None)
-        if stream is None:
-            stream = self._streams.stream = torch.cuda.Stream(self.device, priority=-1)
+        torch, stream = self._torch, self._thread_stream()
         with torch.cuda.stream(stream):
             stream.synchronize()
             frames = self._decode_jpeg(encoded, device=self.device)
             stream.synchronize()
             return frames
+
+    def _thread_stream(self):
+        """The calling thread's own high-priority CUDA stream, made on its first decode."""
+        stream = getattr(self._streams, "stream", None)
+        if stream is None:
+            stream = self._streams.stream = self._torch.cuda.Stream(self.device, priority=-1)
+        return stream
 
     def _nvimgcodec_batch(self, datas: list) -> list:
         """nvImageCodec's decode of many JPEGs on this thread's own decoder and high-priority stream: each an
@@ -193,12 +197,9 @@ class ImageDecoder:
         the frames they read, record_stream, holds as for torchvision's), or None where it failed. Returns once the
         copies are done: nvImageCodec's own images are freed after."""
         torch, nv = self._torch, self._nvimgcodec
-        local = self._streams
-        if getattr(local, "stream", None) is None:
-            local.stream = torch.cuda.Stream(self.device, priority=-1)
+        local, stream, codes = self._streams, self._thread_stream(), []
         if getattr(local, "nv", None) is None:
             local.nv = nv.Decoder(options=":num_cuda_streams=1")
-        stream, codes = local.stream, []
         for d in datas:  # a code stream reads its JPEG's header: one that refuses it costs only its own image
             try:
                 codes.append(nv.CodeStream(np.frombuffer(d, np.uint8) if isinstance(d, (bytes, bytearray)) else d))
