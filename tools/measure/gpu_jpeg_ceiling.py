@@ -106,10 +106,9 @@ def _batch_decoder(decoder: str, jpegs: list[bytes], priority: int = 0, pinned: 
     return one
 
 
-def _contend(stop, busy, scale: float = 1.0) -> None:
+def _contend(stop, report, scale: float = 1.0) -> None:
     """Keep the GPU busy as serve's passes do until `stop` is set: CONTEND_BUSY_MS * scale of fp16 matmuls on a
-    normal-priority stream, waited for, then CONTEND_IDLE_MS * scale idle; `busy` (a list or a queue) gets the share
-    of the time it was busy."""
+    normal-priority stream, waited for, then CONTEND_IDLE_MS * scale idle; then `report(share of the time busy)`."""
     import torch
 
     stream = torch.cuda.Stream()
@@ -132,15 +131,16 @@ def _contend(stop, busy, scale: float = 1.0) -> None:
             stream.synchronize()
             busy_s += time.perf_counter() - t0
             time.sleep(CONTEND_IDLE_MS * scale / 1000.0)
-        (busy.put if hasattr(busy, "put") else busy.append)(busy_s / max(1e-9, time.perf_counter() - t_start))
+        report(busy_s / max(1e-9, time.perf_counter() - t_start))
 
 
-def _hold_the_lock(stop, busy) -> None:
-    """Pure Python arithmetic until `stop` is set: the interpreter lock taken whenever this thread may."""
+def _hold_the_lock(stop, report) -> None:
+    """Pure Python arithmetic until `stop` is set: the interpreter lock taken whenever this thread may; then
+    `report(share of the time it ran)`."""
     t0, cpu0 = time.perf_counter(), time.thread_time()
     while not stop.is_set():
         sum(i * i for i in range(2000))
-    busy.append((time.thread_time() - cpu0) / max(1e-9, time.perf_counter() - t0))
+    report((time.thread_time() - cpu0) / max(1e-9, time.perf_counter() - t0))
 
 
 def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, out, contend="off", priority=0,
@@ -178,10 +178,10 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
 
     workers = [threading.Thread(target=loop, args=(one, t)) for t, one in enumerate(ones)]
     stop, busy = threading.Event(), []
-    contender = threading.Thread(target=_contend, args=(stop, busy, 1.0 / SHORT if contend == "short" else 1.0),
+    contender = threading.Thread(target=_contend, args=(stop, busy.append, 1.0 / SHORT if contend == "short" else 1.0),
                                  daemon=True) if contend in ("on", "short") else None
     if contend == "gil":
-        contender = threading.Thread(target=_hold_the_lock, args=(stop, busy), daemon=True)
+        contender = threading.Thread(target=_hold_the_lock, args=(stop, busy.append), daemon=True)
     if contender is not None:
         contender.start()
     time.sleep(max(0.0, measure_from - time.time()))
@@ -223,7 +223,7 @@ def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: f
                for _ in range(procs)]
     stop_contender, contender_busy = ctx.Event(), ctx.Queue()
     if contend == "process":  # started first: busy before the decoders' clocks start
-        workers.append(ctx.Process(target=_contend, args=(stop_contender, contender_busy), daemon=True))
+        workers.append(ctx.Process(target=_contend, args=(stop_contender, contender_busy.put), daemon=True))
     for w in workers:
         w.start()
     dmon, dmon_path = None, f"/tmp/jpeg-ceiling-dmon-{os.getpid()}.txt"
@@ -323,10 +323,9 @@ def main() -> None:
                 for threads in [int(x) for x in args.threads.split(",")]:
                     for sizes, contend, pinned, switch in itertools.product(
                             args.sizes.split(","), args.contend.split(","), args.pinned.split(","),
-                            args.switch_interval_ms.split(",")):
+                            switches or [None]):
                         row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds, sizes,
-                                      contend, -1 if args.stream_priority == "high" else 0, pinned == "on",
-                                      float(switch) if switch else None)
+                                      contend, -1 if args.stream_priority == "high" else 0, pinned == "on", switch)
                         print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
                         rows.append(row)
     import torch
