@@ -143,9 +143,7 @@ class ImageDecoder:
         busiest, need not spend (JpegBatches calls it on its finishing thread)."""
         if self._nvimgcodec is not None:
             frames = self._nvimgcodec_batch(datas)
-            return lambda: [BadImage("nvImageCodec cannot decode this JPEG") if f is None else
-                            (f, hw) if tuple(f.shape[:2]) == hw else
-                            BadImage(f"the JPEG decodes to {f.shape[1]}x{f.shape[0]}, not {hw[1]}x{hw[0]}")
+            return lambda: [BadImage("nvImageCodec cannot decode this JPEG") if f is None else _as_measured(f, hw)
                             for f, hw in zip(frames, sizes)]
         if self.gpu_jpeg and len(datas) > 1:
             encoded = [self._host_tensor(d) for d in datas]
@@ -156,9 +154,7 @@ class ImageDecoder:
             if frames is not None:
                 def made(_encoded=encoded) -> list:  # the inputs go with it: freed where it is, not here
                     # (H, W, 3) views of nvJPEG's (3, H, W): the pass's stack makes them contiguous in its own copy
-                    return [(f.permute(1, 2, 0), hw) if tuple(f.shape[1:]) == hw else
-                            BadImage(f"the JPEG decodes to {f.shape[2]}x{f.shape[1]}, not {hw[1]}x{hw[0]}")
-                            for f, hw in zip(frames, sizes)]
+                    return [_as_measured(f.permute(1, 2, 0), hw) for f, hw in zip(frames, sizes)]
                 return made
         out = []
         for data, (h, w) in zip(datas, sizes):
@@ -260,6 +256,13 @@ class ImageDecoder:
         if frame is None or frame.shape[:2] != (h, w):
             raise BadImage(f"the JPEG of {len(data)} bytes does not decode")
         return cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), (h, w)
+
+
+def _as_measured(frame, hw: tuple[int, int]):
+    """(frame, hw) for a decoded (H, W, 3) frame of the size its header said, else the BadImage it is."""
+    if tuple(frame.shape[:2]) == hw:
+        return frame, hw
+    return BadImage(f"the JPEG decodes to {frame.shape[1]}x{frame.shape[0]}, not {hw[1]}x{hw[0]}")
 
 
 def _check_size(width: int, height: int, what: str) -> None:
