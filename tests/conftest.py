@@ -26,6 +26,15 @@ def isolated_home(tmp_path, monkeypatch):
     return tmp_path / "home"
 
 
+@pytest.fixture
+def fresh_engine_lines(monkeypatch):
+    """Engines print each distinct line once per process (bridge/engines `_say`): a test that reads what a session
+    says starts from none printed, whatever earlier tests opened (test_fastest asks OpenVINO for bf16 too)."""
+    import bridge.engines
+
+    monkeypatch.setattr(bridge.engines, "_announced", set())
+
+
 @pytest.fixture(scope="session")
 def speaker_population(tmp_path_factory):
     """(3 device stores, 1 held-out store) of simulated espeak-ng speakers, 8 sentences each, made once per session

@@ -47,10 +47,7 @@ def test_a_graph_that_does_not_batch_runs_item_by_item():
     assert all(np.array_equal(one[k][0], both[k][1]) for k in both)
 
 
-def test_a_model_without_a_tflite_falls_back_with_the_reason(capsys, monkeypatch):
-    import bridge.engines
-
-    monkeypatch.setattr(bridge.engines, "_announced", set())  # each distinct line prints once per process
+def test_a_model_without_a_tflite_falls_back_with_the_reason(capsys, fresh_engine_lines):
     path = find_model("emotion").path
     with pytest.raises(EngineUnavailable, match="no .tflite ships for emotion.onnx"):
         create_session(path, "litert", strict=True)

@@ -30,15 +30,6 @@ def _xy_error(a: np.ndarray, b: np.ndarray, batch: int) -> np.ndarray:
     return np.linalg.norm(a.reshape(batch, -1, 3)[..., :2] - b.reshape(batch, -1, 3)[..., :2], axis=-1)
 
 
-@pytest.fixture
-def fresh_lines(monkeypatch):
-    """Engines print each distinct line once per process: an earlier test that opened the same session (the
-    suite's test_fastest asks OpenVINO for bf16 too) would leave these tests nothing to read."""
-    import bridge.engines
-
-    monkeypatch.setattr(bridge.engines, "_announced", set())
-
-
 def _outputs(model: str, shape: tuple, backend: str, cpu_precision: str = "f32"):
     session = create_session(find_model(model).path, backend, strict=True, cpu_precision=cpu_precision)
     x = frames_as_input(shape, count=4)
@@ -72,7 +63,7 @@ def test_bf16_asked_on_a_native_bf16_cpu_runs_bf16_within_its_measured_bounds():
 
 @needs_openvino
 @pytest.mark.skipif(cpu_has_native_bf16(), reason="this CPU has native bf16 (the other branch runs here)")
-def test_bf16_asked_on_a_cpu_without_it_runs_f32_and_says_so(capsys, fresh_lines):
+def test_bf16_asked_on_a_cpu_without_it_runs_f32_and_says_so(capsys, fresh_engine_lines):
     _, ref = _outputs("face_landmark", (3, 192, 192), "onnxruntime")
     session, out = _outputs("face_landmark", (3, 192, 192), "openvino", "bf16")
     assert session.precision == "f32"
@@ -97,7 +88,7 @@ def test_the_backend_line_names_the_precision_and_why_it_differs():
     assert precision_note("f32", "f32", "openvino").startswith("f32")
 
 
-def test_onnxruntime_asked_for_bf16_runs_f32_and_says_so(capsys, fresh_lines):
+def test_onnxruntime_asked_for_bf16_runs_f32_and_says_so(capsys, fresh_engine_lines):
     session, _ = _outputs("emotion", (1, 64, 64), "onnxruntime", "bf16")
     assert session.precision == "f32"
     assert "computes f32 only" in capsys.readouterr().err
