@@ -66,7 +66,16 @@ class Proc:
         return self.popen.pid
 
     def alive(self) -> bool:
-        return self.popen.poll() is None
+        """Whether it still runs, asked without Popen's wait lock: a Ctrl-C that lands inside Popen.poll() can leave
+        that lock held (CPython 3.11: one interrupt in five of a loop of polls), and every wait after it, stop()'s
+        included, then blocks for ever (a `fedagent client` that ignored Ctrl-C, loaded 2-core VM). WNOWAIT leaves
+        the exit status for stop() to collect."""
+        if self.popen.returncode is not None:
+            return False
+        try:
+            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        except ChildProcessError:  # already collected
+            return False
 
     def tail(self, lines: int = 30) -> str:
         try:
