@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from bridge.bench.common import exit_text, positive_float, reporter, table
+from bridge.child_status import running
 from bridge.errors import FaceBridgeError
 
 
@@ -274,7 +275,7 @@ def run(args) -> dict:
     interrupted = False
     try:
         try:
-            while time.monotonic() < end and proc.poll() is None:
+            while time.monotonic() < end and running(proc):
                 now = time.monotonic()
                 if now >= next_sample:
                     sample = {"t_s": round(now - started, 1), **_proc_status(bridge_pid), "llf_packets": llf.count,
@@ -290,7 +291,8 @@ def run(args) -> dict:
         except KeyboardInterrupt:  # keep every sample taken: the result is written, marked partial
             interrupted = True
     finally:
-        crashed = None if interrupted else proc.poll()  # the bridge took the same Ctrl-C (one process group)
+        # the bridge took the same Ctrl-C (one process group)
+        crashed = None if interrupted or running(proc) else proc.wait()
         subscriber.close()  # first, so that the bridge going down is not counted as a subscriber error
         for channel, stream in stuck:
             stream.cancel()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridge import console, ports
+from bridge.child_status import running
 from bridge.errors import FaceBridgeError
 from bridge.listeners import split_address as split_listener_address
 
@@ -66,16 +67,8 @@ class Proc:
         return self.popen.pid
 
     def alive(self) -> bool:
-        """Whether it still runs, asked without Popen's wait lock: a Ctrl-C that lands inside Popen.poll() can leave
-        that lock held (CPython 3.11: one interrupt in five of a loop of polls), and every wait after it, stop()'s
-        included, then blocks for ever (a `fedagent client` that ignored Ctrl-C, loaded 2-core VM). WNOWAIT leaves
-        the exit status for stop() to collect."""
-        if self.popen.returncode is not None:
-            return False
-        try:
-            return os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-        except ChildProcessError:  # already collected
-            return False
+        """Whether it still runs (bridge/child_status.py: a Ctrl-C in the caller's watch loop never blocks stop())."""
+        return running(self.popen)
 
     def tail(self, lines: int = 30) -> str:
         try:
