@@ -126,8 +126,9 @@ class MorphableModel:
         self._id468 = np.ascontiguousarray(self._id_flat[:, :1404])
         self._exp468 = np.ascontiguousarray(self._exp_flat[:, :1404])
         # the identity modes of the 468 points laid out point by point, (468, 3, 101): the identity update's
-        # Jacobian is one batched (2 x 3) @ (3 x 101) product per point (identity.identity_refresh_steps)
-        self.identity_by_point = np.ascontiguousarray(self.identity_basis[:, :468].transpose(1, 2, 0))
+        # Jacobian is one batched (2 x 3) @ (3 x 101) product per point (identity.identity_refresh_steps), in
+        # float32 as that update's products are
+        self.identity_by_point = np.ascontiguousarray(self.identity_basis[:, :468].transpose(1, 2, 0), np.float32)
         self._base: tuple[bytes, np.ndarray] | None = None  # (identity key, its points): one attribute, so a
         # thread that reads it never pairs one subject's key with another's points (one model serves every stream)
         counts = self.region_points.sum(1, keepdims=True)
