@@ -61,8 +61,8 @@ def identity_refresh_steps(model: MorphableModel, identity: np.ndarray, weights:
     d_uv = np.stack([scale * (m[:, None, 0] - m[:, None, 2] * (cam[..., 0:1] * inv_z)),
                      scale * (m[:, None, 1] - m[:, None, 2] * (cam[..., 1:2] * inv_z))], 2)
     # the products in float32, the solve in float64: the normal equations' 936-term sums are most of the refresh's
-    # CPU, and float32 halves it; the estimates move by 1e-4 at most where a subject's own move from frame to frame
-    # is 0.7 (the sequences of tests/expression/test_identity.py, 480 refreshes)
+    # CPU, and float32 takes a third off; the estimates move by 1e-4 at most where a subject's own estimate moves
+    # 0.7 from frame to frame (the sequences of tests/expression/test_identity.py, 480 refreshes)
     jac = np.matmul(d_uv.astype(np.float32), model.identity_by_point).reshape(n, 2 * 468, -1)
     yield
     jac_t = jac.transpose(0, 2, 1)
