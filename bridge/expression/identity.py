@@ -54,7 +54,7 @@ def identity_refresh_steps(model: MorphableModel, identity: np.ndarray, weights:
     f = focal[:, None, None]
     proj = f * cam[..., :2] * inv_z + centre[:, None, :]
     r = ((xy - proj) / sigma[:, None, None]).reshape(n, -1)  # point-major: u0, v0, u1, v1, ...
-    yield  # the Jacobian reads the 1.1 MB identity_by_point: its own step (a cold cache made it the largest)
+    yield  # the Jacobian reads the 0.6 MB identity_by_point: its own step (a cold cache made it the largest)
     # d(u, v)/d(model point) per point, (n, 468, 2, 3), then through each point's identity modes (468, 3, 101):
     # the Jacobian's rows in the residual's order
     scale = (f / sigma[:, None, None]) * inv_z
