@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bridge.child_status import running
 from bridge.errors import FaceBridgeError
 
 START_TIMEOUT_S = 180.0  # `ray start` took 18-38 s on the loaded 2-core machine
@@ -82,7 +83,7 @@ class LocalRayHead:
         self.address = f"127.0.0.1:{gcs}"
         end = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < end:
-            if self.process.poll() is not None:
+            if not running(self.process):  # (stop() below collects its status)
                 lines = (self.work_dir / "ray-start.log").read_text(errors="replace").strip().splitlines()
                 self.stop()
                 raise FaceBridgeError(f"ray start exited with {self.process.returncode}: "

@@ -12,7 +12,7 @@ from tests.helpers import subprocess_env
 # the watch loop (by SIGALRM, at random moments); then stop() must end. In a process of its own: exceptions raised
 # at random moments in the test runner, whose other tests left threads and finalizers, crashed it.
 WATCH_THEN_STOP = textwrap.dedent("""
-    import random, signal, sys, threading
+    import os, random, signal, sys, threading
     from fedagent.local.processes import Proc
 
     proc = Proc("sleeper", [sys.executable, "-c", "import time; time.sleep(600)"], {}, sys.argv[1])
@@ -31,7 +31,6 @@ WATCH_THEN_STOP = textwrap.dedent("""
     stopper.start()
     stopper.join(15)
     if stopper.is_alive():
-        import os
         os.killpg(proc.pid, signal.SIGKILL)
     print(interrupted, alive, not stopper.is_alive(), proc.popen.returncode is not None and not proc.alive())
 """)
