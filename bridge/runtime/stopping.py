@@ -1,11 +1,16 @@
 """Serving until told to stop: SIGTERM (a service manager, `kill`) or Ctrl-C, with a status line every few seconds.
 
-`facebridge serve` in one process and the engine of `serve --front-ends N` both wait here. SIGTERM sets an Event
-(the handler is put back afterwards); Ctrl-C is a KeyboardInterrupt that passes through, so the caller's cleanup runs
-first and the command then ends with Ctrl-C's status.
+`facebridge serve` in one process and the engine of `serve --front-ends N` both wait here. SIGTERM writes a byte to
+a pipe the loop waits on (the handler is put back afterwards). The handler takes no lock: one that set a
+threading.Event hung the busy engine of `serve --front-ends` for good (py-spy: the handler ran in the waiting thread
+while that thread held the Event's lock, and waited for it; its front ends stopped and it started them again).
+Ctrl-C is a KeyboardInterrupt that passes through, so the caller's cleanup runs first and the command then ends with
+Ctrl-C's status.
 """
 from __future__ import annotations
 
+import os
+import select
 import signal
 import sys
 import threading
@@ -18,19 +23,29 @@ STATUS_EVERY_S = 5.0
 
 def serve_until_stopped(status_line: Callable[[], str] | None = None) -> None:
     """Return on SIGTERM; print status_line() to stderr every STATUS_EVERY_S meanwhile (None: nothing)."""
-    stop = threading.Event()
+    wake, poke = os.pipe()
+    os.set_blocking(poke, False)
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        previous = signal.signal(signal.SIGTERM, lambda *_: _write_byte(poke))
     try:
         last = time.monotonic()
-        while not stop.wait(0.5):
+        while not select.select([wake], [], [], 0.5)[0]:
             if status_line is not None and time.monotonic() - last >= STATUS_EVERY_S:
                 print(status_line(), file=sys.stderr, flush=True)
                 last = time.monotonic()
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        os.close(wake)
+        os.close(poke)
+
+
+def _write_byte(fd: int) -> None:
+    try:
+        os.write(fd, b"x")
+    except OSError:  # full (the loop wakes anyway) or already closed (it has)
+        pass
 
 
 @contextmanager
