@@ -89,6 +89,11 @@ def add_parser(sub) -> None:
                         "process, the engine, owns the runners, every image's decode and every batched pass, "
                         "exchanging frames and results with them through shared memory; a front end that dies "
                         "loses only its streams and is started again. 0 (default): everything in this process")
+    p.add_argument("--decode-processes", type=int, default=0, metavar="N",
+                   help="with --front-ends: decode the JPEGs in N processes of their own instead of the engine's "
+                        "(frames up to 1280x720 or the largest --prewarm size; a front end's always in the same "
+                        "one). On a GPU run them under MPS (nvidia-cuda-mps-control -d) to decode beside the "
+                        "passes. Default 0: in the engine process")
     p.add_argument("--frame-slot-kib", type=int, default=512, metavar="KIB",
                    help="with --front-ends: the largest image a stream may send, in KiB (each stream's slot of "
                         "shared memory; default 512: a 1080p JPEG)")
@@ -149,6 +154,9 @@ def serve_config(args):
     if args.front_ends > args.max_streams:
         raise FaceBridgeError(f"--front-ends {args.front_ends} is more than --max-streams {args.max_streams}",
                               "run at most one front end a stream")
+    if args.decode_processes < 0 or (args.decode_processes and not args.front_ends):
+        raise FaceBridgeError(f"--decode-processes {args.decode_processes} needs --front-ends and a count of 0 or more",
+                              "pass e.g. --front-ends 8 --decode-processes 2, or leave --decode-processes out")
     if args.pass_batch < 0:
         raise FaceBridgeError(f"--pass-batch {args.pass_batch} is negative",
                               "pass 0 (every stream at once) or the most frames a pass may take")
@@ -171,7 +179,7 @@ def serve_config(args):
                        updates=None if args.updates == "off" else args.updates,
                        switch_interval_ms=args.switch_interval_ms, front_ends=args.front_ends,
                        frame_slot_kib=args.frame_slot_kib, pass_batch=args.pass_batch,
-                       jpeg_decoder=args.jpeg_decoder)
+                       jpeg_decoder=args.jpeg_decoder, decode_processes=args.decode_processes)
 
 
 def run(args) -> int:

@@ -34,6 +34,7 @@ import numpy as np
 from bridge.multistream import rings
 from bridge.multistream.decode import JPEG, BadImage
 from bridge.multistream.decode_batch import JpegBatches
+from bridge.multistream.decode_process import DecodeProcesses, FramePool
 from bridge.multistream.rings import SlotRing
 from bridge.thread_cpu import thread_cpu_seconds
 
@@ -60,13 +61,15 @@ def read_slots(message: bytes) -> np.ndarray:
 class Engine:
     def __init__(self, make_service, *, front_ends: int, slots_each: int, slot_bytes: int, decoder,
                  jpeg_batches: bool, decode_workers: int = 1, max_frame_sizes: int = 4, versions=lambda: {},
-                 on_pass=None, on_lost=None, jpeg_batch: int | None = None) -> None:
+                 on_pass=None, on_lost=None, jpeg_batch: int | None = None, decode_processes: int = 0,
+                 decoded_frame_bytes: int = 0, jpeg_library: str = "torchvision") -> None:
         """make_service(frame_hw, num_streams, finish_pass) -> a MultiStreamFaceService of that size over every
         front end's slots; decoder: an ImageDecoder on the runners' device; jpeg_batches: every JPEG waiting decoded
         in one call (nvJPEG on a GPU), else each on one of `decode_workers` threads; versions() -> the model
         versions the FaceFrames announce now; on_pass(faces): each pass's results (the releases' fallback);
         on_lost(index): a front end's socket closed; jpeg_batch: the most JPEGs a decode call takes (default every
-        slot's)."""
+        slot's); decode_processes: JPEGs of up to decoded_frame_bytes (H x W x 3) decoded in that many processes
+        of their own (multistream/decode_process.py, with `jpeg_library`), a front end's always in the same one."""
         self.front_ends, self.slots_each, self.total = front_ends, slots_each, front_ends * slots_each
         self.rings = [SlotRing.create(slots_each, slot_bytes) for _ in range(front_ends)]
         self._make_service, self._decoder = make_service, decoder
@@ -89,6 +92,17 @@ class Engine:
         self._pool = ThreadPoolExecutor(1 if jpeg_batches else max(1, decode_workers),
                                         thread_name_prefix="engine-decode")
         self.decoder_name = f"{decoder.name}, batched" if jpeg_batches else decoder.name
+        self.pool = self._processes = None
+        if decode_processes:
+            self.pool = FramePool(self.total, decoded_frame_bytes, decoder.device)
+            try:
+                self._processes = DecodeProcesses(decode_processes, self.rings, slots_each, self.pool, jpeg_library,
+                                                  jpeg_batch or self.total, self._decoded, self._decode_failed)
+            except BaseException:
+                self.pool.close()
+                raise
+            pids = ", ".join(f"pid {pid}" for pid in self._processes.pids())
+            self.decoder_name = f"{self._processes.names[0]}, in {decode_processes} decode processes ({pids})"
 
     # ---- front ends ------------------------------------------------------------------------------------------
     def attach(self, index: int, sock: socket.socket) -> None:
@@ -173,14 +187,23 @@ class Engine:
                                        requests[~fits, rings.GENERATION].tolist()):
             self._refuse((index, epoch, slot, generation), f"the engine read {n} bytes for this image; send it again")
         jpegs, datas, hws, others = [], [], [], []
+        processes, k = self._processes, index % self._processes.count if self._processes is not None else 0
+        away = processes is not None and processes.alive(k)
+        sent: tuple[list, list, list, list] = ([], [], [], [])  # to decode process k: tags, rows, nbytes, sizes
         for slot, (n, height, width, encoding, generation) in zip(slots[fits].tolist(), requests[fits].tolist()):
             tag, data = (index, epoch, slot, generation), ring.images[slot, :n]
-            if encoding == JPEG and self._jpeg is not None:
+            if away and encoding == JPEG and self.pool.takes(height, width):
+                for part, value in zip(sent, (tag, index * self.slots_each + slot, n, (height, width))):
+                    part.append(value)
+            elif encoding == JPEG and self._jpeg is not None:
                 jpegs.append(tag)
                 datas.append(self._decoder.encoded(data))
                 hws.append((height, width))
             else:
                 others.append((tag, encoding, data, (height, width)))
+        if sent[0] and not processes.submit(k, *sent):  # it went down for good meanwhile: decoded here
+            for tag, (height, width), n in zip(sent[0], sent[3], sent[2]):
+                others.append((tag, JPEG, ring.images[tag[2], :n], (height, width)))
         if jpegs:
             self._jpeg.submit_many(datas, hws, self._jpegs_decoded, jpegs)
         if others:  # each on a worker; the last one done posts them together (one pass, one describe call)
@@ -202,6 +225,11 @@ class Engine:
     def _jpegs_decoded(self, decoded: list, times: list, tags: list) -> None:
         """JPEGs decoded in one batch (JpegBatches' thread; times: their DecodeTimes)."""
         self._decoded(decoded, [t.ms for t in times], tags, [(t.started, t.ended) for t in times])
+
+    def _decode_failed(self, tags: list, reason: str) -> None:
+        """Frames a decode process held when it died: each answered as failed (its stream sends the next)."""
+        for tag in tags:
+            self._refuse(tag, reason, rings.FAILED)
 
     def _decoded(self, decoded: list, decode_ms: list[float], tags: list, calls: list[tuple[float, float]]) -> None:
         """Images of one message decoded; each that did not decode refused alone, the others posted together."""
@@ -373,6 +401,9 @@ class Engine:
                 "sizes_released": self.sizes_released,
                 "refused": self.refused, "failed": self.failed, "non_finite": non_finite,
                 "front_ends": sum(s is not None for s in self._socks),
+                "decode_processes": sum(map(self._processes.alive, range(self._processes.count)))
+                if self._processes is not None else 0,
+                "decode_process_restarts": self._processes.restarts if self._processes is not None else 0,
                 "frame_sizes": [f"{w}x{h}" for h, w in (tuple(s.frame_hw) for s in services)]}
 
     def close(self) -> None:
@@ -386,11 +417,15 @@ class Engine:
                 except OSError:
                     pass
                 sock.close()
+        if self._processes is not None:
+            self._processes.close()
         if self._jpeg is not None:
             self._jpeg.close()
         self._pool.shutdown(wait=True)
         for service in self.services():
             service.close()
+        if self.pool is not None:
+            self.pool.close()
         for ring in self.rings:
             ring.close()
 

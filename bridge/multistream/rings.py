@@ -87,7 +87,7 @@ class SlotRing:
     @classmethod
     def attach(cls, name: str, slots: int, slot_bytes: int) -> SlotRing:
         block = shared_memory.SharedMemory(name=name)
-        _untrack(block)
+        untrack(block)
         return cls(block, RingShape(slots, slot_bytes), owner=False)
 
     @property
@@ -119,7 +119,7 @@ class SlotRing:
                 pass
 
 
-def _untrack(block: shared_memory.SharedMemory) -> None:
+def untrack(block: shared_memory.SharedMemory) -> None:
     """Python before 3.13 registers an attached block with this process's resource tracker, which would remove it
     when this process ends (the engine's ring, under the front end started after it): only the engine owns it."""
     try:

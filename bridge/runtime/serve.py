@@ -84,6 +84,9 @@ class ServeConfig:
     # the most frames a pass (and a JPEG decode batch) takes; 0: every stream's at once. Smaller passes let the
     # decode, the pass and the describe step of different frames overlap (docs/PERFORMANCE.md: what it did)
     pass_batch: int = 0
+    # with front ends: the engine's JPEG decode in this many processes of their own (multistream/decode_process.py;
+    # under MPS on a GPU they decode beside the passes); 0 decodes in the engine process
+    decode_processes: int = 0
 
 
 class PassDescriber:

@@ -42,6 +42,9 @@ START_TIMEOUT_S = 240.0  # every front end listening (a loaded machine imports s
 RESTART_AFTER_S = 1.0  # a front end that died is started again after this
 QUICK_END_S, MAX_QUICK_ENDS = 10.0, 5  # one that ends this soon after its start this many times in a row stays down
 STOP_WAIT_S = 15.0
+# --decode-processes: the largest frame (pixels) a decode process decodes (the largest --prewarm size if larger); a
+# larger one is decoded in the engine process. Its pool holds one such frame a stream: 2.8 MB, 2.8 GB at 1,000 streams
+DECODED_FRAME_PIXELS = 1280 * 720
 
 
 def front_end_addresses(address: str, count: int) -> list[str]:
@@ -160,10 +163,14 @@ def build_engine(config: ServeConfig, verbose: bool = False):
         raise FaceBridgeError(f"--front-ends {config.front_ends} starts no front end", "pass 1 or more")
     each = -(-config.max_streams // config.front_ends)
     slot_bytes = config.frame_slot_kib * 1024
-    room = shm_room(config.front_ends * RingShape(each, slot_bytes).nbytes)
+    decoded_frame_bytes = max([DECODED_FRAME_PIXELS] + [h * w for h, w in config.prewarm]) * 3
+    pool_bytes = config.front_ends * each * decoded_frame_bytes if config.decode_processes else 0
+    on_gpu = config.runners != "cpu"  # the decode processes' frames in GPU memory, not in /dev/shm
+    room = shm_room(config.front_ends * RingShape(each, slot_bytes).nbytes + (0 if on_gpu else pool_bytes))
     if room is not None:
-        raise FaceBridgeError(room, "lower --max-streams or --frame-slot-kib, or give /dev/shm more room (e.g. "
-                                    "docker run --shm-size 2g)")
+        raise FaceBridgeError(room, "lower --max-streams or --frame-slot-kib" + (", or --decode-processes (the "
+                                    "CPU decode processes' frames are there too)" if pool_bytes and not on_gpu else "")
+                              + ", or give /dev/shm more room (e.g. docker run --shm-size 2g)")
     engine = None
     models = batched_models(config, lambda: engine.services() if engine is not None else [],
                             max_batch=config.front_ends * each)
@@ -176,7 +183,9 @@ def build_engine(config: ServeConfig, verbose: bool = False):
                         slot_bytes=slot_bytes, decoder=decoder, jpeg_batches=batched,
                         decode_workers=config.decode_workers or max(1, min(8, os.cpu_count() or 1)),
                         max_frame_sizes=config.max_frame_sizes, versions=lambda: models.gate.versions,
-                        on_pass=releases.check_pass if releases is not None else None, jpeg_batch=models.max_batch)
+                        on_pass=releases.check_pass if releases is not None else None, jpeg_batch=models.max_batch,
+                        decode_processes=config.decode_processes, decoded_frame_bytes=decoded_frame_bytes,
+                        jpeg_library=config.jpeg_decoder)
         if releases is not None:
             releases.start()  # releases installed before now serve from the first frame
         for frame_hw in config.prewarm:
