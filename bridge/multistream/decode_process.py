@@ -63,6 +63,7 @@ class FramePool:
         self.rows, self.entry_bytes, self.device = rows, entry_bytes, str(device)
         self._block = _block
         self._owner = _tensor is None and _block is None
+        self._views: dict[tuple[int, int], tuple] = {}  # (h, w) -> every row viewed as an (h, w, 3) frame
         if self.device.startswith("cuda"):
             import torch
 
@@ -105,6 +106,20 @@ class FramePool:
             return self.tensor[row, :n].view(height, width, 3)
         return self.array[row, :n].reshape(height, width, 3)
 
+    def frames(self, height: int, width: int) -> tuple:
+        """Every row viewed as an (h, w, 3) frame, made once a size: the engine takes a frame by indexing, no
+        tensor operation (and no wait for the interpreter lock after one) a frame."""
+        views = self._views.get((height, width))
+        if views is None:
+            n = height * width * 3
+            if self.tensor is not None:
+                views = self.tensor[:, :n].view(self.rows, height, width, 3).unbind(0)
+            else:
+                views = tuple(np.ndarray((self.rows, height, width, 3), np.uint8, self.array,
+                                         strides=(self.entry_bytes, width * 3, 3, 1)))
+            self._views[(height, width)] = views
+        return views
+
     def put(self, row: int, frame) -> None:
         height, width = frame.shape[:2]
         target = self.frame(row, height, width)
@@ -115,6 +130,7 @@ class FramePool:
 
     def close(self) -> None:
         self.tensor = self.array = None
+        self._views.clear()
         if self._block is not None:
             try:
                 self._block.close()
@@ -315,7 +331,7 @@ class DecodeProcesses:
                 continue
             tag, height, width = what
             tags.append(tag)
-            decoded.append(BadImage(REASONS[s]) if s != OK else (self.pool.frame(row, height, width),
+            decoded.append(BadImage(REASONS[s]) if s != OK else (self.pool.frames(height, width)[row],
                                                                 (height, width)))
         if tags:
             ms = (t1 - t0) * 1000.0 / len(tags)
