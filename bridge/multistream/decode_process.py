@@ -52,6 +52,7 @@ REASONS = {NOT_DECODED: "the JPEG could not be decoded; send camera frames encod
 START_TIMEOUT_S = 120.0  # the process imports torch and makes its CUDA context first
 QUICK_END_S, MAX_QUICK_ENDS = 10.0, 3  # one that ends this soon after its start this many times in a row stays down
 STOP_WAIT_S = 10.0
+SEND_TIMEOUT_S = 10.0  # a decode process that takes no slot numbers for this long is hung: it is killed
 
 
 class FramePool:
@@ -263,6 +264,7 @@ class DecodeProcesses:
 
     def _start(self, k: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        ours.settimeout(SEND_TIMEOUT_S)
         ours.send(bytes(ForkingPickler.dumps(self._spec)))  # before anything else: what to open
         self._procs[k] = subprocess.Popen([sys.executable, "-m", "bridge.multistream.decode_process",
                                            str(theirs.fileno())], pass_fds=[theirs.fileno()])
@@ -284,14 +286,16 @@ class DecodeProcesses:
                                   "serve without --decode-processes, or check the GPU with `facebridge doctor`")
 
     def alive(self, k: int) -> bool:
-        return self._socks[k] is not None
+        """Whether decode process k takes frames: started and ready (while another starts in the place of one that
+        died, the engine decodes its front ends' frames itself)."""
+        return self._socks[k] is not None and bool(self.names[k])
 
     def submit(self, k: int, tags: list, rows: list[int], nbytes: list[int], hws: list[tuple[int, int]]) -> bool:
         """Send images to decode process k (rows of the pool: their slots); False when it is down for good (the
         caller decodes them itself)."""
         with self._lock:
             sock = self._socks[k]
-            if sock is None:
+            if sock is None or not self.names[k]:
                 return False
             held = self._held[k]
             for tag, row, hw in zip(tags, rows, hws):
@@ -299,6 +303,9 @@ class DecodeProcesses:
         items = np.column_stack([rows, nbytes, [h for h, _ in hws], [w for _, w in hws]]).astype(np.int64)
         try:
             sock.send(DECODE + items.tobytes())
+        except TimeoutError:
+            log.warning("decode process %d took no frame for %.0f s: it is hung; killing it", k, SEND_TIMEOUT_S)
+            self._procs[k].kill()  # its reader sees the socket close, fails what it held and starts another
         except OSError:
             pass  # it died: its reader fails what it held (these too) and starts another
         return True
@@ -307,6 +314,8 @@ class DecodeProcesses:
         while True:
             try:
                 message = sock.recv(MAX_MESSAGE)
+            except TimeoutError:  # idle: the timeout is for sending
+                continue
             except OSError:
                 message = b""
             if not message:
@@ -342,6 +351,7 @@ class DecodeProcesses:
             if self._socks[k] is sock:
                 self._socks[k] = None
             held, self._held[k] = self._held[k], {}
+            self.names[k] = ""
         sock.close()
         proc = self._procs[k]
         rc = None
@@ -366,7 +376,6 @@ class DecodeProcesses:
         log.warning("decode process %d (pid %s) ended (exit %s) and %d frames with it (each answered as failed); "
                     "starting another", k, proc.pid if proc else "?", rc, len(held))
         self.restarts += 1
-        self.names[k] = ""
         threading.Timer(5.0 if quick else 0.5, self._restart, args=(k,)).start()
 
     def _restart(self, k: int) -> None:
