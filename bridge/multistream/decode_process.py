@@ -260,7 +260,6 @@ class DecodeProcesses:
         self.stopping = False
         for k in range(count):
             self._start(k)
-        self._wait_ready()
 
     def _start(self, k: int) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -274,7 +273,9 @@ class DecodeProcesses:
             self._socks[k] = ours
         threading.Thread(target=self._read, args=(k, ours), name=f"engine-decoded-{k}", daemon=True).start()
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Until every decode process is ready (they start beside the engine's own start-up: torch and a CUDA
+        context each); FaceBridgeError, every one stopped, when one ended first or they take too long."""
         end = time.monotonic() + START_TIMEOUT_S
         while not all(self.names) and time.monotonic() < end:
             if any(p is not None and p.poll() is not None for p in self._procs):

@@ -101,8 +101,14 @@ class Engine:
             except BaseException:
                 self.pool.close()
                 raise
+
+    def wait_decode_processes(self) -> None:
+        """Until the decode processes (if any) are ready, which start beside the engine's own start-up; then the
+        ready line's decoder names them."""
+        if self._processes is not None:
+            self._processes.wait_ready()
             pids = ", ".join(f"pid {pid}" for pid in self._processes.pids())
-            self.decoder_name = f"{self._processes.names[0]}, in {decode_processes} decode processes ({pids})"
+            self.decoder_name = f"{self._processes.names[0]}, in {self._processes.count} decode processes ({pids})"
 
     # ---- front ends ------------------------------------------------------------------------------------------
     def attach(self, index: int, sock: socket.socket) -> None:

@@ -190,6 +190,7 @@ def build_engine(config: ServeConfig, verbose: bool = False):
             releases.start()  # releases installed before now serve from the first frame
         for frame_hw in config.prewarm:
             engine.prepare(frame_hw)
+        engine.wait_decode_processes()  # they started with the engine, beside the prewarm
         log.info("heap settled after start-up in %.0f ms", settle_heap())
         fronts = FrontEnds(engine, config, verbose)
         engine.on_lost = fronts.lost
