@@ -379,14 +379,16 @@ def test_serve_with_torch_cuda_runners_gives_the_facebridge_run_frames():
 
 
 @needs_torch_cuda
-def test_front_ends_on_the_gpu_serve_many_new_streams_at_once_with_the_facebridge_run_frames(tmp_path):
+@pytest.mark.parametrize("decode", [(), ("--decode-processes", "2")], ids=["engine-decodes", "decode-processes"])
+def test_front_ends_on_the_gpu_serve_many_new_streams_at_once_with_the_facebridge_run_frames(tmp_path, decode):
     """`facebridge serve --front-ends 2` with the GPU runners: 64 streams over TrackMany start in the same passes
     (where nvJPEG's outputs were once overwritten by the next decode while a queued pass still read them: NaN
     landmarks for dozens of new streams at once, H100). A captured pass detects a bounded number of lost streams
     (tracker.capture_cuda_graphs: a sixteenth of its bucket, at least 2, to the lost streams that waited longest),
     so new streams are found a few a pass: each stream within 20 frames, and from then on every frame is a face,
     finite, and what the single-face pipeline computes from that frame on (the fp16 tolerances of the one-process
-    test above); every frame is finite before it too, and the engine never reports a non-finite result."""
+    test above); every frame is finite before it too, and the engine never reports a non-finite result. Again with
+    the JPEGs decoded in two decode processes into the engine's frame pool (CUDA IPC)."""
     import cv2
 
     from bridge.engines.shipped import sample_frames
@@ -401,8 +403,9 @@ def test_front_ends_on_the_gpu_serve_many_new_streams_at_once_with_the_facebridg
     detect_within = streams // 4 + 4
     jpegs = [encode_jpeg(cv2.cvtColor(f, cv2.COLOR_RGB2BGR)) for f in sample_frames(frames, step=1)]
     args = ("--grpc", "127.0.0.1:0", "--runners", RUNNERS, "--front-ends", "2", "--max-streams", str(streams),
-            "--updates", "off")
+            "--updates", "off", *decode)
     with serve_process(*args, home=tmp_path / "home", ready_timeout=600) as (proc, addresses):
+        assert not decode or "in 2 decode processes" in next(x for x in proc.lines if "listening on" in x)
         clients = [TrackManyClient(address) for address in addresses]
         served: dict[int, list] = {i: [] for i in range(streams)}
         try:
