@@ -251,7 +251,7 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
 
 
 def _stream_record(stream_id: int) -> dict:
-    return {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [],
+    return {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [], "faces": 0,
             "replica": "", "stale": 0, "late": 0, "bad": 0, "stages": {k: [] for k in STAGES[:6]}, "error": None,
             "slowest": [], "reconnects": 0, "moved": 0, "replicas": [], "id": stream_id}
 
@@ -263,6 +263,7 @@ def _record_frame(out: dict, frame, stream_id: int, measure_from: float) -> None
         return
     latency = (time.perf_counter() - frame.source_time) * 1000.0
     out["latency_ms"].append(latency)
+    out["faces"] += bool(frame.face_found)
     got = frame.latencies_ms
     for stage in STAGES:
         if stage in got:
@@ -536,6 +537,8 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
         "bad_frames": bad, "unanswered": sent - served - stale - late - bad,
         "dropped_at_client": sum(s["held"] for s in streams),
         "served_per_s": round(served_measured / measured_s, 1) if measured_s > 0 else None,
+        # the sample has a face in every frame: a share below 1 is a serving path that lost it (or garbage frames)
+        "face_found_share": round(sum(s["faces"] for s in streams) / served_measured, 4) if served_measured else None,
         "server_cpu_ms_per_frame": round(server_cpu_s * 1000.0 / served_measured, 3)
         if served_measured and pids else None,
         # the same CPU over every frame sent in the measured window: the front end's load (each is received and
@@ -682,7 +685,8 @@ def run(args) -> dict:
                 trial = _trial(n, addresses, pids, jpegs, args, wire)
                 held = f", {trial['dropped_at_client']} held back at the clients" if args.in_flight else ""
                 part = trial["server_cpu_ms_per_frame_by_part"]
-                say(f"{n} streams over {wire}: p99 {trial['latency_ms']['p99']} ms, {trial['streams_within_p99_limit']}"
+                say(f"{n} streams over {wire}: {trial['served_per_s']} served a second ({trial['face_found_share']} "
+                    f"with a face), p99 {trial['latency_ms']['p99']} ms, {trial['streams_within_p99_limit']}"
                     f" within {P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
                     f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
                     f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame (host path "
