@@ -47,6 +47,12 @@ STOP_WAIT_S = 15.0
 DECODED_FRAME_PIXELS = 1280 * 720
 
 
+def mps_running() -> bool:
+    """Whether an MPS control daemon answers where this process's CUDA contexts would look for it (its pipe)."""
+    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return os.path.exists(os.path.join(pipes, "control"))
+
+
 def front_end_addresses(address: str, count: int) -> list[str]:
     """Where each front end listens: PORT+i of HOST:PORT (a free port each with port 0)."""
     host, port = access.split_address(address)
@@ -171,6 +177,10 @@ def build_engine(config: ServeConfig, verbose: bool = False):
         raise FaceBridgeError(room, "lower --max-streams or --frame-slot-kib" + (", or --decode-processes (the "
                                     "CPU decode processes' frames are there too)" if pool_bytes and not on_gpu else "")
                               + ", or give /dev/shm more room (e.g. docker run --shm-size 2g)")
+    if config.decode_processes and config.runners != "cpu" and not mps_running():
+        _report(f"--decode-processes {config.decode_processes} without MPS: their CUDA contexts take turns with the "
+                "engine's on the GPU, which made a decode slower than in one process (H100: docs/PERFORMANCE.md); "
+                "start `nvidia-cuda-mps-control -d` before facebridge serve")
     engine = None
     models = batched_models(config, lambda: engine.services() if engine is not None else [],
                             max_batch=config.front_ends * each)
