@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -222,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     what to open (pickled: the rings' names and the pool, a CUDA tensor by its IPC handle)."""
     argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.WARNING, format="decode process: %(message)s")
+    # the engine stops it (its socket closes): Ctrl-C in a terminal, or `timeout` and service managers signalling
+    # the whole process group, reach the engine, which stops it after the front ends
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[0]))
     try:
         spec = pickle.loads(sock.recv(MAX_MESSAGE))  # our own engine's, over a socket pair only it holds
@@ -230,8 +235,6 @@ def main(argv: list[str] | None = None) -> int:
 
             cv2.setNumThreads(spec["cpu_threads"])
         _serve(sock, spec)
-    except KeyboardInterrupt:
-        return 130
     except (ConnectionError, OSError):  # the engine went away: nothing is left to answer
         return 0
     return 0

@@ -182,8 +182,15 @@ def build_engine(config: ServeConfig, verbose: bool = False):
                 "engine's on the GPU, which made a decode slower than in one process (H100: docs/PERFORMANCE.md); "
                 "start `nvidia-cuda-mps-control -d` before facebridge serve")
     engine = None
+    took, marks = [], [time.monotonic()]  # the start-up's steps, on one line: at 1,000 streams it takes minutes
+
+    def step(name: str) -> None:
+        marks.append(time.monotonic())
+        took.append(f"{name} {marks[-1] - marks[-2]:.0f} s")
+
     models = batched_models(config, lambda: engine.services() if engine is not None else [],
                             max_batch=config.front_ends * each)
+    step("models")
     decoder = ImageDecoder(models.device, allow_raw=True, library=config.jpeg_decoder)
     batched = decoder.gpu_jpeg if config.jpeg_batches is None else config.jpeg_batches
     releases = models.releases
@@ -200,13 +207,17 @@ def build_engine(config: ServeConfig, verbose: bool = False):
             releases.start()  # releases installed before now serve from the first frame
         for frame_hw in config.prewarm:
             engine.prepare(frame_hw)
+        step("prewarm")
         engine.wait_decode_processes()  # they started with the engine, beside the prewarm
+        step("decode processes")
         log.info("heap settled after start-up in %.0f ms", settle_heap())
         fronts = FrontEnds(engine, config, verbose)
         engine.on_lost = fronts.lost
         for index in range(config.front_ends):
             fronts.start(index)
         fronts.wait_listening()
+        step("front ends")
+        _report(f"started in {marks[-1] - marks[0]:.0f} s ({', '.join(took)})")
     except BaseException:
         if fronts is not None:
             fronts.stop()
