@@ -54,6 +54,8 @@
 # Several server configurations in one call (one machine start, the Inductor cache warm from the first): SERVE_ARGS
 # entries split by ';' each start their own server in turn, T_FRONTS seconds each, into fronts-1.{json,log},
 # fronts-2..., e.g. SERVE_ARGS=";--switch-interval-ms 0.5" (the default against a shorter switch interval).
+# A server of 1,000 streams takes about 240 s to listen on an H100 (its `started in` line says where): give T_FRONTS
+# at least 300 for one count of SECS=20. Decode processes: MPS=1 SERVE_ARGS="--decode-processes 4".
 #
 # Ray Serve (issue 20, several calls: its packed wheels do not fit one call beside the working tree):
 #   bash tools/measure/pack_gpu_serve.sh ray, then calls `stage .gpuserve/part-aa`, `ray .gpuserve/part-ab` [RAY_REPLICAS],
@@ -267,6 +269,7 @@ case "$MODE" in
     mps_start
     [ -n "${SPY_AT:-}" ] && { spy_fronts & SPY_PID=$!; }
     IFS=';' read -ra CONFIGS <<< "${SERVE_ARGS:-}"
+    [[ "${SERVE_ARGS:-}" == *";" ]] && CONFIGS+=("")  # read drops a trailing empty entry: "--x;" is two configurations
     [ "${#CONFIGS[@]}" -gt 0 ] || CONFIGS=("")
     for k in "${!CONFIGS[@]}"; do
       name=fronts; [ "${#CONFIGS[@]}" -gt 1 ] && name=fronts-$((k + 1))
