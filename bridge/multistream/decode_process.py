@@ -126,6 +126,10 @@ class FramePool:
         height, width = frame.shape[:2]
         target = self.frame(row, height, width)
         if self.tensor is not None:
+            if isinstance(frame, np.ndarray):  # decoded on the CPU (no nvJPEG here): copied up
+                import torch
+
+                frame = torch.from_numpy(frame)
             target.copy_(frame, non_blocking=True)
         else:
             target[...] = frame
