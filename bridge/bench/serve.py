@@ -62,7 +62,8 @@ _PART = {"serve-loop": "front_end", "native": "front_end", "face-service-finish"
 # the engine process's threads (`engine:PID:GROUP` in its front ends' status): its passes and decode as above, the
 # rest (its readers of the front ends' messages, its finishing thread writing the results, gRPC-less native
 # threads, its main thread) is the engine's share of the host path
-_ENGINE_PART = {"face-service": "passes", "engine-jpeg": "jpeg_decode", "engine-decode": "jpeg_decode"}
+_ENGINE_PART = {"face-service": "passes", "engine-jpeg": "jpeg_decode", "engine-decode": "jpeg_decode",
+                "decode-processes": "jpeg_decode"}
 _STARTED: list = []  # every server process this bench started (they run in their own sessions)
 say = reporter("serve")
 

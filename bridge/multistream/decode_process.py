@@ -41,6 +41,7 @@ import numpy as np
 from bridge.errors import FaceBridgeError
 from bridge.multistream.decode import BadImage, ImageDecoder
 from bridge.multistream.rings import SlotRing, untrack
+from bridge.thread_cpu import stat_cpu_seconds
 
 log = logging.getLogger(__name__)
 
@@ -396,6 +397,16 @@ class DecodeProcesses:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs if p is not None and p.poll() is None]
+
+    def cpu_seconds(self) -> float:
+        """The running decode processes' CPU seconds (user + system), for the engine's CPU by thread group."""
+        total = 0.0
+        for pid in self.pids():
+            try:
+                total += stat_cpu_seconds(f"/proc/{pid}/stat")
+            except (OSError, IndexError, ValueError):  # it ended meanwhile
+                pass
+        return total
 
     def close(self) -> None:
         self.stopping = True

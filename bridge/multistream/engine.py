@@ -373,7 +373,10 @@ class Engine:
     def _send_cpu(self, index: int) -> None:
         """The engine's CPU seconds by thread group (bridge/thread_cpu.py) to the front end that asked, whose
         GetServeStatus carries them beside its own: a client sees the whole server's CPU, not one front end's."""
-        self._send(index, CPU + json.dumps({"pid": os.getpid(), "threads": thread_cpu_seconds()}).encode())
+        threads = thread_cpu_seconds()
+        if self._processes is not None:  # their CPU is the engine's JPEG decode, done elsewhere
+            threads["decode-processes"] = self._processes.cpu_seconds()
+        self._send(index, CPU + json.dumps({"pid": os.getpid(), "threads": threads}).encode())
 
     def _refuse(self, tag: tuple, reason: str, status: int = rings.REFUSED) -> None:
         index, epoch, slot, _generation = tag
