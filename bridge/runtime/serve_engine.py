@@ -130,15 +130,22 @@ class FrontEnds:
                     f"start {MAX_QUICK_ENDS} times in a row: not starting it again ({self.addresses[index]} stays "
                     "closed; the other front ends serve on)")
             return
-        _report(f"front end {index} (pid {proc.pid}, {self.addresses[index]}) ended ({exit_text(rc)}): its streams are "
-                "lost, the other front ends serve on; starting another in its place")
-        self.restarts += 1
+        line = (f"front end {index} (pid {proc.pid}, {self.addresses[index]}) ended ({exit_text(rc)}): its streams "
+                "are lost, the other front ends serve on; starting another in its place")
+        if rc != 0:
+            _report(line)
+            line = None
+        # else it was told to stop (SIGTERM): by whoever signalled the whole process group (`timeout`, a service
+        # manager), the engine's stop follows at once, and the line is said only if it does not
         pause = 5.0 if quick else RESTART_AFTER_S  # one that keeps ending waits longer
-        threading.Timer(pause, self._restart, args=(index,)).start()
+        threading.Timer(pause, self._restart, args=(index, line)).start()
 
-    def _restart(self, index: int) -> None:
+    def _restart(self, index: int, line: str | None = None) -> None:
         if self.stopping:
             return
+        if line is not None:
+            _report(line)
+        self.restarts += 1
         try:
             self.start(index)
         except OSError as e:
@@ -208,8 +215,9 @@ def build_engine(config: ServeConfig, verbose: bool = False):
         for frame_hw in config.prewarm:
             engine.prepare(frame_hw)
         step("prewarm")
-        engine.wait_decode_processes()  # they started with the engine, beside the prewarm
-        step("decode processes")
+        if config.decode_processes:
+            engine.wait_decode_processes()  # they started with the engine, beside the prewarm
+            step("decode processes")
         log.info("heap settled after start-up in %.0f ms", settle_heap())
         fronts = FrontEnds(engine, config, verbose)
         engine.on_lost = fronts.lost
