@@ -1,7 +1,7 @@
 """Serving until told to stop: SIGTERM (a service manager, `kill`) or Ctrl-C, with a status line every few seconds.
 
-`facebridge serve` in one process and the engine of `serve --front-ends N` both wait here. SIGTERM writes a byte to
-a pipe the loop waits on (the handler is put back afterwards). The handler takes no lock: one that set a
+`facebridge serve` in one process and the engine of `serve --front-ends N` both wait here. SIGTERM's handler appends
+to a list the loop looks at every 0.1 s (the handler is put back afterwards). The handler takes no lock: one that set a
 threading.Event hung the busy engine of `serve --front-ends` for good (py-spy: the handler ran in the waiting thread
 while that thread held the Event's lock, and waited for it; its front ends stopped and it started them again).
 Ctrl-C is a KeyboardInterrupt that passes through, so the caller's cleanup runs first and the command then ends with
@@ -9,8 +9,6 @@ Ctrl-C's status.
 """
 from __future__ import annotations
 
-import os
-import select
 import signal
 import sys
 import threading
@@ -23,29 +21,20 @@ STATUS_EVERY_S = 5.0
 
 def serve_until_stopped(status_line: Callable[[], str] | None = None) -> None:
     """Return on SIGTERM; print status_line() to stderr every STATUS_EVERY_S meanwhile (None: nothing)."""
-    wake, poke = os.pipe()
-    os.set_blocking(poke, False)
+    stopped: list[bool] = []  # the handler appends: no lock taken in a signal handler
     previous = None
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, lambda *_: _write_byte(poke))
+        previous = signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
     try:
         last = time.monotonic()
-        while not select.select([wake], [], [], 0.5)[0]:
+        while not stopped:
+            time.sleep(0.1)
             if status_line is not None and time.monotonic() - last >= STATUS_EVERY_S:
                 print(status_line(), file=sys.stderr, flush=True)
                 last = time.monotonic()
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-        os.close(wake)
-        os.close(poke)
-
-
-def _write_byte(fd: int) -> None:
-    try:
-        os.write(fd, b"x")
-    except OSError:  # full (the loop wakes anyway) or already closed (it has)
-        pass
 
 
 @contextmanager
