@@ -92,14 +92,16 @@ class Engine:
         self._pool = ThreadPoolExecutor(1 if jpeg_batches else max(1, decode_workers),
                                         thread_name_prefix="engine-decode")
         self.decoder_name = f"{decoder.name}, batched" if jpeg_batches else decoder.name
-        self.pool = self._processes = None
+        self.frame_pool = self._processes = None
+        self.decode_process_count = decode_processes
         if decode_processes:
-            self.pool = FramePool(self.total, decoded_frame_bytes, decoder.device)
+            self.frame_pool = FramePool(self.total, decoded_frame_bytes, decoder.device)
             try:
-                self._processes = DecodeProcesses(decode_processes, self.rings, slots_each, self.pool, jpeg_library,
-                                                  jpeg_batch or self.total, self._decoded, self._decode_failed)
+                self._processes = DecodeProcesses(decode_processes, self.rings, slots_each, self.frame_pool,
+                                                  jpeg_library, jpeg_batch or self.total, self._decoded,
+                                                  self._decode_failed)
             except BaseException:
-                self.pool.close()
+                self.frame_pool.close()
                 raise
 
     def wait_decode_processes(self) -> None:
@@ -198,7 +200,7 @@ class Engine:
         sent: tuple[list, list, list, list] = ([], [], [], [])  # to decode process k: tags, rows, nbytes, sizes
         for slot, (n, height, width, encoding, generation) in zip(slots[fits].tolist(), requests[fits].tolist()):
             tag, data = (index, epoch, slot, generation), ring.images[slot, :n]
-            if away and encoding == JPEG and self.pool.takes(height, width):
+            if away and encoding == JPEG and self.frame_pool.takes(height, width):
                 for part, value in zip(sent, (tag, index * self.slots_each + slot, n, (height, width))):
                     part.append(value)
             elif encoding == JPEG and self._jpeg is not None:
@@ -433,8 +435,8 @@ class Engine:
         self._pool.shutdown(wait=True)
         for service in self.services():
             service.close()
-        if self.pool is not None:
-            self.pool.close()
+        if self.frame_pool is not None:
+            self.frame_pool.close()
         for ring in self.rings:
             ring.close()
 

@@ -242,6 +242,8 @@ def status_line(engine, fronts: FrontEnds, cpu: dict[str, float] | None = None) 
     busiest = ", ".join(f"{k} {v:.2f}" for k, v in sorted((cpu or {}).items(), key=lambda kv: -kv[1])[:4])
     return (f"engine: {s['front_ends']}/{fronts.count} front ends (restarted {fronts.restarts}) | passes "
             f"{s['passes']} | batch {s['mean_batch']:.1f} | images refused {s['refused']} | failed {s['failed']}"
+            + (f" | decode processes {s['decode_processes']}/{engine.decode_process_count} (restarted "
+               f"{s['decode_process_restarts']})" if engine.decode_process_count else "")
             + (f" | non-finite {s['non_finite']}" if s["non_finite"] else "")
             + (f" | cpu s {busiest}" if busiest else ""))
 
