@@ -171,7 +171,7 @@ def _serve(sock: socket.socket, spec: dict) -> None:
             message = sock.recv(MAX_MESSAGE)
             if not message:
                 return
-            waiting.append(np.frombuffer(message, np.int64, offset=4).reshape(-1, ITEM))
+            waiting.append(_items(message))
         sock.setblocking(False)
         while sum(len(w) for w in waiting) < max_batch:  # everything named meanwhile goes in this call
             try:
@@ -180,12 +180,17 @@ def _serve(sock: socket.socket, spec: dict) -> None:
                 break
             if not message:
                 return
-            waiting.append(np.frombuffer(message, np.int64, offset=4).reshape(-1, ITEM))
+            waiting.append(_items(message))
         items = np.concatenate(waiting)
         batch, rest = items[:max_batch], items[max_batch:]
         waiting = [rest] if len(rest) else []
         sock.setblocking(True)
         sock.send(DECODED + _decode_batch(batch, rings, each, pool, decoder, copies).tobytes())
+
+
+def _items(message: bytes) -> np.ndarray:
+    """A DECODE message's items, (n, ITEM) int64: row, nbytes, height, width."""
+    return np.frombuffer(message, np.int64, offset=4).reshape(-1, ITEM)
 
 
 def _decode_batch(items: np.ndarray, rings: list[SlotRing], each: int, pool: FramePool, decoder, copies
