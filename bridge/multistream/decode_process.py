@@ -265,7 +265,7 @@ class DecodeProcesses:
         self._lock = threading.Lock()
         self._socks: list[socket.socket | None] = [None] * count
         self._procs: list[subprocess.Popen | None] = [None] * count
-        self._held: list[dict] = [{} for _ in range(count)]  # row -> (tag, height, width), sent and not back
+        self._held: list[dict] = [{} for _ in range(count)]  # row -> (tag, (height, width)), sent and not back
         self._quick_ends = [0] * count
         self._started = [0.0] * count
         self.restarts = 0
@@ -311,10 +311,9 @@ class DecodeProcesses:
             sock = self._socks[k]
             if sock is None or not self.names[k]:
                 return False
-            held = self._held[k]
-            for tag, row, hw in zip(tags, rows, hws):
-                held[row] = (tag, *hw)
-        items = np.column_stack([rows, nbytes, [h for h, _ in hws], [w for _, w in hws]]).astype(np.int64)
+            self._held[k].update(zip(rows, zip(tags, hws)))
+        items = np.empty((len(rows), 4), np.int64)
+        items[:, 0], items[:, 1], items[:, 2:] = rows, nbytes, hws
         try:
             sock.send(DECODE + items.tobytes())
         except TimeoutError:
@@ -345,17 +344,16 @@ class DecodeProcesses:
         t0, t1, _cpu_ms = reply[:3]
         n = (len(reply) - 3) // 2
         rows, status = reply[3:3 + n].astype(np.int64).tolist(), reply[3 + n:].astype(np.int64).tolist()
-        decoded, tags = [], []
         with self._lock:
-            held = self._held[k]
-            got = [(row, s, held.pop(row, None)) for row, s in zip(rows, status)]
+            pop = self._held[k].pop
+            got = [(row, s, pop(row, None)) for row, s in zip(rows, status)]
+        decoded, tags = [], []
         for row, s, what in got:
             if what is None:  # not this process's (cannot happen: one row, one process)
                 continue
-            tag, height, width = what
+            tag, hw = what
             tags.append(tag)
-            decoded.append(BadImage(REASONS[s]) if s != OK else (self.pool.frames(height, width)[row],
-                                                                (height, width)))
+            decoded.append((self.pool.frames(*hw)[row], hw) if s == OK else BadImage(REASONS[s]))
         if tags:
             ms = (t1 - t0) * 1000.0 / len(tags)
             self._decoded(decoded, [ms] * len(tags), tags, [(t0, t1)] * len(tags))
@@ -376,7 +374,7 @@ class DecodeProcesses:
                 proc.kill()
                 rc = proc.wait(10)
         if held:
-            self._failed([tag for tag, _h, _w in held.values()],
+            self._failed([tag for tag, _hw in held.values()],
                          "the server's decode process ended while it held this frame; send the next one")
         if self.stopping:
             return

@@ -28,6 +28,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import repeat
 
 import numpy as np
 
@@ -98,7 +99,7 @@ class Engine:
             self.frame_pool = FramePool(self.total, decoded_frame_bytes, decoder.device)
             try:
                 self._processes = DecodeProcesses(decode_processes, self.rings, slots_each, self.frame_pool,
-                                                  jpeg_library, jpeg_batch or self.total, self._decoded,
+                                                  jpeg_library, jpeg_batch or self.total, self._pool_decoded,
                                                   self._decode_failed)
             except BaseException:
                 self.frame_pool.close()
@@ -194,24 +195,30 @@ class Engine:
         for slot, n, generation in zip(slots[~fits].tolist(), nbytes[~fits].tolist(),
                                        requests[~fits, rings.GENERATION].tolist()):
             self._refuse((index, epoch, slot, generation), f"the engine read {n} bytes for this image; send it again")
+        slots, requests = slots[fits], requests[fits]
         jpegs, datas, hws, others = [], [], [], []
         processes, k = self._processes, index % self._processes.count if self._processes is not None else 0
-        away = processes is not None and processes.alive(k)
-        sent: tuple[list, list, list, list] = ([], [], [], [])  # to decode process k: tags, rows, nbytes, sizes
-        for slot, (n, height, width, encoding, generation) in zip(slots[fits].tolist(), requests[fits].tolist()):
+        if processes is not None and processes.alive(k):  # JPEGs the pool's rows hold to decode process k
+            heights, widths = requests[:, rings.HEIGHT], requests[:, rings.WIDTH]
+            away = (requests[:, rings.ENCODING] == JPEG) & self.frame_pool.takes(heights, widths)
+            if away.any():  # columns, not a loop a frame: this thread's time is the engine's interpreter lock's
+                tags = list(zip(repeat(index), repeat(epoch), slots[away].tolist(),
+                                requests[away, rings.GENERATION].tolist()))
+                sizes = list(zip(heights[away].tolist(), widths[away].tolist()))
+                nbytes_away = requests[away, rings.NBYTES].tolist()
+                if not processes.submit(k, tags, (slots[away] + index * self.slots_each).tolist(), nbytes_away,
+                                        sizes):  # it went down for good meanwhile: decoded here
+                    for tag, hw, n in zip(tags, sizes, nbytes_away):
+                        others.append((tag, JPEG, ring.images[tag[2], :n], hw))
+                slots, requests = slots[~away], requests[~away]
+        for slot, (n, height, width, encoding, generation) in zip(slots.tolist(), requests.tolist()):
             tag, data = (index, epoch, slot, generation), ring.images[slot, :n]
-            if away and encoding == JPEG and self.frame_pool.takes(height, width):
-                for part, value in zip(sent, (tag, index * self.slots_each + slot, n, (height, width))):
-                    part.append(value)
-            elif encoding == JPEG and self._jpeg is not None:
+            if encoding == JPEG and self._jpeg is not None:
                 jpegs.append(tag)
                 datas.append(self._decoder.encoded(data))
                 hws.append((height, width))
             else:
                 others.append((tag, encoding, data, (height, width)))
-        if sent[0] and not processes.submit(k, *sent):  # it went down for good meanwhile: decoded here
-            for tag, (height, width), n in zip(sent[0], sent[3], sent[2]):
-                others.append((tag, JPEG, ring.images[tag[2], :n], (height, width)))
         if jpegs:
             self._jpeg.submit_many(datas, hws, self._jpegs_decoded, jpegs)
         if others:  # each on a worker; the last one done posts them together (one pass, one describe call)
@@ -239,47 +246,61 @@ class Engine:
         for tag in tags:
             self._refuse(tag, reason, rings.FAILED)
 
-    def _decoded(self, decoded: list, decode_ms: list[float], tags: list, calls: list[tuple[float, float]]) -> None:
-        """Images of one message decoded; each that did not decode refused alone, the others posted together."""
+    def _decoded(self, decoded: list, decode_ms: list[float], tags: list, calls: list[tuple[float, float]],
+                 kept: bool = False) -> None:
+        """Images of one message decoded; each that did not decode refused alone, the others posted together.
+        kept: they are rows of the frame pool on the runners' device (service.post_many's kept)."""
         good = []
         for i, d in enumerate(decoded):
             if isinstance(d, BadImage):
                 self._refuse(tags[i], str(d))
             else:
                 good.append(i)
-        if good:
-            self._submit([tags[i] for i in good], [decoded[i] for i in good], [decode_ms[i] for i in good],
-                         [calls[i] for i in good])
+        if len(good) < len(decoded):
+            tags, decoded = [tags[i] for i in good], [decoded[i] for i in good]
+            decode_ms, calls = [decode_ms[i] for i in good], [calls[i] for i in good]
+        if tags:
+            self._submit(tags, decoded, decode_ms, calls, kept)
 
-    def _submit(self, tags: list, decoded: list, decode_ms: list, calls: list[tuple[float, float]]) -> None:
+    def _pool_decoded(self, decoded: list, decode_ms: list[float], tags: list, calls: list) -> None:
+        """A decode process's frames: rows of the frame pool (kept as they are where it is on the GPU)."""
+        self._decoded(decoded, decode_ms, tags, calls, kept=self.frame_pool.tensor is not None)
+
+    def _submit(self, tags: list, decoded: list, decode_ms: list, calls: list[tuple[float, float]],
+                kept: bool = False) -> None:
         """Decoded frames ((frame, hw) each) to the services of their sizes, each size's in one post; calls: when
-        each one's decode call began and ended (_NO_CALL: a decode worker's)."""
+        each one's decode call began and ended (_NO_CALL: a decode worker's). In columns where it can (this
+        thread's time is the engine's interpreter lock's)."""
         by_size: dict[tuple[int, int], list[int]] = {}
         for i, ((index, epoch, _slot, _generation), (_frame, hw)) in enumerate(zip(tags, decoded)):
             if self._epochs[index] == epoch:  # else its front end is gone
                 by_size.setdefault(hw, []).append(i)
         now = time.perf_counter()
         for hw, picked in by_size.items():
-            these = [tags[i] for i in picked]
+            these = [tags[i] for i in picked] if len(picked) < len(tags) else tags
             try:
                 service = self._service(hw, {tag[0] for tag in these}, len(these))
             except ValueError as e:
                 for tag in these:
                     self._refuse(tag, str(e))
                 continue
-            rows = []
-            for i, (index, _epoch, slot, generation) in zip(picked, these):
-                row = index * self.slots_each + slot
-                if self._generations[row] != generation:  # a new stream in this slot: it starts from detection
-                    service.reset_stream(row)
-                    self._generations[row] = generation
-                info = self.rings[index].info[slot]
-                info[rings.DECODE_MS], info[rings.QUEUED] = decode_ms[i], now
-                info[rings.DECODE_START], info[rings.DECODE_END] = calls[i]
-                rows.append(row)
+            columns = np.array(these, np.int64).reshape(-1, 4)  # front end, epoch, slot, generation
+            fronts, slots, generations = columns[:, 0], columns[:, 2], columns[:, 3]
+            rows = fronts * self.slots_each + slots
+            for row in rows[self._generations[rows] != generations].tolist():  # a new stream: from detection
+                service.reset_stream(row)
+            self._generations[rows] = generations
+            times = np.asarray([decode_ms[i] for i in picked], np.float64)
+            spans = np.asarray([calls[i] for i in picked], np.float64).reshape(-1, 2)
+            for index in np.unique(fronts).tolist():
+                mine = fronts == index
+                info = self.rings[index].info
+                at = slots[mine]
+                info[at, rings.DECODE_MS], info[at, rings.QUEUED] = times[mine], now
+                info[at, rings.DECODE_START], info[at, rings.DECODE_END] = spans[mine, 0], spans[mine, 1]
             try:
-                service.post_many(rows, [decoded[i][0] for i in picked], these,
-                                  lambda tags, error, hw=hw: self._failed(hw, tags, error))
+                service.post_many(rows.tolist(), [decoded[i][0] for i in picked], these,
+                                  lambda tags, error, hw=hw: self._failed(hw, tags, error), kept=kept)
             except (ValueError, RuntimeError) as e:  # RuntimeError: its service closed meanwhile (a stop)
                 self._done(hw, len(these))
                 for tag in these:

@@ -125,3 +125,43 @@ def test_a_finished_pass_carries_each_frames_pass_timing_through_merged_passes()
         assert (t0 <= timing[:, 0]).all() and (timing[:, 0] < timing[:, 1]).all() and (timing[:, 1] <= finished).all()
         assert np.isnan(timing[:, 2]).all()  # no GPU
     assert seen[1][1][0, 1] > seen[0][1][0, 1]  # the first pass's end came before the later ones'
+
+
+def test_kept_frames_of_a_pool_serve_as_copied_frames_do_and_bad_ones_are_refused_before_any_is_queued():
+    """post_many(kept=True) (the engine's frame pool on the GPU): views of one device tensor queued as they are give
+    the same faces as the same frames posted the usual way; frames that are not such views are refused at once."""
+    torch = pytest.importorskip("torch")
+    from bridge.engines.shipped import sample_frames
+
+    clip = sample_frames(2, step=1)
+    pool = torch.empty((4, 360 * 480 * 3), dtype=torch.uint8)  # rows as the frame pool's, wider than one frame
+    views = pool.view(4, -1)[:, :360 * 480 * 3].view(4, 360, 480, 3).unbind(0)
+    views[2].copy_(torch.from_numpy(clip[0]))
+    views[3].copy_(torch.from_numpy(clip[1]))
+    got = {}
+    done = threading.Event()
+
+    def finish(streams, tags, faces):
+        for tag, stream in zip(tags, streams):
+            got[tag] = faces.rows[list(streams).index(stream)].copy()
+        if len(got) == 4:
+            done.set()
+        return list(tags)
+
+    def failed(tags, error):
+        raise AssertionError(f"no pass may fail here: {error}")
+
+    with _service(torch, streams=4, finish_pass=finish) as service:
+        service.post_many([0, 1], [views[2], views[3]], ["kept-0", "kept-1"], failed, kept=True)
+        service.post_many([2, 3], list(clip), ["copied-0", "copied-1"], failed)
+        assert done.wait(120)
+        for bad, why in (([clip[0]], "tensors on cpu"), ([views[2][:100]], "uint8 RGB of shape"),
+                         ([views[2], views[3][:, :240]], "must all be")):
+            with pytest.raises(ValueError, match=why):
+                service.post_many(list(range(len(bad))), bad, ["bad"] * len(bad), failed, kept=True)
+        with pytest.raises(ValueError, match="out of range"):
+            service.post_many([7], [views[2]], ["bad"], failed, kept=True)
+    for k in (0, 1):
+        # same pixels, same model: the same face (to float rounding: the two may have run in passes of other sizes)
+        np.testing.assert_allclose(got[f"kept-{k}"], got[f"copied-{k}"], rtol=1e-4, atol=1e-3)
+        assert got[f"kept-{k}"][0] > 0.5  # tracked: a face was found
