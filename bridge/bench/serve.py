@@ -39,6 +39,7 @@ from bridge.fsutil import atomic_write_json
 
 P99_LIMIT_MS = 20.0
 SLOWEST_KEPT = 10  # the slowest frames of a count, each with its server stages: where a stall happened
+FACELESS_KEPT = 20  # when a stream's first frames served without a face came (in the measured window)
 # a stream counts as served within the limit only when it also got this share of its measured frames: latest
 # wins keeps an overloaded server's answers fresh, so p99 alone would pass a stream served a frame in ten
 MIN_SERVED_SHARE = 0.95
@@ -254,7 +255,8 @@ async def _one_stream(channels: list, stream_id: int, jpegs, fps, start, end, me
 def _stream_record(stream_id: int) -> dict:
     return {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [], "faces": 0,
             "replica": "", "stale": 0, "late": 0, "bad": 0, "stages": {k: [] for k in STAGES[:6]}, "error": None,
-            "slowest": [], "reconnects": 0, "moved": 0, "replicas": [], "id": stream_id}
+            "slowest": [], "reconnects": 0, "moved": 0, "replicas": [], "id": stream_id, "faceless": 0,
+            "faceless_at": []}
 
 
 def _record_frame(out: dict, frame, stream_id: int, measure_from: float) -> None:
@@ -265,6 +267,10 @@ def _record_frame(out: dict, frame, stream_id: int, measure_from: float) -> None
     latency = (time.perf_counter() - frame.source_time) * 1000.0
     out["latency_ms"].append(latency)
     out["faces"] += bool(frame.face_found)
+    if not frame.face_found:
+        out["faceless"] += 1
+        if len(out["faceless_at"]) < FACELESS_KEPT:
+            out["faceless_at"].append(frame.source_time - measure_from)
     got = frame.latencies_ms
     for stage in STAGES:
         if stage in got:
@@ -540,6 +546,7 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
         "served_per_s": round(served_measured / measured_s, 1) if measured_s > 0 else None,
         # the sample has a face in every frame: a share below 1 is a serving path that lost it (or garbage frames)
         "face_found_share": round(sum(s["faces"] for s in streams) / served_measured, 4) if served_measured else None,
+        "faceless_frames": _faceless(streams),
         "server_cpu_ms_per_frame": round(server_cpu_s * 1000.0 / served_measured, 3)
         if served_measured and pids else None,
         # the same CPU over every frame sent in the measured window: the front end's load (each is received and
@@ -563,6 +570,16 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
                            for lat, at, sid, stages in heapq.nlargest(SLOWEST_KEPT, (f for s in streams
                                                                                     for f in s["slowest"]))],
     }
+
+
+def _faceless(streams: list[dict]) -> dict:
+    """Where the frames served without a face were (the sample has one in every frame): spread over many streams
+    and the whole window (garbage frames from a serving path), or a few streams that lost their face and stayed
+    lost (tracking); the earliest ones with their streams (seconds into the measured window)."""
+    lost = [(s["faceless"], s["id"]) for s in streams if s["faceless"]]
+    earliest = sorted((at, s["id"]) for s in streams for at in s["faceless_at"])[:SLOWEST_KEPT]
+    return {"streams": len(lost), "frames": sum(n for n, _ in lost), "most_in_a_stream": max(lost)[0] if lost else 0,
+            "earliest": [{"at_s": round(at, 3), "stream": sid} for at, sid in earliest]}
 
 
 def _per_stream_latency(streams: list[dict]) -> dict:

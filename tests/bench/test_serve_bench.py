@@ -98,6 +98,10 @@ def test_bench_serve_drives_both_wires_in_turn_on_one_server(tmp_path):
         latency = trial["latency_ms_per_stream"]
         assert 0 < latency["p50_median_stream"] <= latency["p99_median_stream"] <= latency["p99_worst_stream"]
         assert trial["client_cpu_ms_per_frame_sent"] > 0
+        faceless = trial["faceless_frames"]  # the sample has a face in every frame: where any went missing
+        assert (faceless["frames"] == 0) == (trial["face_found_share"] == 1.0)
+        assert faceless["streams"] <= 3 and faceless["most_in_a_stream"] <= faceless["frames"]
+        assert len(faceless["earliest"]) == min(10, faceless["frames"])
     (ratio,) = results["wire_ratios"]
     assert ratio["streams"] == 3 and ratio["track"]["trials"] == ratio["many"]["trials"] == 1
     assert ratio["many_over_track"]["host_path_ms"] == round(ratio["many"]["host_path_ms"]
