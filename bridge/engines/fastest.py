@@ -59,7 +59,8 @@ def _versions() -> dict:
     return out
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (Linux), else what platform knows: benchmark JSON and the measured-engine cache key."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -71,7 +72,7 @@ def _cpu_name() -> str:
 
 def _key(model_path: Path, threads: int, precision: str, batch: int) -> str:
     fields = {"v": MEASURE_VERSION, "model": hashlib.sha256(model_path.read_bytes()).hexdigest()[:16],
-              "cpu": _cpu_name(), "versions": _versions(), "threads": threads, "precision": precision, "batch": batch}
+              "cpu": cpu_name(), "versions": _versions(), "threads": threads, "precision": precision, "batch": batch}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -99,7 +99,8 @@ print('python', __import__('sys').version.split()[0], 'grpc', grpc.__version__, 
   } 2>&1 | tee "$OUT/env.txt"
   local rc=${PIPESTATUS[0]}
   { nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv 2>&1 || true; \
-    echo "nproc $(nproc)"; git rev-parse HEAD 2>/dev/null || true; } | tee -a "$OUT/env.txt"
+    echo "nproc $(nproc)"; grep -m1 "model name" /proc/cpuinfo || true  # hosts of one GPU kind differ in CPU
+    git rev-parse HEAD 2>/dev/null || true; } | tee -a "$OUT/env.txt"
   [ "$rc" = 0 ] || { echo "preflight failed"; exit 3; }
 }
 
