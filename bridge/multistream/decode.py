@@ -34,6 +34,10 @@ class BadImage(ValueError):
     """An image that cannot be served (its message goes back to the client's log)."""
 
 
+class WrongSize(BadImage):
+    """A JPEG that decodes to another size than its header says (damaged, or made to)."""
+
+
 def _jpeg_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) from a JPEG's start-of-frame marker, without decoding; None if there is none among its first
     MAX_SEGMENTS segments (a camera's JPEG has a handful before it: a crafted one costs no more than that)."""
@@ -250,11 +254,17 @@ class ImageDecoder:
                 frame = self._nvjpeg(raw)  # (3, H, W) uint8 RGB on the GPU
             except RuntimeError as e:
                 raise BadImage(f"nvJPEG cannot decode this JPEG ({str(e).splitlines()[0][:120]})") from None
-            return frame.permute(1, 2, 0).contiguous(), (h, w)
+            measured = _as_measured(frame.permute(1, 2, 0), (h, w))
+            if isinstance(measured, BadImage):
+                raise measured
+            return measured[0].contiguous(), (h, w)
 
         frame = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        if frame is None or frame.shape[:2] != (h, w):
+        if frame is None:
             raise BadImage(f"the JPEG of {len(data)} bytes does not decode")
+        measured = _as_measured(frame, (h, w))
+        if isinstance(measured, BadImage):
+            raise measured
         return cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), (h, w)
 
 
@@ -262,7 +272,7 @@ def _as_measured(frame, hw: tuple[int, int]):
     """(frame, hw) for a decoded (H, W, 3) frame of the size its header said, else the BadImage it is."""
     if tuple(frame.shape[:2]) == hw:
         return frame, hw
-    return BadImage(f"the JPEG decodes to {frame.shape[1]}x{frame.shape[0]}, not {hw[1]}x{hw[0]}")
+    return WrongSize(f"the JPEG decodes to {frame.shape[1]}x{frame.shape[0]}, not {hw[1]}x{hw[0]}")
 
 
 def _check_size(width: int, height: int, what: str) -> None:

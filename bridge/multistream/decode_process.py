@@ -39,7 +39,7 @@ from multiprocessing.reduction import ForkingPickler
 import numpy as np
 
 from bridge.errors import FaceBridgeError
-from bridge.multistream.decode import BadImage, ImageDecoder
+from bridge.multistream.decode import BadImage, ImageDecoder, WrongSize
 from bridge.multistream.rings import SlotRing, untrack
 from bridge.thread_cpu import stat_cpu_seconds
 
@@ -223,7 +223,7 @@ def _decode_batch(items: np.ndarray, rings: list[SlotRing], each: int, pool: Fra
 def _put_all(pool: FramePool, rows: np.ndarray, decoded: list, status: np.ndarray) -> None:
     for i, (row, result) in enumerate(zip(rows.tolist(), decoded)):
         if isinstance(result, BadImage):
-            status[i] = WRONG_SIZE if "decodes to" in str(result) else NOT_DECODED
+            status[i] = WRONG_SIZE if isinstance(result, WrongSize) else NOT_DECODED
         else:
             pool.put(row, result[0])
 

@@ -6,7 +6,7 @@ import cv2
 import numpy as np
 import pytest
 
-from bridge.multistream.decode import JPEG, RAW_BGR, RAW_RGB, BadImage, ImageDecoder, _jpeg_size
+from bridge.multistream.decode import JPEG, RAW_BGR, RAW_RGB, BadImage, ImageDecoder, WrongSize, _jpeg_size
 from tests.helpers import wait_until
 
 
@@ -122,7 +122,7 @@ def test_jpegs_waiting_are_decoded_in_one_call_and_a_bad_one_costs_only_itself()
     # the four waited for the first image's decode: posted before their batch began, decoded together
     assert len({got[key][1].started for key in (0, 1, 2, 3)}) == 1
     assert got[0][1].started >= got["first"][1].ended
-    assert isinstance(got[2][0], BadImage) and "does not decode" in str(got[2][0])
+    assert isinstance(got[2][0], WrongSize) and "decodes to 480x360, not 640x480" in str(got[2][0])
 
 
 def test_a_slow_hand_on_does_not_hold_the_next_decode_and_hand_ons_keep_their_order():
