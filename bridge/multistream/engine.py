@@ -111,7 +111,9 @@ class Engine:
         if self._processes is not None:
             self._processes.wait_ready()
             pids = ", ".join(f"pid {pid}" for pid in self._processes.pids())
-            self.decoder_name = f"{self._processes.names[0]}, in {self._processes.count} decode processes ({pids})"
+            count = self._processes.count
+            processes = "decode processes" if count > 1 else "decode process"
+            self.decoder_name = f"{self._processes.names[0]}, in {count} {processes} ({pids})"
 
     # ---- front ends ------------------------------------------------------------------------------------------
     def attach(self, index: int, sock: socket.socket) -> None:

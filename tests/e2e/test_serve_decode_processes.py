@@ -54,7 +54,7 @@ def test_two_streams_decoded_in_a_decode_process_get_the_facebridge_run_frames(s
 
     proc, address = server
     listening = next(x for x in proc.lines if "listening on" in x)
-    named = re.search(r"in 1 decode processes \(pid (\d+)\)", listening)
+    named = re.search(r"in 1 decode process \(pid (\d+)\)", listening)
     assert named and [int(named.group(1))] == _decode_pids(proc.pid), listening
     jpegs, _ = clip
     served: dict[int, list] = {}
