@@ -22,6 +22,7 @@ from bridge import console
 from bridge.multistream.engine import LISTENING
 from bridge.multistream.rings import SlotRing
 from bridge.runtime.serve import ServeConfig, _report, apply_switch_interval, build_front_end
+from bridge.runtime.stopping import Stop, serve_until_stopped
 from bridge.serving.engine_link import EngineLink
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def _serve(spec: dict) -> int:
     config = ServeConfig(**fields)
     apply_switch_interval(config)
     ring = SlotRing.attach(spec["ring"], spec["slots"], spec["slot_bytes"])
-    stop, engine_lost = threading.Event(), threading.Event()
+    stop, engine_lost = Stop(), threading.Event()
 
     def lost() -> None:
         engine_lost.set()
@@ -49,13 +50,16 @@ def _serve(spec: dict) -> int:
         _report(f"front end {index}: the engine process did not answer; stopping")
         return 1
     server = build_front_end(config, link, spec["address"], spec["slots"], replica=None)
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     engine = os.getppid()
+
+    def check_parent() -> None:
+        if os.getppid() != engine:  # handed to another parent: the engine died, whatever its socket says
+            lost()
+
     try:
         sock.send(LISTENING + json.dumps({"address": server.address, "pid": os.getpid()}).encode())
-        while not stop.wait(1.0):
-            if os.getppid() != engine:  # handed to another parent: the engine died, whatever its socket says
-                lost()
+        serve_until_stopped(stop=stop, every_s=1.0, each=check_parent)  # SIGTERM, the engine gone, or lost()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one stop at a time: the engine's, bounded by its limits
     finally:
         if engine_lost.is_set():  # the line first, and an end within CLOSE_LIMIT_S however the closing goes
             _report(f"front end {index} (pid {os.getpid()}, {server.address}): the engine process ended, so this "
