@@ -20,7 +20,10 @@ change). `process`: the bursts in a process of their own (its own CUDA context: 
 time-sliced with the decoders'). `gil`: no GPU work beside, but a thread of pure Python arithmetic holding the
 interpreter lock as serve's other engine threads do (with --switch-interval-ms: how long a holder keeps the lock
 while the decoding thread waits for it). --pinned on: torchvision reads the JPEGs from page-locked host memory (its
-copies to the device then DMA, not staged through the driver's pageable path).
+copies to the device then DMA, not staged through the driver's pageable path). --verify: every frame decoded in
+the measured time is compared with the same JPEG decoded alone before the clock started (same process, same
+decoder): `wrong_frames` counts those that differ, `wrong_max_abs` says by how much (a decoder that serves garbage
+under MPS or beside other work shows here; serve lost 2.5-3.8% of its faces with `--decode-processes` under MPS).
 
     python3 tools/measure/gpu_jpeg_ceiling.py --decoder torchvision,nvimgcodec --procs 1,2 --threads 1,2 \
         --batch 16,64 --seconds 8 --json OUT.json
@@ -143,8 +146,16 @@ def _hold_the_lock(stop, report) -> None:
     report((time.thread_time() - cpu0) / max(1e-9, time.perf_counter() - t0))
 
 
+def _wrong(frames: list, refs: list, k: int) -> tuple[int, int]:
+    """(frames that differ from their JPEG's reference decode, the largest difference) for a batch starting at k."""
+    import torch
+
+    diffs = torch.stack([(f.int() - refs[(k + i) % len(refs)].int()).abs().amax() for i, f in enumerate(frames)])
+    return int((diffs > 0).sum().item()), int(diffs.max().item())
+
+
 def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, out, contend="off", priority=0,
-             pinned=False, switch_ms=None):
+             pinned=False, switch_ms=None, verify=False):
     import threading
 
     import torch
@@ -154,6 +165,8 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
     ones = [_batch_decoder(decoder, jpegs, priority, pinned) for _ in range(threads)]
     for one in ones:
         one(0, batch)  # the decoder's state and the context made before the clock starts
+    refs = [ones[0](j, 1)[0].clone() for j in range(len(jpegs))] if verify else []  # each decoded alone
+    wrong = []  # (frames, largest difference) of each thread
     ready.put(os.getpid())
     go.wait()
     measure_from = time.time() + warmup
@@ -161,7 +174,7 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
     results = []
 
     def loop(one, t: int) -> None:
-        walls, n, k, cpu0 = [], 0, t * 7, None
+        walls, n, k, cpu0, bad, worst = [], 0, t * 7, None, 0, 0
         in_turn = itertools.cycle([batch] if sizes == "fixed" else
                                   [max(1, batch * (8 - j) // 8) for j in (0, 3, 1, 4, 2)])
         while time.time() < t_end:
@@ -169,12 +182,16 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
                 cpu0 = time.thread_time()
             size = next(in_turn)
             t0 = time.perf_counter()
-            one(k, size, batch if sizes == "padded" else 0)
-            k += size
+            frames = one(k, size, batch if sizes == "padded" else 0)
             if cpu0 is not None:
                 walls.append((time.perf_counter() - t0) * 1000.0)
                 n += size
+                if verify:  # after the batch's time is taken: the check is not the decoder's cost
+                    count, largest = _wrong(frames, refs, k)
+                    bad, worst = bad + count, max(worst, largest)
+            k += size
         results.append((n, walls, time.thread_time() - (cpu0 or time.thread_time())))
+        wrong.append((bad, worst))
 
     workers = [threading.Thread(target=loop, args=(one, t)) for t, one in enumerate(ones)]
     stop, busy = threading.Event(), []
@@ -197,7 +214,9 @@ def _decoder(decoder, jpegs, batch, sizes, threads, warmup, seconds, ready, go, 
     torch.cuda.synchronize()
     out.put({"images": sum(r[0] for r in results), "seconds": seconds_taken, "cpu_s": cpu_s,
              "thread_cpu_s": sum(r[2] for r in results), "batch_ms": [w for r in results for w in r[1]],
-             "contender_busy": busy[0] if busy else None})
+             "contender_busy": busy[0] if busy else None,
+             "wrong_frames": sum(b for b, _ in wrong) if verify else None,
+             "wrong_max_abs": max((w for _, w in wrong), default=0) if verify else None})
 
 
 def pixel_difference(jpegs: list[bytes]) -> dict:
@@ -215,11 +234,11 @@ def pixel_difference(jpegs: list[bytes]) -> dict:
 
 def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: float, seconds: float,
             sizes: str = "fixed", contend: str = "off", priority: int = 0, pinned: bool = False,
-            switch_ms: float | None = None) -> dict:
+            switch_ms: float | None = None, verify: bool = False) -> dict:
     ctx = mp.get_context("spawn")
     out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     workers = [ctx.Process(target=_decoder, args=(decoder, jpegs, batch, sizes, threads, warmup, seconds,
-                                                  ready, go, out, contend, priority, pinned, switch_ms))
+                                                  ready, go, out, contend, priority, pinned, switch_ms, verify))
                for _ in range(procs)]
     stop_contender, contender_busy = ctx.Event(), ctx.Queue()
     if contend == "process":  # started first: busy before the decoders' clocks start
@@ -280,6 +299,8 @@ def measure(decoder: str, jpegs, procs: int, threads: int, batch: int, warmup: f
         "decoding_thread_cpu_ms_per_image": round(1000.0 * sum(r["thread_cpu_s"] for r in results) / images, 4),
         "batch_ms_p50": round(walls[len(walls) // 2], 3),
         "batch_ms_p99": round(walls[min(len(walls) - 1, int(0.99 * len(walls)))], 3),
+        "wrong_frames": sum(r["wrong_frames"] for r in results) if verify else None,
+        "wrong_max_abs": max(r["wrong_max_abs"] for r in results) if verify else None,
         "jpg_util_percent": jpg,
         "jpg_util_median": statistics.median(jpg) if jpg else None,
     }
@@ -302,6 +323,7 @@ def main() -> None:
     p.add_argument("--switch-interval-ms", default="", help="the decoding processes' sys.setswitchinterval (ms), "
                    "several comma-separated; default: Python's (5 ms)")
     p.add_argument("--quality", type=int, default=80)
+    p.add_argument("--verify", action="store_true", help="compare every frame with its JPEG decoded alone first")
     p.add_argument("--json", required=True)
     args = p.parse_args()
     if set(args.contend.split(",")) - set(CONTENDS):
@@ -325,7 +347,8 @@ def main() -> None:
                             args.sizes.split(","), args.contend.split(","), args.pinned.split(","),
                             switches or [None]):
                         row = measure(decoder, jpegs, procs, threads, batch, args.warmup, args.seconds, sizes,
-                                      contend, -1 if args.stream_priority == "high" else 0, pinned == "on", switch)
+                                      contend, -1 if args.stream_priority == "high" else 0, pinned == "on", switch,
+                                      args.verify)
                         print(json.dumps({k: v for k, v in row.items() if k != "jpg_util_percent"}), flush=True)
                         rows.append(row)
     import torch
