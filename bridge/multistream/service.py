@@ -162,8 +162,8 @@ class MultiStreamFaceService:
         `failed(tags, error)` is called with those of these frames' tags that were in it (on a service thread).
         Bad input raises here, at once, before any is queued. kept: the frames are views of memory on this
         service's device that the caller leaves unchanged until their pass has read them (the engine's frame
-        pool): queued as they are, checked as one, with no record_stream a frame (the CUDA allocator's lock it
-        takes held the engine's decode replies 40% of their time at 1,000 streams, H100 py-spy)."""
+        pool): queued as they are, checked as one, with no `to` or record_stream a frame (the engine's decode-reply
+        threads spent 40% of their py-spy samples in those two at 1,000 streams, H100)."""
         if kept:
             self._check_kept(streams, frames)
             self._batcher.post_many(streams, [(frame, tag, failed) for frame, tag in zip(frames, tags)])
