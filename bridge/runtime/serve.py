@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from dataclasses import dataclass
 
 from bridge.calibration import CalibrationProfile
@@ -154,10 +155,16 @@ class BatchedModels:
     def make_service(self, frame_hw, num_streams: int, finish_pass):
         """The batched service of one frame size over these runners (its heap settled after the build)."""
         log.info("batched service for %dx%d frames, %d slots", frame_hw[1], frame_hw[0], num_streams)
+        captured = self.buckets if self.whole_pass else None
+        t0 = time.monotonic()
+        if captured:  # silent, it looked hung: 113-149 s at --max-streams 1000 on an H100
+            _report(f"capturing the pass of {frame_hw[1]}x{frame_hw[0]} frames as CUDA graphs for {len(captured)} "
+                    f"batch sizes ({min(captured)}-{max(captured)}); at a large --max-streams this takes minutes")
         service = MultiStreamFaceService(num_streams, frame_hw, self.runners, device=self.device,
-                                         max_batch=self.max_batch,
-                                         graph_buckets=self.buckets if self.whole_pass else None,
+                                         max_batch=self.max_batch, graph_buckets=captured,
                                          pass_lock=self.gate, finish_pass=finish_pass)
+        if captured:
+            _report(f"captured the pass of {frame_hw[1]}x{frame_hw[0]} frames in {time.monotonic() - t0:.0f} s")
         # what the build made (compiled passes, captured graphs) lives as long as the service: out of the
         # collector's walks (runtime/gc_pauses.py); once a frame size, beside a build that took seconds
         log.info("heap settled after the build in %.0f ms", settle_heap())
