@@ -244,27 +244,20 @@ class ImageDecoder:
 
     def _jpeg(self, data: bytes, h: int, w: int):
         if self._nvimgcodec is not None:  # a batch of one: the same checks as start_jpegs' batches
-            (decoded,) = self.start_jpegs([data], [(h, w)])()
-            if isinstance(decoded, BadImage):
-                raise decoded
-            return decoded
+            return _or_raise(self.start_jpegs([data], [(h, w)])()[0])
         if self.gpu_jpeg:
             raw = self._host_tensor(data)
             try:
                 frame = self._nvjpeg(raw)  # (3, H, W) uint8 RGB on the GPU
             except RuntimeError as e:
                 raise BadImage(f"nvJPEG cannot decode this JPEG ({str(e).splitlines()[0][:120]})") from None
-            measured = _as_measured(frame.permute(1, 2, 0), (h, w))
-            if isinstance(measured, BadImage):
-                raise measured
-            return measured[0].contiguous(), (h, w)
+            frame, _ = _or_raise(_as_measured(frame.permute(1, 2, 0), (h, w)))
+            return frame.contiguous(), (h, w)
 
         frame = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
         if frame is None:
             raise BadImage(f"the JPEG of {len(data)} bytes does not decode")
-        measured = _as_measured(frame, (h, w))
-        if isinstance(measured, BadImage):
-            raise measured
+        _or_raise(_as_measured(frame, (h, w)))
         return cv2.cvtColor(frame, cv2.COLOR_BGR2RGB), (h, w)
 
 
@@ -273,6 +266,13 @@ def _as_measured(frame, hw: tuple[int, int]):
     if tuple(frame.shape[:2]) == hw:
         return frame, hw
     return WrongSize(f"the JPEG decodes to {frame.shape[1]}x{frame.shape[0]}, not {hw[1]}x{hw[0]}")
+
+
+def _or_raise(decoded):
+    """A batch's result for one image, (frame, hw), for a caller of one image: its BadImage raised."""
+    if isinstance(decoded, BadImage):
+        raise decoded
+    return decoded
 
 
 def _check_size(width: int, height: int, what: str) -> None:
