@@ -546,7 +546,7 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
         "served_per_s": round(served_measured / measured_s, 1) if measured_s > 0 else None,
         # the sample has a face in every frame: a share below 1 is a serving path that lost it (or garbage frames)
         "face_found_share": round(sum(s["faces"] for s in streams) / served_measured, 4) if served_measured else None,
-        "faceless_frames": _faceless(streams),
+        "faceless_frames": _faceless(streams, addresses),
         "server_cpu_ms_per_frame": round(server_cpu_s * 1000.0 / served_measured, 3)
         if served_measured and pids else None,
         # the same CPU over every frame sent in the measured window: the front end's load (each is received and
@@ -572,14 +572,23 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
     }
 
 
-def _faceless(streams: list[dict]) -> dict:
+def _faceless(streams: list[dict], addresses: list[str]) -> dict:
     """Where the frames served without a face were (the sample has one in every frame): spread over many streams
     and the whole window (garbage frames from a serving path), or a few streams that lost their face and stayed
-    lost (tracking); the earliest ones with their streams (seconds into the measured window)."""
+    lost (tracking); the earliest ones with their streams (seconds into the measured window); by second of the
+    window (each stream's first FACELESS_KEPT: a burst or a trickle) and by the address its stream was sent to
+    (a stream's first is its id modulo the addresses, as the clients spread them: one front end or all)."""
     lost = [(s["faceless"], s["id"]) for s in streams if s["faceless"]]
     earliest = sorted((at, s["id"]) for s in streams for at in s["faceless_at"])[:SLOWEST_KEPT]
+    seconds = [int(at) for s in streams for at in s["faceless_at"] if at >= 0]
+    by_address = {}
+    for n, sid in lost:
+        address = addresses[sid % len(addresses)] if addresses else ""
+        by_address[address] = by_address.get(address, 0) + n
     return {"streams": len(lost), "frames": sum(n for n, _ in lost), "most_in_a_stream": max(lost)[0] if lost else 0,
-            "earliest": [{"at_s": round(at, 3), "stream": sid} for at, sid in earliest]}
+            "earliest": [{"at_s": round(at, 3), "stream": sid} for at, sid in earliest],
+            "by_second": np.bincount(seconds).tolist() if seconds else [],
+            "by_address": dict(sorted(by_address.items()))}
 
 
 def _per_stream_latency(streams: list[dict]) -> dict:

@@ -102,6 +102,8 @@ def test_bench_serve_drives_both_wires_in_turn_on_one_server(tmp_path):
         assert (faceless["frames"] == 0) == (trial["face_found_share"] == 1.0)
         assert faceless["streams"] <= 3 and faceless["most_in_a_stream"] <= faceless["frames"]
         assert len(faceless["earliest"]) == min(10, faceless["frames"])
+        assert sum(faceless["by_second"]) <= faceless["frames"] == sum(faceless["by_address"].values())
+        assert set(faceless["by_address"]) <= set(results["addresses"])
     (ratio,) = results["wire_ratios"]
     assert ratio["streams"] == 3 and ratio["track"]["trials"] == ratio["many"]["trials"] == 1
     assert ratio["many_over_track"]["host_path_ms"] == round(ratio["many"]["host_path_ms"]
@@ -112,3 +114,15 @@ def test_bench_serve_refuses_an_unknown_wire(tmp_path):
     run = subprocess.run(facebridge_cmd("bench", "serve", "--wire", "track,carrier-pigeon"), capture_output=True,
                          text=True, env=subprocess_env(tmp_path / "home"), timeout=120)
     assert run.returncode != 0 and "track,many" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_faceless_frames_are_placed_by_second_and_by_the_address_their_stream_went_to():
+    from bridge.bench.serve import _faceless, _stream_record
+
+    streams = [_stream_record(i) for i in range(4)]
+    for sid, times in ((1, [0.2, 0.4, 2.5]), (3, [2.1])):  # streams 1 and 3 go to the second of two addresses
+        streams[sid].update(faceless=len(times), faceless_at=times)
+    out = _faceless(streams, ["a:1", "b:2"])
+    assert out["frames"] == 4 and out["streams"] == 2 and out["most_in_a_stream"] == 3
+    assert out["by_second"] == [2, 0, 2] and out["by_address"] == {"b:2": 4}
+    assert [e["stream"] for e in out["earliest"]] == [1, 1, 3, 1]
