@@ -12,6 +12,7 @@ describe step, one row per stream, through the same formulas), so a remote strea
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -40,6 +41,12 @@ from bridge.stages.describe_rows import DescribeRows, MeasuredFaces
 log = logging.getLogger(__name__)
 
 RUNNER_KINDS = {"cpu": "onnxruntime", "torch-cuda": "torch-cuda", "onnxruntime-cuda": "onnxruntime-cuda"}
+# Every H100 run under CUDA MPS lost faces, none without it (docs/PERFORMANCE.md, "The engine process and its front
+# ends"): said at every start on a GPU where an MPS daemon runs
+MPS_WARNING = ("warning: CUDA MPS is running, and serving under it is not yet for production: on an H100 1.9-3.8% of "
+               "the frames came back without the face they held (none without MPS), cause not yet found "
+               "(docs/PERFORMANCE.md); where every frame counts, stop it (echo quit | nvidia-cuda-mps-control) and "
+               "serve from one process")
 # GPU batch buckets (as `facebridge bench engines` measured them): a pass runs the next bucket up, so steps of about
 # 1.25x keep the padding waste under 25 %
 GPU_BUCKETS = (1, 8, 32, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048,
@@ -211,8 +218,9 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
     on_gpu = kind.endswith("-cuda")
     device = "cuda" if on_gpu else "cpu"
     if on_gpu:  # before any CUDA call of this process creates the context
-
         log.info("%s", set_cuda_wait(config.cuda_wait))
+        if mps_running():
+            _report(MPS_WARNING)
     apply_switch_interval(config)
     # one thread per native pool: the streams are the parallelism (CPU runners: --threads for torch's own pool)
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
@@ -314,6 +322,12 @@ def build_front_end(config: ServeConfig, link, address: str, max_streams: int, r
     server.on_close(pauses.close)
     server.status_extra = lambda: {"model_versions": link.versions, "engine_cpu": link.engine_cpu(), **pauses.stats()}
     return server
+
+
+def mps_running() -> bool:
+    """Whether an MPS control daemon answers where this process's CUDA contexts would look for it (its pipe)."""
+    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return os.path.exists(os.path.join(pipes, "control"))
 
 
 def _report(line: str) -> None:
