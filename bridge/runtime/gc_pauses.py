@@ -10,8 +10,9 @@ start-up's, which live as long as the process. `settle()` collects once and free
 moved to a permanent generation no collection visits), then collects the now empty old generation once more so
 that the collector's "old generation grew by a quarter" trigger counts from what is not frozen: later full
 collections are then small and frequent instead of rare and long. Serve settles after start-up and after each
-batched service it builds (a new frame size compiles and captures); cyclic garbage made before a settle is
-collected by it, so nothing is left frozen that was unreachable.
+batched service it builds (a new frame size compiles and captures), a front end after building the describe step
+once (serve.warm_describe); cyclic garbage made before a settle is collected by it, so nothing is left frozen that
+was unreachable.
 
 `GcPauses` records each collection's pause per generation (gc.callbacks), so a server can say what its collector
 cost it (GetServeStatus, the status line, `facebridge bench serve`'s JSON) and warns on a long one.

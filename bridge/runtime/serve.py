@@ -300,6 +300,14 @@ def build_server(config: ServeConfig):
     return server
 
 
+def warm_describe(config: ServeConfig, refresher) -> None:
+    """Build now what a stream's describe step first builds (its compiled kernels, numba and the modules they import:
+    about 90,000 objects), so that the heap settles with it: built at a front end's first stream instead, it stayed
+    in every later full collection's walk (50-80 ms pauses on the 2-core VM, every stream of the front end
+    waiting; 50-144 ms in the H100 runs that lost faces, docs/PERFORMANCE.md)."""
+    PassDescriber(1, config.smoothing, False, {}, refresher=refresher).open("warm-up").close()
+
+
 def build_front_end(config: ServeConfig, link, address: str, max_streams: int, replica: str | None = None):
     """A front-end process's Track server (`--front-ends N`): the streams, their describe step and replies here,
     their images sent undecoded to the engine process through `link` (serving/engine_link.py)."""
@@ -317,6 +325,7 @@ def build_front_end(config: ServeConfig, link, address: str, max_streams: int, r
         refresher.close()
         raise
     server.on_close(refresher.close)
+    warm_describe(config, refresher)
     log.info("heap settled after start-up in %.0f ms", settle_heap())
     pauses = GcPauses().start()
     server.on_close(pauses.close)
