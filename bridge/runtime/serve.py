@@ -292,6 +292,7 @@ def build_server(config: ServeConfig):
         models.close()
         raise
     server.on_close(refresher.close)
+    warm_describe(config, refresher)
     log.info("heap settled after start-up in %.0f ms", settle_heap())  # models, runners, the gRPC server
     pauses = GcPauses().start()
     server.on_close(pauses.close)
@@ -304,7 +305,8 @@ def warm_describe(config: ServeConfig, refresher) -> None:
     """Build now what a stream's describe step first builds (its compiled kernels, numba and the modules they import:
     about 90,000 objects), so that the heap settles with it: built at a front end's first stream instead, it stayed
     in every later full collection's walk (50-80 ms pauses on the 2-core VM, every stream of the front end
-    waiting; 50-144 ms in the H100 runs that lost faces, docs/PERFORMANCE.md)."""
+    waiting; 50-144 ms in the H100 runs that lost faces, docs/PERFORMANCE.md). A one-process server does it too (its
+    first frame size's describer was built before its settle, a stream's first row after)."""
     PassDescriber(1, config.smoothing, False, {}, refresher=refresher).open("warm-up").close()
 
 
