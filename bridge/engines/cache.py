@@ -6,6 +6,7 @@ Layout under the cache directory:
     <model>/<key>.fp16.onnx   the converted FP16 graph, when precision is fp16
     timing/<flavour>-<version>-<target>.cache   TensorRT timing caches, one per flavour, version and GPU
     torch-inductor/           torch.compile's kernels for the torch-cuda runners (Inductor's own layout)
+    rewritten/<kind>-<key>.npz  model bytes rewritten at load for the CPU backends (engines/rewritten.py)
 
 An entry is used only if its metadata matches the wanted key fields and the plan still hashes to the recorded
 sha256; anything else (stale, corrupt, another version or GPU) is reported, evicted and rebuilt, never loaded.
@@ -26,7 +27,8 @@ from bridge.paths import cache_dir
 
 KEY_VERSION = 1
 INDUCTOR_DIR = "torch-inductor"  # torch.compile's kernels (see torch_runner)
-NOT_MODELS = ("timing", INDUCTOR_DIR)  # folders of the cache that hold no engines
+REWRITTEN_DIR = "rewritten"  # model bytes rewritten at load (engines/rewritten.py)
+NOT_MODELS = ("timing", INDUCTOR_DIR, REWRITTEN_DIR)  # folders of the cache that hold no engines
 CPU_CHOICES = "cpu-backends.json"  # the CPU backend measured fastest per model (engines/fastest.py)
 
 

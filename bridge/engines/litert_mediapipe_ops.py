@@ -13,6 +13,8 @@ by their graph names, flattened to (batch, K) as the graph's own are; a batch ru
 from __future__ import annotations
 
 import copy
+import json
+import sys
 from pathlib import Path
 
 import flatbuffers
@@ -22,6 +24,7 @@ from flatbuffers import flexbuffers
 import bridge.engines.litert_mediapipe_kernels as kernels
 from bridge.engines.base import EngineUnavailable
 from bridge.engines.litert_loading import litert_available, loaded_interpreters, manifest_specs
+from bridge.engines.rewritten import cached_rewrite, versions_of
 
 CUSTOM = ("Landmarks2TransformMatrix", "TransformTensorBilinear", "TransformLandmarks")
 CROP = 16  # TransformTensorBilinear's output side
@@ -77,6 +80,20 @@ def _cut(data: bytes):
     return parts["A"], parts["B"], options, wiring, final
 
 
+def _cut_blobs(data: bytes) -> dict[str, bytes]:
+    """_cut as the rewritten-model cache keeps it: the two parts and the rest as JSON."""
+    part_a, part_b, options, wiring, final = _cut(data)
+    return {"a": part_a, "b": part_b, "meta": json.dumps([options, wiring, final]).encode()}
+
+
+def cut(data: bytes):
+    """_cut's result, from the rewritten-model cache after the first time (1.1 s of a bridge's start)."""
+    versions = versions_of(sys.modules[__name__], packages=("ai-edge-litert", "flatbuffers"))
+    blobs = cached_rewrite("attention-cut", versions, data, _cut_blobs)
+    options, wiring, final = json.loads(blobs["meta"])
+    return blobs["a"], blobs["b"], options, wiring, final
+
+
 class MediaPipeAttentionSession:
     """An InferenceSession (engines/base.py) for face_landmark_with_attention.tflite on stock LiteRT."""
 
@@ -86,7 +103,7 @@ class MediaPipeAttentionSession:
     def __init__(self, tflite: Path, entry: dict, threads: int = 1) -> None:
         if not litert_available():
             raise EngineUnavailable("LiteRT is not installed", "pip install ai-edge-litert")
-        part_a, part_b, self.options, self.wiring, self.final = _cut(Path(tflite).read_bytes())
+        part_a, part_b, self.options, self.wiring, self.final = cut(Path(tflite).read_bytes())
         self.a, self.b = loaded_interpreters([{"model_content": part_a}, {"model_content": part_b}], threads,
                                              f"the cut {Path(tflite).name}", "use --landmarks mesh+iris")
         self.inputs, self.outputs = manifest_specs(entry, "inputs"), manifest_specs(entry, "outputs")

@@ -12,6 +12,7 @@ import onnxruntime as ort
 from bridge.engines.base import EngineUnavailable, TensorSpec
 from bridge.engines.onnx_passes import prelu_as_relu
 from bridge.engines.onnx_twins import twin_passes_as_batch
+from bridge.engines.rewritten import cached_rewrite, versions_of
 from bridge.errors import ModelError
 
 _ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64",
@@ -24,6 +25,13 @@ def _spec(arg) -> TensorSpec:
 
 def cuda_provider_available() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def _cpu_rewrite(original: bytes) -> dict[str, bytes] | None:
+    """The exact rewrites for the CPU provider, or None when neither applies."""
+    data = prelu_as_relu(original) or original
+    data = twin_passes_as_batch(data) or data
+    return None if data is original else {"model": data}
 
 
 class OrtSession:
@@ -40,10 +48,9 @@ class OrtSession:
         source: str | bytes = str(model_path)
         if providers is None:  # the CPU provider: exact rewrites of the ops it runs badly (onnx_passes.py)
             try:
-                original = Path(model_path).read_bytes()
-                data = prelu_as_relu(original) or original
-                data = twin_passes_as_batch(data) or data
-                source = source if data is original else data
+                rewritten = cached_rewrite("ort-cpu", versions_of(prelu_as_relu, twin_passes_as_batch, packages=(
+                    "onnx", "onnxruntime")), Path(model_path).read_bytes(), _cpu_rewrite)
+                source = rewritten["model"] if rewritten else source
             except Exception:  # noqa: BLE001 - an unreadable or odd file is ONNX Runtime's to report below
                 pass
         try:
