@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -27,6 +28,7 @@ from bridge.multistream.service import StreamFaces
 log = logging.getLogger(__name__)
 
 CPU_FRESH_S, CPU_WAIT_S = 1.0, 0.25  # the engine's CPU asked for at most once a second; its answer waited for
+CLOSE_WAIT_S = 5.0  # close() waits this long for the reader to finish the message in hand
 
 
 class EngineLink:
@@ -44,6 +46,7 @@ class EngineLink:
         # ring slot -> (service, its slot, future (None: posted), tag, failed (posted: told of a failure))
         self._waiting: list[tuple | None] = [None] * ring.slots
         self._generation = np.zeros(ring.slots, np.int64)
+        self._closing = False
         self._thread = threading.Thread(target=self._read, name="engine-link", daemon=True)
         self._thread.start()
 
@@ -127,20 +130,30 @@ class EngineLink:
                 message = self.sock.recv(MAX_MESSAGE)
             except OSError:
                 message = b""
-            if not message:
+            if not message or self._closing:
                 break
-            kind = message[:4]
-            if kind == RESULTS:
-                values = read_slots(message)
-                self._results(int(values[0]), values[1:].tolist())
-            elif kind == VERSIONS:
-                self.versions = json.loads(message[4:])  # a new dict: frames handed on keep theirs
-                self.ready.set()
-            elif kind == CPU:
-                self._engine_cpu = json.loads(message[4:])
-                self._engine_cpu_came.set()
+            try:
+                self._handle(message)
+            except Exception:  # noqa: BLE001 - one message's frames, never the link (their deadline answers them)
+                if self._closing:  # the ring let go under a message in hand: the front end is stopping
+                    break
+                log.exception("a message from the engine process could not be handled; its frames are lost")
+        if self._closing:
+            return
         self._fail_waiting("the engine process ended")
         self._on_lost()
+
+    def _handle(self, message: bytes) -> None:
+        kind = message[:4]
+        if kind == RESULTS:
+            values = read_slots(message)
+            self._results(int(values[0]), values[1:].tolist())
+        elif kind == VERSIONS:
+            self.versions = json.loads(message[4:])  # a new dict: frames handed on keep theirs
+            self.ready.set()
+        elif kind == CPU:
+            self._engine_cpu = json.loads(message[4:])
+            self._engine_cpu_came.set()
 
     def _results(self, pass_size: int, slots: list[int]) -> None:
         ring = self.ring
@@ -188,6 +201,15 @@ class EngineLink:
         _fail([entry for entry in waiting if entry is not None], RuntimeError(why))
 
     def close(self) -> None:
+        """Stop reading, then let go of the socket: the message in hand is finished first (up to CLOSE_WAIT_S), so
+        the ring can be closed after this (closed under the reader, a stop under load ended in a TypeError)."""
+        self._closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader's recv
+        except OSError:
+            pass
+        if threading.current_thread() is not self._thread:
+            self._thread.join(CLOSE_WAIT_S)
         try:
             self.sock.close()
         except OSError:
