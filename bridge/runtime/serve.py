@@ -41,12 +41,12 @@ from bridge.stages.describe_rows import DescribeRows, MeasuredFaces
 log = logging.getLogger(__name__)
 
 RUNNER_KINDS = {"cpu": "onnxruntime", "torch-cuda": "torch-cuda", "onnxruntime-cuda": "onnxruntime-cuda"}
-# Four of five H100 runs under CUDA MPS lost faces, the one without it none (docs/PERFORMANCE.md, "The engine process
-# and its front ends"): said at every start on a GPU where an MPS daemon runs
-MPS_WARNING = ("warning: CUDA MPS is running, and serving under it is not yet for production: H100 runs under it lost "
-               "1.9-3.8% of their faces (frames served without the face they held; none without MPS), cause not yet "
-               "found (docs/PERFORMANCE.md); where every frame counts, stop it (echo quit | nvidia-cuda-mps-control) "
-               "and serve from one process")
+# Up to ce49016 four of five H100 runs under CUDA MPS lost faces, none since b3abb5c (docs/PERFORMANCE.md, "The engine
+# process and its front ends"): said at every start on a GPU where an MPS daemon runs
+MPS_WARNING = ("note: CUDA MPS is running: H100 runs under it lost 1.9-3.8% of their faces until the describe step was "
+               "built at start-up; this version lost none in four runs, but the cause is not proven "
+               "(docs/PERFORMANCE.md). `facebridge bench serve` counts frames served without a face (faceless_frames); "
+               "where every frame counts, stop MPS (echo quit | nvidia-cuda-mps-control) and serve from one process")
 # GPU batch buckets (as `facebridge bench engines` measured them): a pass runs the next bucket up, so steps of about
 # 1.25x keep the padding waste under 25 %
 GPU_BUCKETS = (1, 8, 32, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048,
