@@ -16,7 +16,7 @@ from tests.helpers import facebridge_cmd, subprocess_env
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace (tools/system_packages.sh test installs it)")
 def test_bench_soak_runs_with_a_slow_disk_stuck_subscribers_and_idle_monitor_sockets(tmp_path):
     out = tmp_path / "soak.json"
-    run = subprocess.run(facebridge_cmd("bench", "soak", "--minutes", "0.5", "--interval", "5", "--slow-fsync-ms",
+    run = subprocess.run(facebridge_cmd("bench", "soak", "--minutes", "0.25", "--interval", "5", "--slow-fsync-ms",
                                         "300", "--stuck-subscribers", "3", "--monitor-sockets", "5", "--json",
                                         str(out)),
                          capture_output=True, text=True, env=subprocess_env(tmp_path / "home"), timeout=600)
