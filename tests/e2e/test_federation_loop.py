@@ -1,9 +1,10 @@
 """The whole federated loop with real processes, and what a device can reach on the federation server (marker
 `flower`; one federation run, about two minutes, shared by every test here).
 
-Three devices fill their learning stores with `facebridge run --source sample --audio sample --learn`; `fedagent
-server` (TLS, registered device keys, signing keys and a release repository) and three `fedagent client` run two
-SecAgg+ rounds; the server publishes a signed release. A fourth `facebridge run` on device0, started before any
+device0 fills its learning store with `facebridge run --source sample --audio sample --learn` (devices 1 and 2 start
+from copies of it: the same clip would give them much the same windows, at 12-15 s a run); `fedagent server` (TLS,
+registered device keys, signing keys and a release repository) and three `fedagent client` run two SecAgg+ rounds;
+the server publishes a signed release. A fourth `facebridge run` on device0, started before any
 release existed and with every update setting at its default, is running when device0 installs that release.
 
 Where this runs as root with `ip`, the server lives in a network namespace of its own and the devices in another,
@@ -237,9 +238,10 @@ def _run_loop(work: Path, network: Namespaces | None, reason: str | None) -> Loo
     loop.repo, loop.take = repo, work / "take"
     procs: list[subprocess.Popen] = []
     try:
-        # 1. three devices fill their learning stores from the sample clip and its voice
-        for home in homes:
-            fill_store(home, work)
+        # 1. device0 fills its learning store from the sample clip and its voice; the others hold the same windows
+        fill_store(homes[0], work)
+        for home in homes[1:]:
+            shutil.copytree(homes[0] / "learn", home / "learn")
         evaluation = work / "held-out"
         shutil.copytree(homes[0] / "learn", evaluation)  # the server's held-out store (a copy: a test needs one)
         subprocess.run(fedagent_cmd("keys", "init", "--dir", str(signing)), check=True, capture_output=True,
