@@ -139,8 +139,8 @@ class EngineCache:
         return found
 
     def clear(self, model: str | None = None) -> int:
-        """Remove engines (of one model, or all, plus timing caches, compiled torch kernels and the stored CPU backend
-        choices, so the next start measures again). Returns how many files went."""
+        """Remove engines (of one model, or all, plus timing caches, compiled torch kernels, rewritten model bytes and
+        the stored CPU backend choices, so the next start measures again). Returns how many files went."""
         removed = 0
         choices = self.root / CPU_CHOICES
         if model is None and choices.is_file():

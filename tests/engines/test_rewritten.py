@@ -98,3 +98,12 @@ def test_a_session_from_the_cache_gives_the_outputs_of_one_rewritten_at_load(cac
     feed = {first.inputs[0].name: x}
     want, got = first.run(feed), again.run(feed)
     assert want.keys() == got.keys() and all(np.array_equal(want[k], got[k]) for k in want)
+
+
+def test_engines_clear_removes_the_rewritten_models(cache):
+    from bridge.engines.cache import EngineCache
+
+    rewrite = Counting(lambda source: {"model": source * 2})
+    cached_rewrite("kind", {}, b"ab", rewrite)
+    assert EngineCache().clear() == 1 and not list(cache.glob("*.npz"))
+    assert cached_rewrite("kind", {}, b"ab", rewrite) == {"model": b"abab"} and rewrite.calls == 2
