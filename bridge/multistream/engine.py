@@ -47,6 +47,7 @@ FRAMES, RESULTS, VERSIONS, LISTENING, CPU = b"F\0\0\0", b"R\0\0\0", b"V\0\0\0", 
 IDLE = b"I\0\0\0"  # a front end's last stream of a frame size ended (height, width)
 MAX_MESSAGE = 1 << 20
 SEND_TIMEOUT_S = 10.0  # a front end that takes no message for this long is cut off (it is hung)
+CLOSE_WAIT_S = 5.0  # close() waits this long, all readers together, for each to finish the message in hand
 
 
 def slots_message(kind: bytes, slots, *head: int) -> bytes:
@@ -78,6 +79,7 @@ class Engine:
         self.max_frame_sizes = max_frame_sizes
         self._lock = threading.Lock()
         self._socks: list[socket.socket | None] = [None] * front_ends
+        self._readers: list[threading.Thread] = []  # each attached socket's reader, joined by close()
         self._epochs = [0] * front_ends
         self._generations = np.full(self.total, -1, np.int64)  # per slot: the stream whose state it holds
         self._sizes: dict[tuple[int, int], _Size] = {}  # a batched service per frame size, and who uses it
@@ -126,8 +128,11 @@ class Engine:
             self._socks[index] = sock
             self.listening[index] = None
         self._send(index, VERSIONS + json.dumps(self._versions()).encode())
-        threading.Thread(target=self._read, args=(index, sock, epoch), name=f"engine-link-{index}",
-                         daemon=True).start()
+        reader = threading.Thread(target=self._read, args=(index, sock, epoch), name=f"engine-link-{index}",
+                                  daemon=True)
+        with self._lock:
+            self._readers = [t for t in self._readers if t.is_alive()] + [reader]
+        reader.start()
 
     def _read(self, index: int, sock: socket.socket, epoch: int) -> None:
         while True:
@@ -441,15 +446,24 @@ class Engine:
                 "frame_sizes": [f"{w}x{h}" for h, w in (tuple(s.frame_hw) for s in services)]}
 
     def close(self) -> None:
+        """Stop every front end's link, then what it fed: the readers finish the message in hand first (up to
+        CLOSE_WAIT_S in all), so no ring is let go under one (a front end's own link once did: a TypeError)."""
         with self._lock:
             socks, self._socks = self._socks, [None] * self.front_ends
             self._epochs = [e + 1 for e in self._epochs]
+            readers = self._readers
         for sock in socks:
             if sock is not None:
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for reader in readers:
+            if reader is not threading.current_thread():
+                reader.join(max(0.0, deadline - time.monotonic()))
+        for sock in socks:
+            if sock is not None:
                 sock.close()
         if self._processes is not None:
             self._processes.close()
