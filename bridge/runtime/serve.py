@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 RUNNER_KINDS = {"cpu": "onnxruntime", "torch-cuda": "torch-cuda", "onnxruntime-cuda": "onnxruntime-cuda"}
 # Up to ce49016 four of five H100 runs under CUDA MPS lost faces, none since b3abb5c (docs/PERFORMANCE.md, "The engine
 # process and its front ends"): said at every start on a GPU where an MPS daemon runs
-MPS_WARNING = ("note: CUDA MPS is running: H100 runs under it lost 1.9-3.8% of their faces until the describe step was "
+MPS_NOTE = ("note: CUDA MPS is running: H100 runs under it lost 1.9-3.8% of their faces until the describe step was "
                "built at start-up; this version lost none in four runs, but the cause is not proven "
                "(docs/PERFORMANCE.md). `facebridge bench serve` counts frames served without a face (faceless_frames); "
                "where every frame counts, stop MPS (echo quit | nvidia-cuda-mps-control) and serve from one process")
@@ -220,7 +220,7 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
     if on_gpu:  # before any CUDA call of this process creates the context
         log.info("%s", set_cuda_wait(config.cuda_wait))
         if mps_running():
-            _report(MPS_WARNING)
+            _report(MPS_NOTE)
     apply_switch_interval(config)
     # one thread per native pool: the streams are the parallelism (CPU runners: --threads for torch's own pool)
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
