@@ -256,18 +256,21 @@ def _stream_record(stream_id: int) -> dict:
     return {"sent": 0, "served": 0, "sent_measured": 0, "held": 0, "held_measured": 0, "latency_ms": [], "faces": 0,
             "replica": "", "stale": 0, "late": 0, "bad": 0, "stages": {k: [] for k in STAGES[:6]}, "error": None,
             "slowest": [], "reconnects": 0, "moved": 0, "replicas": [], "id": stream_id, "faceless": 0,
-            "faceless_at": []}
+            "faceless_at": [], "face_seen": False, "before_first_face": 0}
 
 
 def _record_frame(out: dict, frame, stream_id: int, measure_from: float) -> None:
     """A served Frame's latency (send to receipt) and server stages into a stream's record."""
     out["served"] += 1
+    seen, out["face_seen"] = out["face_seen"], out["face_seen"] or bool(frame.face_found)
     if frame.source_time < measure_from:
         return
     latency = (time.perf_counter() - frame.source_time) * 1000.0
     out["latency_ms"].append(latency)
     out["faces"] += bool(frame.face_found)
-    if not frame.face_found:
+    if not frame.face_found and not seen:  # the stream's face not found yet: its start waits for detection
+        out["before_first_face"] += 1
+    elif not frame.face_found:  # found, then lost
         out["faceless"] += 1
         if len(out["faceless_at"]) < FACELESS_KEPT:
             out["faceless_at"].append(frame.source_time - measure_from)
@@ -573,7 +576,9 @@ def _trial(n: int, addresses, pids, jpegs, args, wire: str = "track") -> dict:
 
 
 def _faceless(streams: list[dict], addresses: list[str]) -> dict:
-    """Where the frames served without a face were (the sample has one in every frame): spread over many streams
+    """Where the frames served without a face after their stream's face was first found were (the sample has one in
+    every frame; those before it, a new stream waiting for the detector, stand apart in before_first_face: many
+    streams starting at once on a GPU wait their turn for its bounded detector slots): spread over many streams
     and the whole window (garbage frames from a serving path), or a few streams that lost their face and stayed
     lost (tracking); the earliest ones with their streams (seconds into the measured window); by second of the
     window (each stream's first FACELESS_KEPT: a burst or a trickle) and by the address its stream was sent to
@@ -588,7 +593,10 @@ def _faceless(streams: list[dict], addresses: list[str]) -> dict:
     return {"streams": len(lost), "frames": sum(n for n, _ in lost), "most_in_a_stream": max(lost)[0] if lost else 0,
             "earliest": [{"at_s": round(at, 3), "stream": sid} for at, sid in earliest],
             "by_second": np.bincount(seconds).tolist() if seconds else [],
-            "by_address": dict(sorted(by_address.items()))}
+            "by_address": dict(sorted(by_address.items())),
+            "before_first_face": {"streams": sum(1 for s in streams if s["before_first_face"]),
+                                  "frames": sum(s["before_first_face"] for s in streams),
+                                  "most_in_a_stream": max((s["before_first_face"] for s in streams), default=0)}}
 
 
 def _per_stream_latency(streams: list[dict]) -> dict:
