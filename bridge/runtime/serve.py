@@ -12,7 +12,6 @@ describe step, one row per stream, through the same formulas), so a remote strea
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -43,10 +42,6 @@ log = logging.getLogger(__name__)
 RUNNER_KINDS = {"cpu": "onnxruntime", "torch-cuda": "torch-cuda", "onnxruntime-cuda": "onnxruntime-cuda"}
 # Up to ce49016 four of five H100 runs under CUDA MPS lost faces, none since b3abb5c (docs/PERFORMANCE.md, "The engine
 # process and its front ends"): said at every start on a GPU where an MPS daemon runs
-MPS_NOTE = ("note: CUDA MPS is running: H100 runs under it lost 1.9-3.8% of their faces until the describe step was "
-               "built at start-up; this version lost none in four runs, but the cause is not proven "
-               "(docs/PERFORMANCE.md). `facebridge bench serve` counts frames served without a face (faceless_frames); "
-               "where every frame counts, stop MPS (echo quit | nvidia-cuda-mps-control) and serve from one process")
 # GPU batch buckets (as `facebridge bench engines` measured them): a pass runs the next bucket up, so steps of about
 # 1.25x keep the padding waste under 25 %
 GPU_BUCKETS = (1, 8, 32, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048,
@@ -219,8 +214,6 @@ def batched_models(config: ServeConfig, services, max_batch: int | None = None) 
     device = "cuda" if on_gpu else "cpu"
     if on_gpu:  # before any CUDA call of this process creates the context
         log.info("%s", set_cuda_wait(config.cuda_wait))
-        if mps_running():
-            _report(MPS_NOTE)
     apply_switch_interval(config)
     # one thread per native pool: the streams are the parallelism (CPU runners: --threads for torch's own pool)
     log.info("native pools pinned: %s", pin_native_pools(torch_threads=config.threads if not on_gpu else 1))
@@ -333,12 +326,6 @@ def build_front_end(config: ServeConfig, link, address: str, max_streams: int, r
     server.on_close(pauses.close)
     server.status_extra = lambda: {"model_versions": link.versions, "engine_cpu": link.engine_cpu(), **pauses.stats()}
     return server
-
-
-def mps_running() -> bool:
-    """Whether an MPS control daemon answers where this process's CUDA contexts would look for it (its pipe)."""
-    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-    return os.path.exists(os.path.join(pipes, "control"))
 
 
 def _report(line: str) -> None:

@@ -31,7 +31,7 @@ from bridge.multistream.decode import ImageDecoder
 from bridge.multistream.engine import Engine
 from bridge.multistream.rings import RingShape, shm_room
 from bridge.runtime.gc_pauses import settle as settle_heap
-from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config, mps_running
+from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
 from bridge.runtime.serve_front_end import CONFIG
 from bridge.runtime.stopping import serve_until_stopped, stop_not_cut_short
 from bridge.thread_cpu import cpu_between, thread_cpu_seconds
@@ -45,6 +45,12 @@ STOP_WAIT_S = 15.0
 # --decode-processes: the largest frame (pixels) a decode process decodes (the largest --prewarm size if larger); a
 # larger one is decoded in the engine process. Its pool holds one such frame a stream: 2.8 MB, 2.8 GB at 1,000 streams
 DECODED_FRAME_PIXELS = 1280 * 720
+
+
+def mps_running() -> bool:
+    """Whether an MPS control daemon answers where this process's CUDA contexts would look for it (its pipe)."""
+    pipes = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
+    return os.path.exists(os.path.join(pipes, "control"))
 
 
 def front_end_addresses(address: str, count: int) -> list[str]:

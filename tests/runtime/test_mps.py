@@ -1,9 +1,10 @@
-"""serve's MPS note is said where an MPS control daemon's pipe is, the pipe CUDA itself looks for."""
+"""MPS is seen where an MPS control daemon's pipe is, the pipe CUDA itself looks for (serve's word on
+--decode-processes without it)."""
 from __future__ import annotations
 
 import os
 
-from bridge.runtime.serve import MPS_NOTE, mps_running
+from bridge.runtime.serve_engine import mps_running
 
 
 def test_mps_is_seen_by_its_control_pipe_where_cuda_looks(tmp_path, monkeypatch):
@@ -13,4 +14,3 @@ def test_mps_is_seen_by_its_control_pipe_where_cuda_looks(tmp_path, monkeypatch)
     assert mps_running()
     monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "elsewhere"))
     assert not mps_running()
-    assert "nvidia-cuda-mps-control" in MPS_NOTE and "docs/PERFORMANCE.md" in MPS_NOTE
