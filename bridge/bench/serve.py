@@ -720,13 +720,15 @@ def run(args) -> dict:
                 trial = _trial(n, addresses, pids, jpegs, args, wire)
                 held = f", {trial['dropped_at_client']} held back at the clients" if args.in_flight else ""
                 part = trial["server_cpu_ms_per_frame_by_part"]
+                faceless = trial["faceless_frames"]
                 say(f"{n} streams over {wire}: {trial['served_per_s']} served a second ({trial['face_found_share']} "
-                    f"with a face), p99 {trial['latency_ms']['p99']} ms, {trial['streams_within_p99_limit']}"
-                    f" within {P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} served, served share min "
-                    f"{trial['served_share']['min']}, dropped {trial['dropped_stale']} stale {trial['dropped_late']} "
-                    f"late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a frame (host path "
-                    f"{part['host_path']}, passes {part['passes']}, JPEG {part['jpeg_decode']}, identity "
-                    f"{part['identity_refresh']}; {trial['frames_a_pass']} frames a describe call, "
+                    f"with a face; {faceless['frames']} lost once found, {faceless['before_first_face']['frames']} "
+                    f"before their stream's first), p99 {trial['latency_ms']['p99']} ms, "
+                    f"{trial['streams_within_p99_limit']} within {P99_LIMIT_MS:g} ms with {MIN_SERVED_SHARE:.0%} "
+                    f"served, served share min {trial['served_share']['min']}, dropped {trial['dropped_stale']} "
+                    f"stale {trial['dropped_late']} late{held}, server {trial['server_cpu_ms_per_frame']} ms CPU a "
+                    f"frame (host path {part['host_path']}, passes {part['passes']}, JPEG {part['jpeg_decode']}, "
+                    f"identity {part['identity_refresh']}; {trial['frames_a_pass']} frames a describe call, "
                     f"{trial['frames_a_whole_pass']} a pass{_busiest_text(trial)}), client "
                     f"{trial['client_cpu_ms_per_frame_sent']} ms a frame sent")
                 trials.append(trial)

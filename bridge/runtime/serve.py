@@ -40,8 +40,6 @@ from bridge.stages.describe_rows import DescribeRows, MeasuredFaces
 log = logging.getLogger(__name__)
 
 RUNNER_KINDS = {"cpu": "onnxruntime", "torch-cuda": "torch-cuda", "onnxruntime-cuda": "onnxruntime-cuda"}
-# Up to ce49016 four of five H100 runs under CUDA MPS lost faces, none since b3abb5c (docs/PERFORMANCE.md, "The engine
-# process and its front ends"): said at every start on a GPU where an MPS daemon runs
 # GPU batch buckets (as `facebridge bench engines` measured them): a pass runs the next bucket up, so steps of about
 # 1.25x keep the padding waste under 25 %
 GPU_BUCKETS = (1, 8, 32, 64, 96, 128, 160, 192, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 2048,

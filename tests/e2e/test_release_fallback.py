@@ -33,14 +33,19 @@ FPS = 30  # the sample clip's frame rate
 
 
 def _frames(subscriber: Subscriber) -> list[tuple[float, int, str, np.ndarray]]:
-    """(arrival, seq, emotion model version, emotions) of every frame received so far."""
-    versions, out = {}, []
-    for arrived, part in list(subscriber.parts):
+    """(arrival, seq, emotion model version, emotions) of every frame received so far, each part read once: the
+    waits below ask every 50 ms while thousands arrive, and reading them all again each time held the interpreter lock
+    from the subscriber's own thread on a loaded machine, until the bridge dropped it as a client fallen behind."""
+    read = subscriber.__dict__.setdefault("read_frames", {"parts": 0, "versions": {}, "frames": []})
+    parts, versions, out = subscriber.parts, read["versions"], read["frames"]
+    end = len(parts)
+    for arrived, part in parts[read["parts"]:end]:
         if part.WhichOneof("part") == "header":
             versions[part.header.layout_id] = part.header.model_versions.get("emotion", "")
         elif part.frame.layout_id in versions:
             out.append((arrived, part.frame.seq, versions[part.frame.layout_id], np.array(part.frame.emotions)))
-    return out
+    read["parts"] = end
+    return list(out)
 
 
 def _longest_freeze(packets: list[tuple[float, bytes]]) -> tuple[float, int, float]:
