@@ -32,20 +32,27 @@ FREEZE_S = 1.0  # the longest a receiver may see the same face repeated
 FPS = 30  # the sample clip's frame rate
 
 
-def _frames(subscriber: Subscriber) -> list[tuple[float, int, str, np.ndarray]]:
-    """(arrival, seq, emotion model version, emotions) of every frame received so far, each part read once: the
-    waits below ask every 50 ms while thousands arrive, and reading them all again each time held the interpreter lock
-    from the subscriber's own thread on a loaded machine, until the bridge dropped it as a client fallen behind."""
-    read = subscriber.__dict__.setdefault("read_frames", {"parts": 0, "versions": {}, "frames": []})
-    parts, versions, out = subscriber.parts, read["versions"], read["frames"]
-    end = len(parts)
-    for arrived, part in parts[read["parts"]:end]:
-        if part.WhichOneof("part") == "header":
-            versions[part.header.layout_id] = part.header.model_versions.get("emotion", "")
-        elif part.frame.layout_id in versions:
-            out.append((arrived, part.frame.seq, versions[part.frame.layout_id], np.array(part.frame.emotions)))
-    read["parts"] = end
-    return list(out)
+class EmotionFrames:
+    """(arrival, seq, emotion model version, emotions) of every frame a subscriber received so far, each part read
+    once: the waits below ask every 50 ms while thousands arrive, and reading them all again each time held the
+    interpreter lock from the subscriber's own thread on a loaded machine, until the bridge dropped it as a client
+    fallen behind."""
+
+    def __init__(self, subscriber: Subscriber) -> None:
+        self.subscriber, self.read, self.versions = subscriber, 0, {}
+        self.frames: list[tuple[float, int, str, np.ndarray]] = []
+
+    def __call__(self) -> list[tuple[float, int, str, np.ndarray]]:
+        parts = self.subscriber.parts
+        end = len(parts)  # the subscriber's thread appends meanwhile: up to here now, the rest next time
+        for arrived, part in parts[self.read:end]:
+            if part.WhichOneof("part") == "header":
+                self.versions[part.header.layout_id] = part.header.model_versions.get("emotion", "")
+            elif part.frame.layout_id in self.versions:
+                self.frames.append((arrived, part.frame.seq, self.versions[part.frame.layout_id],
+                                    np.array(part.frame.emotions)))
+        self.read = end
+        return list(self.frames)
 
 
 def _longest_freeze(packets: list[tuple[float, bytes]]) -> tuple[float, int, float]:
@@ -85,25 +92,26 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
             "--monitor", monitor), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         subscriber = Subscriber(address)
         subscriber.start()
+        received = EmotionFrames(subscriber)
         running = lambda: bridge.poll() is None  # noqa: E731
-        assert wait_until(lambda: len(_frames(subscriber)) >= 30 or not running(), 180, 0.05), "no frames"
+        assert wait_until(lambda: len(received()) >= 30 or not running(), 180, 0.05), "no frames"
         assert running(), bridge.communicate()[1]
-        shipped = _frames(subscriber)[-1][2]
+        shipped = received()[-1][2]
 
         # 1. the first release ever installed on this device reaches the running bridge
         fedagent("update", "install", "--from", url, "--trust", str(keys / "trust.json"), env=env)
-        assert wait_until(lambda: _frames(subscriber)[-1][2].startswith("r1-") or not running(), 120, 0.05)
-        first = _frames(subscriber)[-1][2]
+        assert wait_until(lambda: received()[-1][2].startswith("r1-") or not running(), 120, 0.05)
+        first = received()[-1][2]
 
         # 2. a release that fails on real faces is installed, fails in service and is rolled back by the bridge
         fedagent("publish", "--keys", str(keys), "--repo", str(repo), f"emotion={faulty}", env=env)
         fedagent("update", "install", "--from", url, env=env)
-        assert wait_until(lambda: any(v.startswith("r2-") for _, _, v, _ in _frames(subscriber)) or not running(),
+        assert wait_until(lambda: any(v.startswith("r2-") for _, _, v, _ in received()) or not running(),
                           120, 0.05), "the faulty release never served"
-        assert wait_until(lambda: _frames(subscriber)[-1][2] == first or not running(), 60, 0.05), \
+        assert wait_until(lambda: received()[-1][2] == first or not running(), 60, 0.05), \
             "the bridge did not go back to the first release"
-        back = len(_frames(subscriber))
-        assert wait_until(lambda: len(_frames(subscriber)) >= back + 60 or not running(), 120, 0.05)
+        back = len(received())
+        assert wait_until(lambda: len(received()) >= back + 60 or not running(), 120, 0.05)
         with urllib.request.urlopen(f"http://{monitor}/metrics", timeout=30) as reply:
             metrics = reply.read().decode()
         with urllib.request.urlopen(f"http://{monitor}/api/status", timeout=30) as reply:
@@ -123,7 +131,7 @@ def test_a_bridge_started_before_any_release_takes_it_live_and_rolls_back_one_th
             bridge.kill()
             print(bridge.communicate()[1][-6000:])  # what the bridge said, for a failure above
     assert bridge.returncode == 0, err
-    frames = _frames(subscriber)
+    frames = received()
     versions = [v for _, _, v, _ in frames]
     faulty_version = next(v for v in versions if v.startswith("r2-"))
 
