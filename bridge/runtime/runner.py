@@ -24,6 +24,7 @@ import time
 
 from bridge.console import was_interrupted
 from bridge.errors import RunEnded
+from bridge.runtime.ended_thread import EndedThread
 from bridge.runtime.queues import Closed, LatestQueue
 from bridge.runtime.sink_worker import SinkWorker
 from bridge.sinks.base import Sink
@@ -172,10 +173,9 @@ class BridgeRunner:
         self.stats.set_dropped("source", self.source.skipped)
 
     def run(self) -> RunStats:
-        threads = [threading.Thread(target=self._capture, name="facebridge-capture", daemon=True)]
-        threads += [threading.Thread(target=self._stage, args=(i,), name=f"facebridge-stage{i}", daemon=True)
-                    for i in range(len(self.stages))]
-        threads.append(threading.Thread(target=self._send, name="facebridge-send", daemon=True))
+        threads = [EndedThread(self._capture, "facebridge-capture")]
+        threads += [EndedThread(self._stage, f"facebridge-stage{i}", (i,)) for i in range(len(self.stages))]
+        threads.append(EndedThread(self._send, "facebridge-send"))
         for w in self.workers:
             w.start()
         for t in threads:
@@ -202,12 +202,13 @@ class BridgeRunner:
             raise self.error
         return self.stats
 
-    def _watch(self, threads: list[threading.Thread]) -> None:
-        """Wait for the threads, printing the status line; after a stop request, wait at most STOP_TIMEOUT_S."""
+    def _watch(self, threads: list[EndedThread]) -> None:
+        """Wait for the threads, printing the status line; after a stop request, wait at most STOP_TIMEOUT_S.
+        Their ends are waited on, never joined: Ctrl-C lands here (ended_thread.py says why that matters)."""
         tty = sys.stderr.isatty()
         last_print = 0.0
-        while any(t.is_alive() for t in threads if t.name not in self.abandoned):
-            threads[-1].join(0.25)
+        while running := [t for t in threads if t.running and t.name not in self.abandoned]:
+            running[-1].wait(0.25)  # the send thread while it runs: it ends last
             if was_interrupted() and not self.interrupted:  # a Ctrl-C that start-up code swallowed still stops
                 raise KeyboardInterrupt
             now = time.perf_counter()
@@ -218,10 +219,10 @@ class BridgeRunner:
             if self._stop_requested_at is not None and now - self._stop_requested_at > STOP_TIMEOUT_S:
                 self._leave_behind(threads)
 
-    def _leave_behind(self, threads: list[threading.Thread]) -> None:
+    def _leave_behind(self, threads: list[EndedThread]) -> None:
         """Threads still running long after the stop request are blocked (a read that never returns): close the
         queues so the others drain and finish, and say which one was left."""
-        stuck = [t.name for t in threads if t.is_alive() and t.name not in self.abandoned]
+        stuck = [t.name for t in threads if t.running and t.name not in self.abandoned]
         if not stuck:
             return
         for q in self._queues:
@@ -235,7 +236,7 @@ class BridgeRunner:
         elif "facebridge-capture" in stuck:
             self.abandoned.append("facebridge-capture")
 
-    def _shutdown(self, threads: list[threading.Thread]) -> None:
+    def _shutdown(self, threads: list[EndedThread]) -> None:
         """Let every sink send what it has queued (its owner closes it then: a take is finalised)."""
         deadline = time.perf_counter() + DRAIN_TIMEOUT_S
         for worker in self.workers:

@@ -14,10 +14,10 @@ sink's owner (the session) does, once `finish` returned True (a sink is never cl
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from bridge.frame import FaceFrame
+from bridge.runtime.ended_thread import EndedThread
 from bridge.runtime.queues import Closed, LatestQueue
 from bridge.sinks.base import Sink
 
@@ -32,7 +32,7 @@ class SinkWorker:
         self.label = label or sink.name
         self.lossless = lossless
         self.queue: LatestQueue[FaceFrame] = LatestQueue(max(1, int(getattr(sink, "queue_depth", 2))))
-        self._thread = threading.Thread(target=self._run, name=f"facebridge-sink-{self.label}", daemon=True)
+        self._thread = EndedThread(self._run, f"facebridge-sink-{self.label}")
         self._last_warning = -1e9
 
     @property
@@ -80,6 +80,4 @@ class SinkWorker:
     def finish(self, timeout: float) -> bool:
         """Let the sink send what is queued (at most `timeout` seconds); True when its thread is done."""
         self.queue.close()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return not self._thread.running or self._thread.wait(timeout)  # never joined: ended_thread.py says why
