@@ -30,7 +30,7 @@ from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.native_pools import pin_native_pools
 from bridge.runtime.options import update_state_dir
 from bridge.runtime.serve_releases import PassGate, ServeReleases
-from bridge.runtime.stopping import serve_until_stopped
+from bridge.runtime.stopping import say_stopped, serve_until_stopped
 from bridge.serving.engine_link import RemoteService
 from bridge.serving.grpc_service import FaceServeServer, check_listen
 from bridge.serving.replies import PassReplies
@@ -350,4 +350,5 @@ def serve(config: ServeConfig, status: bool = True, ready=lambda line: print(lin
         serve_until_stopped((lambda: status_line(server.stats())) if status else None)
     finally:
         server.close()
+    say_stopped("facebridge serve")  # returned: SIGTERM (Ctrl-C passes through as KeyboardInterrupt)
     return 0

@@ -33,7 +33,7 @@ from bridge.multistream.rings import RingShape, shm_room
 from bridge.runtime.gc_pauses import settle as settle_heap
 from bridge.runtime.serve import ServeConfig, _report, batched_models, check_config
 from bridge.runtime.serve_front_end import CONFIG
-from bridge.runtime.stopping import serve_until_stopped, stop_not_cut_short
+from bridge.runtime.stopping import say_stopped, serve_until_stopped, stop_not_cut_short
 from bridge.thread_cpu import cpu_between, thread_cpu_seconds
 
 log = logging.getLogger(__name__)
@@ -273,4 +273,5 @@ def serve_front_ends(config: ServeConfig, status: bool = True, ready=lambda line
             fronts.stop()
             engine.close()
             models.close()
+    say_stopped("facebridge serve")  # returned: SIGTERM (Ctrl-C passes through as KeyboardInterrupt)
     return 0

@@ -89,6 +89,12 @@ def _wait(stop: Stop, every: float, tick) -> None:
         last = time.monotonic()
 
 
+def say_stopped(prog: str) -> None:
+    """The last line of a server that a SIGTERM stopped (a service manager's journal shows the stop was clean);
+    Ctrl-C has its own (console.py)."""
+    print(f"{prog}: stopped (SIGTERM)", file=sys.stderr, flush=True)
+
+
 @contextmanager
 def stop_not_cut_short():
     """Ctrl-C ignored while the block runs (a server's own stop, bounded by its time limits): a second Ctrl-C,

@@ -92,6 +92,8 @@ def test_jpegs_decoded_in_batches_give_the_same_frames(clip):
         _streams_get_the_run_frames(addresses[0], clip, 4, jpeg_batched=True)
         # and over TrackMany: a group's JPEGs go to the batches one by one, the last decoded posts the group
         _served_are_the_run_frames(_over_track_many(addresses[0], clip, 4), clip, 4, jpeg_batched=True)
+    # stopped by the fixture's SIGTERM (a service manager's stop): a clean exit, said in its last line
+    assert proc.returncode == 0 and proc.lines[-1] == "facebridge serve: stopped (SIGTERM)", proc.lines[-3:]
 
 
 def _stages_add_up(frame, jpeg_batched: bool) -> None:

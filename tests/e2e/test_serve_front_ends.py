@@ -283,4 +283,5 @@ def test_front_ends_take_the_same_token_and_tls_as_one_process(tmp_path, clip): 
             assert TOKEN.encode() not in f.read()
     # the context's SIGTERM (a service manager's stop): the engine stops its front end and ends with 0
     assert proc.returncode == 0 and not os.path.exists(f"/proc/{front_end}"), proc.lines[-5:]
+    assert proc.lines[-1] == "facebridge serve: stopped (SIGTERM)", proc.lines[-5:]
     assert not any("Traceback" in x for x in proc.lines)
