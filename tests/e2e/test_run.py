@@ -1,5 +1,6 @@
 """`facebridge run` end to end on the bundled sample, received by real sockets on 127.0.0.1."""
 import math
+import re
 import struct
 import subprocess
 import threading
@@ -131,10 +132,12 @@ def test_sigterm_ends_the_run_cleanly_and_keeps_the_recording(tmp_path, isolated
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
-    assert "frames sent" in out
+    sent = re.search(r"(\d+) frames sent", out)
     lines = (take / "frames.jsonl").read_text().splitlines()
     assert len(lines) >= 5 and all(json.loads(line)["seq"] >= 0 for line in lines)  # every line whole
-    assert json.loads((take / "take.json").read_text())["subject"] == "FaceBridge"
+    meta = json.loads((take / "take.json").read_text())
+    assert meta["subject"] == "FaceBridge" and meta["complete"] is True
+    assert sent and meta["frames"] == len(lines) == int(sent.group(1)), (meta["frames"], len(lines), out[-300:])
 
 
 def test_calibrate_stores_a_profile_that_run_applies(isolated_home, tmp_path):
