@@ -13,7 +13,7 @@ from tests.helpers import ROOT
 PACKAGES = ("bridge", "fedagent")
 # import nothing of the house
 LEAVES = ("bridge.frame", "bridge.mesh", "bridge.errors", "bridge.fsutil", "bridge.compiled", "bridge.ports",
-          "bridge.stats", "bridge.thread_cpu", "bridge.child_status")
+          "bridge.sockets", "bridge.stats", "bridge.thread_cpu", "bridge.child_status")
 FACE_DOMAIN = ("bridge.stages", "bridge.expression", "bridge.pipeline")
 
 

@@ -41,6 +41,7 @@ import numpy as np
 from bridge.errors import FaceBridgeError
 from bridge.multistream.decode import BadImage, ImageDecoder, WrongSize
 from bridge.multistream.rings import SlotRing, untrack
+from bridge.sockets import shut_down
 from bridge.thread_cpu import stat_cpu_seconds
 
 log = logging.getLogger(__name__)
@@ -417,10 +418,7 @@ class DecodeProcesses:
             socks, self._socks = self._socks, [None] * self.count
         for sock in socks:
             if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                shut_down(sock)
         end = time.monotonic() + STOP_WAIT_S
         for proc in self._procs:
             if proc is None:

@@ -37,6 +37,7 @@ from bridge.multistream.decode import JPEG, BadImage
 from bridge.multistream.decode_batch import JpegBatches
 from bridge.multistream.decode_process import DecodeProcesses, FramePool
 from bridge.multistream.rings import SlotRing
+from bridge.sockets import shut_down
 from bridge.thread_cpu import thread_cpu_seconds
 
 log = logging.getLogger(__name__)
@@ -177,10 +178,7 @@ class Engine:
             sock.send(message)
         except TimeoutError:  # hung: cut it off (it sees the engine gone and ends; its reader here ends too)
             log.warning("front end %d took no message for %.0f s; cutting it off", index, SEND_TIMEOUT_S)
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            shut_down(sock)
         except OSError:
             pass  # it died: its reader thread sees the socket closed
 
@@ -454,10 +452,7 @@ class Engine:
             readers = self._readers
         for sock in socks:
             if sock is not None:
-                try:
-                    sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+                shut_down(sock)
         deadline = time.monotonic() + CLOSE_WAIT_S
         for reader in readers:
             if reader is not threading.current_thread():

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -24,6 +23,7 @@ from bridge.multistream import rings
 from bridge.multistream.decode import BadImage
 from bridge.multistream.engine import CPU, FRAMES, IDLE, MAX_MESSAGE, RESULTS, VERSIONS, read_slots, slots_message
 from bridge.multistream.service import StreamFaces
+from bridge.sockets import shut_down
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +204,7 @@ class EngineLink:
         """Stop reading, then let go of the socket: the message in hand is finished first (up to CLOSE_WAIT_S), so
         the ring can be closed after this (closed under the reader, a stop under load ended in a TypeError)."""
         self._closing = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the reader's recv
-        except OSError:
-            pass
+        shut_down(self.sock)  # wakes the reader's recv
         if threading.current_thread() is not self._thread:
             self._thread.join(CLOSE_WAIT_S)
         try:

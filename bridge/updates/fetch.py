@@ -28,6 +28,7 @@ from tuf.api.metadata import Metadata, Root
 from tuf.ngclient import Updater, UpdaterConfig
 from tuf.ngclient.fetcher import FetcherInterface
 
+from bridge.sockets import shut_down
 from bridge.updates import reasons
 from bridge.updates.signing import diagnose
 
@@ -217,13 +218,13 @@ class Watchdog:
         with self._lock:
             self._sockets.add(sock)
             if self.expired:
-                _shut(sock)
+                shut_down(sock)
 
     def _expire(self) -> None:
         with self._lock:
             self.expired = True
             for sock in list(self._sockets):
-                _shut(sock)
+                shut_down(sock)
 
     def cancel(self) -> None:
         self._timer.cancel()
@@ -251,11 +252,6 @@ class Watchdog:
             ConnectionCls = watched(urllib3.connection.HTTPSConnection)
 
         return {"http": Pool, "https": TLSPool}
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 def open_updater(source: Source, tuf_dir: Path, tmp_dir: Path, trusted_root: bytes, report: Reporter | None,

@@ -24,6 +24,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from bridge.sockets import shut_down
+
 HOST = "127.0.0.1"
 MAX_CONNECTIONS = 32
 TIMEOUT_S = 10.0  # one socket read or write
@@ -112,7 +114,7 @@ class Reaper:
             with self._lock:
                 late = [sock for sock, due in self._due.items() if due < now]
             for sock in late:
-                _shut(sock)
+                shut_down(sock)
 
 
 class BoundedHTTPServer(ThreadingHTTPServer):
@@ -141,11 +143,6 @@ class BoundedHTTPServer(ThreadingHTTPServer):
             super().process_request_thread(request, client_address)
         finally:
             self._slots.release()
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
 
 
 class RepoServer:
