@@ -9,7 +9,7 @@
 #                                                         # -reflection 1.81.1, protobuf 6.33.5 (7.4 MB, cp312)
 #   device call:  carry [".gpuwheels"], timeout_s 600:   bash tools/measure/gpu_serve_bench.sh
 #
-# torch.compile's cache: each call leaves $OUT/inductor.tgz; copy it to .gpucache/inductor.tgz here (ignored by git:
+# torch.compile's cache: each call leaves $OUT/inductor.tgz.part00, 01, ...; copy them to .gpucache/ here (ignored by git:
 # `echo /.gpucache/ >> .git/info/exclude`) and carry [".gpuwheels", ".gpucache"]: the next call starts from it.
 #
 # Each step has its own time limit, so the call ends inside 10 minutes with what it measured; bench serve writes
@@ -71,19 +71,17 @@ mkdir -p "$OUT" /tmp/stage
 export FACEBRIDGE_HOME=${FACEBRIDGE_HOME:-/tmp/fbhome} PYTHONUNBUFFERED=1
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 
-# torch.compile's kernels from the last call (its $OUT/inductor.tgz, put in INDUCTOR_CARRY and carried), and this
+# torch.compile's kernels from the last call (its $OUT/inductor.tgz.part*, put in .gpucache/ and carried), and this
 # call's for the next: a cold start compiled for 190-436 s of a 600 s call
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/inductor}
 INDUCTOR_CARRY=${INDUCTOR_CARRY:-.gpucache/inductor.tgz}
 mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
-if [ -f "$INDUCTOR_CARRY" ]; then
-  tar xzf "$INDUCTOR_CARRY" -C "$TORCHINDUCTOR_CACHE_DIR" && echo "Inductor cache from $INDUCTOR_CARRY"
+if compgen -G "$INDUCTOR_CARRY*" > /dev/null; then  # whole, or in parts (inductor.tgz.part00, 01, ...)
+  cat "$INDUCTOR_CARRY"* | tar xz -C "$TORCHINDUCTOR_CACHE_DIR" && echo "Inductor cache from $INDUCTOR_CARRY*"
 fi
-inductor_save() {  # at most 16 MiB a file comes back
-  tar czf "$OUT/inductor.tgz" -C "$TORCHINDUCTOR_CACHE_DIR" . 2> /dev/null || return 0
-  if [ "$(stat -c %s "$OUT/inductor.tgz")" -gt $((15 * 1024 * 1024)) ]; then
-    rm -f "$OUT/inductor.tgz"; echo "the Inductor cache is over 15 MiB: not brought back"
-  fi
+inductor_save() {  # at most 16 MiB a file comes back: parts of 15 MiB (put them all in .gpucache/ as they are)
+  tar czf /tmp/inductor.tgz -C "$TORCHINDUCTOR_CACHE_DIR" . 2> /dev/null || return 0
+  split -b 15M -d /tmp/inductor.tgz "$OUT/inductor.tgz.part" && rm -f /tmp/inductor.tgz
 }
 trap inductor_save EXIT
 
@@ -197,9 +195,10 @@ case "$MODE" in
   all|tests)  # tests: the GPU tests alone (TESTS: a -k expression to pick some)
     for wheels in $WHEELS; do install_wheels "$wheels" || exit 4; done
     preflight
-    timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -q -rs -p no:cacheprovider tests/multistream/test_gpu.py \
-      ${TESTS:+-k "$TESTS"} 2>&1 | tail -40 > "$OUT/gpu-tests.txt"
-    echo "gpu tests: exit ${PIPESTATUS[0]}" >> "$OUT/gpu-tests.txt"; tail -5 "$OUT/gpu-tests.txt"
+    # a line a test (-v): a run cut short by its limit still says which passed
+    timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -v -rs -p no:cacheprovider tests/multistream/test_gpu.py \
+      --tb=short ${TESTS:+-k "$TESTS"} > "$OUT/gpu-tests.txt" 2>&1
+    echo "gpu tests: exit $?" >> "$OUT/gpu-tests.txt"; grep -E "PASSED|FAILED|ERROR|exit" "$OUT/gpu-tests.txt" | tail -30
     [ "$MODE" = tests ] && exit 0
     bench serve-1proc "${T_ONE:-120}" --streams "${STREAMS_1:-32}" --client-processes 2
     P=${PROCS:-6}
