@@ -9,8 +9,8 @@
 #                                                         # -reflection 1.81.1, protobuf 6.33.5 (7.4 MB, cp312)
 #   device call:  carry [".gpuwheels"], timeout_s 600:   bash tools/measure/gpu_serve_bench.sh
 #
-# torch.compile's cache: each call leaves $OUT/inductor.tgz.part00, 01, ...; copy them to .gpucache/ here (ignored by git:
-# `echo /.gpucache/ >> .git/info/exclude`) and carry [".gpuwheels", ".gpucache"]: the next call starts from it.
+# torch.compile's cache: each call leaves $OUT/inductor.tgz.part00, 01, ...; copy them to .gpucache/ here (ignored by
+# git: `echo /.gpucache/ >> .git/info/exclude`) and carry [".gpuwheels", ".gpucache"]: the next call starts from it.
 #
 # Each step has its own time limit, so the call ends inside 10 minutes with what it measured; bench serve writes
 # every stream count to its JSON's `.partial` as the count ends, so a cut-short step keeps its counts.
@@ -198,7 +198,8 @@ case "$MODE" in
     # a line a test (-v): a run cut short by its limit still says which passed
     timeout -k 10 "${T_TESTS:-180}" "$PY" -m pytest -v -rs -p no:cacheprovider tests/multistream/test_gpu.py \
       --tb=short ${TESTS:+-k "$TESTS"} > "$OUT/gpu-tests.txt" 2>&1
-    echo "gpu tests: exit $?" >> "$OUT/gpu-tests.txt"; grep -E "PASSED|FAILED|ERROR|exit" "$OUT/gpu-tests.txt" | tail -30
+    echo "gpu tests: exit $?" >> "$OUT/gpu-tests.txt"
+    grep -E "PASSED|FAILED|ERROR|exit" "$OUT/gpu-tests.txt" | tail -30
     [ "$MODE" = tests ] && exit 0
     bench serve-1proc "${T_ONE:-120}" --streams "${STREAMS_1:-32}" --client-processes 2
     P=${PROCS:-6}
