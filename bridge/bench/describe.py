@@ -6,11 +6,14 @@ The streams are the sample as the batched tracker measures it on the CPU (measur
 offset in the clip, past its first second (its identity restored, so a refresh every IDENTITY_EVERY frames, on the
 shared refresher as in serve: its CPU is reported apart, per frame, over at least IDENTITY_EVERY + 1 passes so
 that every stream refreshes once). CPU is the describing thread's own
-(time.thread_time), so other load on the machine barely moves it. Not measured here: gRPC's receive and send of
+(time.thread_time), so other load on the machine barely moves it. `--idle-ms`: the passes again with that long asleep
+before each, as a server's passes are spaced by its streams' frame rate (200 ms at 5 fps): a pass after idle time
+finds the CPU's caches cold and costs more than one back to back. Not measured here: gRPC's receive and send of
 each message, the protobuf parse of the request, JPEG decode (nvJPEG on a GPU server) and the inference.
 """
 from __future__ import annotations
 
+import argparse
 import resource
 import time
 
@@ -24,6 +27,7 @@ from bridge.stages.describe import FaceDescriber, MeasuredFace
 say = reporter("describe")
 CLIP = 60
 INPUTS = 8  # distinct passes, taken in turn (each stream moves on by a frame a pass, back every INPUTS passes)
+MAX_IDLE_MS = 10_000.0
 
 
 def add_arguments(p) -> None:
@@ -32,6 +36,23 @@ def add_arguments(p) -> None:
     p.add_argument("--frames", type=positive_int, default=3000, help="frames described per stream count (3000)")
     p.add_argument("--single-streams", type=positive_int, default=32,
                    help="streams of the one-stream comparison (its cost per frame does not depend on it)")
+    p.add_argument("--idle-ms", default=[0.0], type=_idle_list,
+                   help="idle time before each pass, ms, comma-separated: each stream count once per value "
+                        "(default 0: back to back; 200 is a 5 fps server's)")
+
+
+def _idle_list(text: str) -> list[float]:
+    values = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r} is not a number of milliseconds") from None
+        if not 0.0 <= value <= MAX_IDLE_MS:
+            raise argparse.ArgumentTypeError(f"{part} ms is outside 0..{MAX_IDLE_MS:.0f}; give the idle time before "
+                                             "each pass in milliseconds")
+        values.append(value)
+    return values
 
 
 def _measured():
@@ -74,7 +95,7 @@ def _served(n: int, k: int, hw, states):
             for i in range(n)]
 
 
-def _rows_trial(faces, hw, n: int, frames: int) -> dict:
+def _rows_trial(faces, hw, n: int, frames: int, idle_s: float = 0.0) -> dict:
     # loaded when the bench runs: `facebridge --help` imports every bench module (bridge/cli.py)
     from bridge.expression.refresh import IdentityRefresher
     from bridge.grpc.gen import facebridge_pb2 as pb
@@ -94,8 +115,12 @@ def _rows_trial(faces, hw, n: int, frames: int) -> dict:
         state.describer.expression.set_identity(state.describer.expression.identity)
     refresher.drain()
     cpu0, proc0, t0 = time.thread_time(), _process_cpu(), time.perf_counter()
-    describe_ms = 0.0
+    describe_ms = slept = 0.0
     for k in range(passes):
+        if idle_s:
+            t_sleep = time.perf_counter()
+            time.sleep(idle_s)
+            slept += time.perf_counter() - t_sleep
         faces_k, served = inputs[k % len(inputs)]
         for s in served:
             s.request.seq = k + 2
@@ -103,12 +128,12 @@ def _rows_trial(faces, hw, n: int, frames: int) -> dict:
         replies_k = finish(None, served, faces_k)
         describe_ms += pb.Frame.FromString(replies_k[0][-1]).latencies_ms["describe_cpu"] * n  # up to its replies
     cpu = time.thread_time() - cpu0
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - t0 - slept
     refresher.drain()
     refresh_cpu = max(0.0, _process_cpu() - proc0 - cpu)
     refresher.close()
     count = passes * n
-    return {"streams": n, "passes": passes, "frames": count,
+    return {"streams": n, "idle_ms": round(idle_s * 1000.0, 3), "passes": passes, "frames": count,
             "host_us_per_frame": round(cpu * 1e6 / count, 1),
             "describe_us_per_frame": round(describe_ms * 1e3 / count, 1),
             "replies_us_per_frame": round(max(0.0, cpu * 1e6 / count - describe_ms * 1e3 / count), 1),
@@ -170,10 +195,12 @@ def run(args) -> dict:
     single = _single_trial(faces, hw, args.single_streams, min(args.frames, 1000))
     trials = []
     for n in counts:
-        say(f"{n} streams a pass ...")
-        trials.append(_rows_trial(faces, hw, n, args.frames))
-        say(f"{n} streams: {trials[-1]['host_us_per_frame']} us CPU a frame (describe "
-            f"{trials[-1]['describe_us_per_frame']}, replies {trials[-1]['replies_us_per_frame']})")
+        for idle_ms in args.idle_ms:
+            after = f", {idle_ms:g} ms idle before each" if idle_ms else ""
+            say(f"{n} streams a pass{after} ...")
+            trials.append(_rows_trial(faces, hw, n, args.frames, idle_ms / 1000.0))
+            say(f"{n} streams{after}: {trials[-1]['host_us_per_frame']} us CPU a frame (describe "
+                f"{trials[-1]['describe_us_per_frame']}, replies {trials[-1]['replies_us_per_frame']})")
     return {"native_pools": pinned, "frame_size": [hw[1], hw[0]], "single_stream": single, "trials": trials}
 
 
@@ -181,9 +208,9 @@ def summary(results: dict) -> str:
     single = results["single_stream"]["host_us_per_frame"]
     lines = [f"one stream at a time: {single} us CPU a frame (FaceDescriber + build_frame)",
              f"{'streams':>8} {'host us/frame':>14} {'describe':>9} {'replies':>8} {'refresh':>8} "
-             f"{'frames/s/core':>14}"]
+             f"{'frames/s/core':>14} {'idle ms':>8}"]
     for t in results["trials"]:
         lines.append(f"{t['streams']:>8} {t['host_us_per_frame']:>14} {t['describe_us_per_frame']:>9} "
                      f"{t['replies_us_per_frame']:>8} {t['refresh_cpu_us_per_frame']:>8} "
-                     f"{t['frames_per_s_per_core']:>14}")
+                     f"{t['frames_per_s_per_core']:>14} {t.get('idle_ms', 0.0):>8g}")
     return "\n".join(lines)
