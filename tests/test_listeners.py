@@ -33,6 +33,7 @@ def is_auto_token(token: str) -> bool:
     raw = base64.urlsafe_b64decode(token + "=")
     return len(token) == 43 and len(raw) == 32 and token_bits(token) >= MIN_TOKEN_BITS
 
+
 def test_a_token_beyond_loopback_needs_128_bits_and_auto_makes_one():
     assert token_bits("x") < token_bits("s3cret") < MIN_TOKEN_BITS <= token_bits(STRONG)
     assert token_bits("a" * 200) < MIN_TOKEN_BITS  # long but one character
