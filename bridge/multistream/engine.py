@@ -61,6 +61,14 @@ def read_slots(message: bytes) -> np.ndarray:
     return np.frombuffer(message, np.int32, offset=4)
 
 
+def passes_of(starts: np.ndarray, picked: list[int]) -> tuple[int, int]:
+    """(passes, their frames in all) of the rows `picked` of one finish call, each row's pass told by its start time
+    (`starts`): the finishing thread may take several passes at once (DeadlineBatcher's merge), so a RESULTS
+    message tells a front end how many passes its frames were in and how large they were, not one pass's size."""
+    theirs = np.unique(starts[picked])
+    return len(theirs), int(np.isin(starts, theirs).sum())
+
+
 class Engine:
     def __init__(self, make_service, *, front_ends: int, slots_each: int, slot_bytes: int, decoder,
                  jpeg_batches: bool, decode_workers: int = 1, max_frame_sizes: int = 4, versions=lambda: {},
@@ -385,6 +393,7 @@ class Engine:
             if self._epochs[index] == epoch:
                 by_front_end.setdefault(index, []).append(i)
         timing = faces.timing
+        starts = timing[:, 0] if timing is not None else np.zeros(len(tags))
         for index, picked in by_front_end.items():
             ring = self.rings[index]
             slots = [tags[i][2] for i in picked]
@@ -395,7 +404,7 @@ class Engine:
                 info[slots, rings.PASS_START] = timing[picked, 0]
                 info[slots, rings.PASS_END] = timing[picked, 1]
                 info[slots, rings.GPU_MS] = timing[picked, 2]
-            self._send(index, slots_message(RESULTS, slots, len(tags)))
+            self._send(index, slots_message(RESULTS, slots, *passes_of(starts, picked)))
         return [None] * len(tags)
 
     def _send_cpu(self, index: int) -> None:
@@ -415,7 +424,7 @@ class Engine:
         else:
             self.failed += 1
         self.rings[index].set_error(slot, status, reason)
-        self._send(index, slots_message(RESULTS, [slot], 0))
+        self._send(index, slots_message(RESULTS, [slot], 0, 0))
 
     def _failed(self, hw: tuple[int, int], tags: list, error: Exception) -> None:
         """Frames whose pass (or its finishing) failed: theirs only, each answered with the error."""

@@ -146,8 +146,8 @@ class EngineLink:
     def _handle(self, message: bytes) -> None:
         kind = message[:4]
         if kind == RESULTS:
-            values = read_slots(message)
-            self._results(int(values[0]), values[1:].tolist())
+            values = read_slots(message)  # passes, their frames, then the slots (engine.passes_of)
+            self._results(int(values[0]), int(values[1]), values[2:].tolist())
         elif kind == VERSIONS:
             self.versions = json.loads(message[4:])  # a new dict: frames handed on keep theirs
             self.ready.set()
@@ -155,7 +155,7 @@ class EngineLink:
             self._engine_cpu = json.loads(message[4:])
             self._engine_cpu_came.set()
 
-    def _results(self, pass_size: int, slots: list[int]) -> None:
+    def _results(self, passes: int, pass_frames: int, slots: list[int]) -> None:
         ring = self.ring
         with self._lock:
             entries = [self._waiting[s] for s in slots]
@@ -183,8 +183,8 @@ class EngineLink:
                 tag.extra["decode_ms"] = decode_ms
                 tag.extra["engine_times"] = times  # read, queued, its decode call's start and end
             timing = info[:, [rings.PASS_START, rings.PASS_END, rings.GPU_MS]]
-            service.passes += 1
-            service.frames += pass_size or len(picked)
+            service.passes += passes
+            service.frames += pass_frames
             service_slots = [entry[1] for entry in done]
             try:
                 made = service.finish_pass(service_slots, tags, StreamFaces.of(service_slots, rows, timing))

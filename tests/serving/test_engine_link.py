@@ -8,8 +8,10 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
+
 from bridge.multistream import rings
-from bridge.multistream.engine import RESULTS, VERSIONS, slots_message
+from bridge.multistream.engine import RESULTS, VERSIONS, passes_of, slots_message
 from bridge.multistream.rings import SlotRing
 from bridge.serving.engine_link import EngineLink
 
@@ -55,7 +57,7 @@ def test_a_stop_while_a_pass_is_described_waits_for_it_before_the_ring_goes(monk
     first, second = SlowService(release), SlowService()
     futures = [link.submit(first, 0, _image(), _tag()), link.submit(second, 0, _image(), _tag())]
     ring.info[[0, 1], rings.STATUS] = rings.OK
-    engine.send(slots_message(RESULTS, [0, 1], 2))  # one message: ring slots 0 and 1, one of each service
+    engine.send(slots_message(RESULTS, [0, 1], 1, 2))  # one message (a pass of 2): ring slots 0 and 1, one a service
     assert first.entered.wait(5)
 
     def stop():  # the front end's stop: its link, then its ring
@@ -84,4 +86,24 @@ def test_the_engine_closing_its_end_fails_the_waiting_frames_and_tells_the_front
     error = waiting.exception(5)
     assert isinstance(error, RuntimeError) and "engine process ended" in str(error)
     link.close()
+    ring.close()
+
+
+def test_a_finish_call_of_several_passes_counts_each_pass_with_its_own_size():
+    """The engine's finishing thread, behind, takes several passes in one call (DeadlineBatcher's merge): a front end
+    counts the passes its frames were in and their sizes, so its mean batch never exceeds --pass-batch (it counted
+    one pass of the call's whole size: 3.04 frames a pass with --pass-batch 3, a loaded CI run)."""
+    starts = np.array([5.0, 5.0, 5.0, 7.0, 7.0])  # a pass of 3 started at 5, one of 2 at 7, finished together
+    assert passes_of(starts, [0, 3]) == (2, 5) and passes_of(starts, [4]) == (1, 2)
+    assert passes_of(starts, [1, 2]) == (1, 3)
+    ring = SlotRing.create(4, 1024)
+    link, engine = _link(ring)
+    service = SlowService()
+    futures = [link.submit(service, 0, _image(), _tag()), link.submit(service, 1, _image(), _tag())]
+    ring.info[[0, 1], rings.STATUS] = rings.OK
+    engine.send(slots_message(RESULTS, [0, 1], *passes_of(starts, [0, 3])))
+    assert [f.result(5) for f in futures] == ["frame of slot 0", "frame of slot 1"]
+    assert (service.passes, service.frames) == (2, 5) and service.frames / service.passes <= 3
+    link.close()
+    engine.close()
     ring.close()
